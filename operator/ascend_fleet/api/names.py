@@ -1,0 +1,35 @@
+"""The one place that knows the API's names, label keys and annotation keys."""
+
+GROUP = "inference.ascendfleet.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AscendInference"
+PLURAL = "ascendinferences"
+SINGULAR = "ascendinference"
+SHORT_NAME = "ainf"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+# Labels on every child object.
+LABEL_NAME = f"{GROUP}/name"
+LABEL_REPLICA = f"{GROUP}/replica"  # data-parallel group index
+LABEL_RANK = f"{GROUP}/rank"  # pod index inside the group, 0 = leader
+LABEL_ROLE = f"{GROUP}/role"  # leader | worker
+LABEL_REVISION = f"{GROUP}/revision"  # hash of the rendered pod template
+# "true" while a leader takes traffic; a drain flips it to "false" so the Service drops the pod.
+LABEL_SERVING = f"{GROUP}/serving"
+
+ROLE_LEADER = "leader"
+ROLE_WORKER = "worker"
+
+# Annotations the operator keeps on children and on the AscendInference itself.
+ANNOTATION_DRAIN_STARTED = f"{GROUP}/drain-started"  # RFC 3339 time a replica's drain began
+ANNOTATION_DRAIN_REASON = f"{GROUP}/drain-reason"  # why: scale-in, rollout, rule restart
+ANNOTATION_RESTARTS = f"{GROUP}/group-restarts"  # JSON: replica -> {count, last} for gang backoff
+
+# Well-known labels, for tools that group by app.
+LABEL_APP_NAME = "app.kubernetes.io/name"
+LABEL_APP_INSTANCE = "app.kubernetes.io/instance"
+LABEL_APP_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_APP_COMPONENT = "app.kubernetes.io/component"
+APP_NAME = "ascend-fleet-engine"
+MANAGED_BY = "ascend-fleet"

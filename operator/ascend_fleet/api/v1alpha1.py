@@ -1,0 +1,488 @@
+"""AscendInference v1alpha1: the spec a user writes and the status the operator reports.
+
+Field names are snake_case in Python and camelCase on the wire. Defaults are filled in here,
+so every later layer sees a complete spec. The CRD's OpenAPI schema is generated from these
+models (see ``crd.py``); the cross-field rules below are mirrored there as CEL so the API server
+rejects the same inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .units import DURATION_PATTERN, PERCENT_PATTERN, format_duration, parse_duration, parse_threshold
+
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "pattern": DURATION_PATTERN,
+            "description": "A duration: 30s, 5m, 5min, 1h, 1h30m, or a number of seconds.",
+        }
+    ),
+]
+"""Seconds, written as ``30s``, ``5m``, ``5min``, ``1h`` or a number of seconds."""
+
+Threshold = Annotated[
+    float,
+    BeforeValidator(parse_threshold),
+    WithJsonSchema(
+        {
+            "x-kubernetes-preserve-unknown-fields": True,
+            "description": "A number such as 0.85 or 12, or a percentage string such as \"85%\".",
+            "x-kubernetes-validations": [
+                {
+                    "rule": "type(self) == string ? self.matches('" + PERCENT_PATTERN + "') "
+                    ": (type(self) == int || type(self) == double) && self >= 0",
+                    "message": "threshold must be a number >= 0 (e.g. 0.85) or a percentage between 0% and 100% "
+                    "(e.g. '85%')",
+                },
+            ],
+        }
+    ),
+]
+"""A plain number; percentages are converted to ratios (``"85%"`` -> 0.85)."""
+
+EngineType = Literal["vllm-ascend", "sglang"]
+Chip = Literal["ascend910a", "ascend910b", "ascend910_93"]
+Precision = Literal["bf16", "fp16", "int8"]
+Action = Literal["scale_up", "scale_down", "restart_service", "notify"]
+Comparison = Literal[">", ">=", "<", "<="]
+Scope = Literal["fleet", "replica"]
+
+DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
+DEFAULT_NPUS_PER_NODE: dict[str, int] = {"ascend910a": 8, "ascend910b": 8, "ascend910_93": 16}
+# Upstream images per engine and chip (ENGINES.md); the Helm chart can point them at the project's
+# engine images, which add the NPU exporter on top of these.
+DEFAULT_IMAGES: dict[tuple[str, str], str] = {
+    ("vllm-ascend", "ascend910a"): "quay.io/ascend/vllm-ascend:v0.11.0",
+    ("vllm-ascend", "ascend910b"): "quay.io/ascend/vllm-ascend:v0.11.0",
+    ("vllm-ascend", "ascend910_93"): "quay.io/ascend/vllm-ascend:v0.11.0-a3",
+    ("sglang", "ascend910a"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
+    ("sglang", "ascend910b"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
+    ("sglang", "ascend910_93"): "lmsysorg/sglang:v0.5.5-cann8.5.0-a3",
+}
+
+
+class Model(BaseModel):
+    """Base for every API type: camelCase on the wire, unknown fields rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def wire(self) -> dict[str, Any]:
+        """The object as the API server stores it: camelCase keys, defaults included."""
+        return self.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class ModelSource(Model):
+    """Which model to serve and where its weights are."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        description="Served model name: what clients put in the OpenAI API's `model` field.",
+    )
+    path: str = Field(
+        min_length=1,
+        pattern=r"^/",
+        description="Absolute path of the weights inside the engine container.",
+    )
+    volume: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
+        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, hostPath, nfs), "
+        "mounted read-only at mountPath.",
+    )
+    mount_path: str = Field(
+        default="/models",
+        pattern=r"^/",
+        description="Where the volume is mounted; path must lie under it when a volume is given.",
+    )
+    num_attention_heads: int | None = Field(
+        default=None, ge=1, description="Optional: lets the planner check that tensor divides the heads."
+    )
+    num_layers: int | None = Field(
+        default=None, ge=1, description="Optional: lets the planner check that pipeline fits the layers."
+    )
+    max_model_len: int | None = Field(default=None, ge=1, description="Maximum context length, if not the model's.")
+
+    @model_validator(mode="after")
+    def _path_under_mount(self) -> ModelSource:
+        if self.volume is not None and not _is_under(self.path, self.mount_path):
+            raise ValueError(
+                f"model.path {self.path!r} is not under model.mountPath {self.mount_path!r}, where the volume "
+                f"is mounted; set mountPath to a parent of path, e.g. {_parent(self.path)!r}"
+            )
+        return self
+
+
+def _is_under(path: str, parent: str) -> bool:
+    parent = parent.rstrip("/") or "/"
+    return parent == "/" or path == parent or path.startswith(parent + "/")
+
+
+def _parent(path: str) -> str:
+    head = path.rstrip("/").rsplit("/", 1)[0]
+    return head or "/"
+
+
+class EnvVar(Model):
+    """An environment variable: a literal value or a Kubernetes valueFrom source."""
+
+    name: str = Field(min_length=1)
+    value: str | None = None
+    value_from: dict[str, Any] | None = Field(
+        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
+    )
+
+
+class Engine(Model):
+    """The serving engine and how its pods run."""
+
+    type: EngineType = Field(description="vllm-ascend or sglang.")
+    image: str | None = Field(
+        default=None, description="Engine image; defaults to the upstream image for the engine and chip."
+    )
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="HTTP port of the OpenAI API (default 8000 vLLM, 30000 SGLang)."
+    )
+    args: list[str] = Field(
+        default_factory=list,
+        description="Extra engine arguments, appended; one that repeats a generated flag is rejected.",
+    )
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment; a name set here wins.")
+    resources: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
+        description="CPU/memory requests and limits (the NPU resource is set from the layout).",
+    )
+    exporter: bool = Field(default=True, description="Run the project's NPU exporter inside the engine.")
+    startup_timeout: Duration = Field(
+        default=1800.0, description="How long model loading may take before the startup probe gives up."
+    )
+    shm_size: str = Field(default="16Gi", description="Size limit of the in-memory /dev/shm.")
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Engine:
+        if self.port is None:
+            self.port = DEFAULT_ENGINE_PORT[self.type]
+        return self
+
+
+class Parallelism(Model):
+    """The hybrid parallel layout: tensor x pipeline NPUs per replica, data replicas."""
+
+    tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size (never crosses a node).")
+    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel stages per replica.")
+    data: int = Field(
+        default=1, ge=0, le=1024, description="Number of replicas; the scale subresource changes this field."
+    )
+
+
+class Hardware(Model):
+    """The NPU nodes the engines run on."""
+
+    chip: Chip = Field(default="ascend910b", description="ascend910a, ascend910b or ascend910_93 (A3).")
+    npus_per_node: int | None = Field(
+        default=None, ge=1, le=64, description="NPUs per node (default 8; 16 for ascend910_93)."
+    )
+    resource_name: str = Field(
+        default="huawei.com/Ascend910",
+        min_length=1,
+        description="Device-plugin resource to request (huawei.com/Ascend910, huawei.com/ascend-1980, ...).",
+    )
+    ascend_runtime: bool = Field(
+        default=True,
+        description="True when the Ascend Docker Runtime injects the driver; false mounts the driver from the host.",
+    )
+    network_interface: str = Field(
+        default="eth0", min_length=1, description="Interface for HCCL/GLOO traffic in multi-pod replicas."
+    )
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Hardware:
+        if self.npus_per_node is None:
+            self.npus_per_node = DEFAULT_NPUS_PER_NODE[self.chip]
+        return self
+
+
+class Batching(Model):
+    """Continuous-batching limits (engine defaults when unset)."""
+
+    max_batch_size: int | None = Field(default=None, ge=1, description="Sequences in a batch.")
+    max_batch_tokens: int | None = Field(default=None, ge=1, description="Tokens scheduled in one step.")
+
+
+def _or(field: str, default: object) -> str:
+    """CEL for a field's value with the default pydantic would fill in (CEL sees only what was written)."""
+    return f"(has(self.{field}) ? self.{field} : {default})"
+
+
+_MEMORY_SUM = " + ".join(
+    (_or("staticFraction", 0.60), _or("dynamicFraction", 0.25), _or("reserveFraction", 0.15))
+)
+
+
+class Memory(Model):
+    """How each NPU's HBM is split: static (weights + KV cache), dynamic (activations), reserve."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"{_MEMORY_SUM} >= 0.999 && {_MEMORY_SUM} <= 1.001",
+                    "message": "staticFraction + dynamicFraction + reserveFraction must add up to 1.0 "
+                    "(defaults 0.60 + 0.25 + 0.15)",
+                }
+            ]
+        }
+    )
+
+    static_fraction: float = Field(default=0.60, gt=0, le=1)
+    dynamic_fraction: float = Field(default=0.25, ge=0, le=1)
+    reserve_fraction: float = Field(default=0.15, ge=0, le=1)
+    expandable_segments: bool = Field(
+        default=True, description="PYTORCH_NPU_ALLOC_CONF=expandable_segments:True (keeps fragmentation low)."
+    )
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> Memory:
+        total = self.static_fraction + self.dynamic_fraction + self.reserve_fraction
+        if abs(total - 1.0) > 1e-3:
+            raise ValueError(
+                f"memory fractions add up to {total:.2f} (static {self.static_fraction:g} + dynamic "
+                f"{self.dynamic_fraction:g} + reserve {self.reserve_fraction:g}); they must add up to 1.0"
+            )
+        return self
+
+
+class Scheduling(Model):
+    """Request scheduling in the engine and pod placement in the cluster."""
+
+    priority: bool = Field(default=False, description="Priority request scheduling (requests carry `priority`).")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list,
+        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    )
+    scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
+    priority_class_name: str | None = None
+
+
+class Autoscaling(Model):
+    """Bounds and pacing for the control loop's scale and restart actions."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"{_or('minReplicas', 1)} <= {_or('maxReplicas', 8)}",
+                    "message": "minReplicas must be <= maxReplicas (defaults 1 and 8)",
+                }
+            ]
+        }
+    )
+
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=8, ge=1)
+    scale_up_cooldown: Duration = Field(default=180.0, description="Quiet time after a scale-up.")
+    scale_down_cooldown: Duration = Field(default=600.0, description="Quiet time after a scale-down.")
+    restart_cooldown: Duration = Field(default=600.0, description="Quiet time between rule restarts of one replica.")
+    dry_run: bool = Field(default=False, description="Record decisions without acting on them.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"autoscaling.minReplicas ({self.min_replicas}) is above maxReplicas ({self.max_replicas}); "
+                "make minReplicas <= maxReplicas"
+            )
+        return self
+
+
+DEFAULT_SCOPE: dict[str, Scope] = {
+    "scale_up": "fleet",
+    "scale_down": "fleet",
+    "restart_service": "replica",
+    "notify": "fleet",
+}
+
+
+class Rule(Model):
+    """``<metric> <comparison> <threshold> for <window> -> <action>``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.metric) != has(self.query)",
+                    "message": "a rule needs exactly one of metric (a catalog name) or query (raw PromQL)",
+                },
+                {
+                    "rule": "self.action != 'restart_service' || !has(self.scope) || self.scope == 'replica'",
+                    "message": "restart_service acts on one replica; use scope: replica (the default)",
+                },
+            ]
+        }
+    )
+
+    name: str | None = Field(default=None, description="Shown in events; defaults to the rule's text.")
+    metric: str | None = Field(
+        default=None, description="A metric name from the operator's catalog (e.g. npu_utilization)."
+    )
+    query: str | None = Field(
+        default=None,
+        description="Raw PromQL instead of a catalog metric; its series must carry namespace and inference "
+        "labels (and replica for replica scope).",
+    )
+    comparison: Comparison = Field(default=">", description="How the metric compares to the threshold.")
+    threshold: Threshold
+    for_: Duration = Field(alias="for", description="How long the condition must hold at every sample.")
+    action: Action
+    scope: Scope | None = Field(
+        default=None, description="fleet (aggregate over replicas) or replica; default by action."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Rule:
+        if (self.metric is None) == (self.query is None):
+            raise ValueError("a rule needs exactly one of metric (a catalog name) or query (raw PromQL)")
+        if self.scope is None:
+            self.scope = DEFAULT_SCOPE[self.action]
+        if self.action == "restart_service" and self.scope != "replica":
+            raise ValueError("restart_service acts on one replica; use scope: replica (the default)")
+        return self
+
+    def describe(self) -> str:
+        """The rule as a user would write it, e.g. ``npu_utilization > 85% for 5m -> scale_up``."""
+        from .units import format_threshold
+
+        subject = self.metric or "query"
+        return (
+            f"{subject} {self.comparison} {format_threshold(self.threshold)} for {format_duration(self.for_)}"
+            f" -> {self.action}"
+        )
+
+    def display_name(self) -> str:
+        return self.name or self.describe()
+
+
+def default_rules() -> list[Rule]:
+    """The two rules from the project's brief."""
+    return [
+        Rule(metric="npu_utilization", threshold="85%", for_="5m", action="scale_up"),
+        Rule(metric="mem_fragmentation", threshold="15%", for_="10m", action="restart_service"),
+    ]
+
+
+class Disruption(Model):
+    """How many replicas may be out of service at once, and how long a drain lasts."""
+
+    max_unavailable: int = Field(default=1, ge=1, description="Replicas out of service at once (rollouts, restarts).")
+    drain_seconds: int = Field(
+        default=30, ge=0, le=3600, description="In-flight requests get this long after a leader leaves the Service."
+    )
+
+
+class AscendInferenceSpec(Model):
+    """What the user asks for."""
+
+    model: ModelSource
+    engine: Engine
+    parallelism: Parallelism = Field(default_factory=Parallelism)
+    hardware: Hardware = Field(default_factory=Hardware)
+    batching: Batching = Field(default_factory=Batching)
+    memory: Memory = Field(default_factory=Memory)
+    precision: Precision = Field(default="bf16", description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
+    scheduling: Scheduling = Field(default_factory=Scheduling)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling)
+    rules: list[Rule] = Field(default_factory=default_rules, description="Control-loop rules; [] disables them.")
+    disruption: Disruption = Field(default_factory=Disruption)
+
+    def image(self) -> str:
+        """The engine image to run: the user's, or the upstream one for the engine and chip."""
+        return self.engine.image or DEFAULT_IMAGES[(self.engine.type, self.hardware.chip)]
+
+
+# ----- status -----
+
+
+class Condition(Model):
+    """A standard Kubernetes condition (metav1.Condition shape)."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class LayoutStatus(Model):
+    npus_per_replica: int
+    pods_per_replica: int
+    npus_per_pod: int
+    total_npus: int
+
+
+class ActionRecord(Model):
+    """One control-loop decision, newest first in status.actions."""
+
+    time: str
+    rule: str
+    metric: str | None = None
+    value: float | None = None
+    action: Action
+    target: str = Field(description="fleet, or replica-N.")
+    result: str = Field(default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'.")
+    dry_run: bool = False
+
+
+class AscendInferenceStatus(Model):
+    """What the operator observed and did."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    observed_generation: int | None = None
+    replicas: int = 0
+    ready_replicas: int = 0
+    updated_replicas: int = 0
+    selector: str = ""
+    revision: str | None = None
+    layout: LayoutStatus | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    actions: list[ActionRecord] = Field(default_factory=list)
+
+
+class AscendInference(Model):
+    """The whole object, as read from a file or the API server."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    api_version: Literal["inference.ascendfleet.io/v1alpha1"] = "inference.ascendfleet.io/v1alpha1"
+    kind: Literal["AscendInference"] = "AscendInference"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: AscendInferenceSpec
+    status: AscendInferenceStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "default")
