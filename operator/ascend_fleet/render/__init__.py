@@ -1,1 +1,18 @@
+"""Pure manifest builders: every child object of an AscendInference, derived from its spec alone."""
 
+from .children import Owner, render_all, render_pdb, render_replica, render_services, revision
+from .engine import EXPORTER_PORT
+from .validation import InvalidSpec, Valid, validate
+
+__all__ = [
+    "EXPORTER_PORT",
+    "InvalidSpec",
+    "Owner",
+    "Valid",
+    "render_all",
+    "render_pdb",
+    "render_replica",
+    "render_services",
+    "revision",
+    "validate",
+]

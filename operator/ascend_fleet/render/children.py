@@ -1,0 +1,268 @@
+"""Pods per replica and rank, the Services and the PodDisruptionBudget of one AscendInference."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+
+from ..api import names
+from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
+from ..layout import Layout, plan
+from .engine import EXPORTER_PORT, RAY_PORT, SGLANG_DIST_PORT, Rank, command, engine_env
+
+ENGINE_CONTAINER = "engine"
+TERMINATION_GRACE_SECONDS = 60
+DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these from the host
+    ("ascend-driver", "/usr/local/Ascend/driver", "Directory"),
+    ("ascend-dcmi", "/usr/local/dcmi", "Directory"),
+    ("npu-smi", "/usr/local/bin/npu-smi", "File"),
+)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The AscendInference that owns the children (uid is None when rendering offline)."""
+
+    name: str
+    namespace: str
+    uid: str | None = None
+
+    @classmethod
+    def of(cls, obj: AscendInference) -> Owner:
+        return cls(obj.name, obj.namespace, obj.metadata.get("uid"))
+
+    def reference(self) -> list[dict]:
+        if not self.uid:
+            return []
+        return [
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": self.name,
+                "uid": self.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+
+
+def common_labels(name: str) -> dict[str, str]:
+    return {
+        names.LABEL_NAME: name,
+        names.LABEL_APP_NAME: names.APP_NAME,
+        names.LABEL_APP_INSTANCE: name,
+        names.LABEL_APP_MANAGED_BY: names.MANAGED_BY,
+    }
+
+
+def leader_selector(name: str) -> dict[str, str]:
+    """Leader pods of an inference: status.selector, for the scale subresource."""
+    return {names.LABEL_NAME: name, names.LABEL_ROLE: names.ROLE_LEADER}
+
+
+def serving_selector(name: str) -> dict[str, str]:
+    """Leaders that take traffic: the serving Service's selector (a drain flips LABEL_SERVING)."""
+    return {**leader_selector(name), names.LABEL_SERVING: "true"}
+
+
+def pod_name(name: str, replica: int, rank: int) -> str:
+    """``<name>-<replica>`` for leaders, ``<name>-<replica>-<rank>`` for workers (as LeaderWorkerSet)."""
+    return f"{name}-{replica}" if rank == 0 else f"{name}-{replica}-{rank}"
+
+
+def headless_service_name(name: str) -> str:
+    return f"{name}-pods"
+
+
+def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict:
+    meta = {"name": name, "namespace": owner.namespace, "labels": labels}
+    refs = owner.reference()
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta
+
+
+def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None) -> str:
+    """Hash of the rendered pod template: equal specs give equal revisions, any pod change a new one.
+
+    Replica 0's pods stand for the template; the data-parallel size and the control-loop fields
+    (autoscaling, rules, disruption) do not change a pod, so they do not change the revision.
+    """
+    layout = layout or plan(spec)
+    pods = [_pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "") for rank in
+            range(layout.pods_per_replica)]
+    digest = hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()
+    return digest[:10]
+
+
+def render_replica(
+    spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout | None = None, rev: str | None = None
+) -> list[dict]:
+    """The pods of one replica (a gang): the leader first, then the workers by rank."""
+    layout = layout or plan(spec)
+    rev = rev or revision(spec, owner.name, layout)
+    return [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
+            for rank in range(layout.pods_per_replica)]
+
+
+def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
+    name = owner.name
+    labels = {
+        **common_labels(name),
+        names.LABEL_APP_COMPONENT: "engine",
+        names.LABEL_REPLICA: str(at.replica),
+        names.LABEL_RANK: str(at.rank),
+        names.LABEL_ROLE: names.ROLE_LEADER if at.leader else names.ROLE_WORKER,
+        names.LABEL_REVISION: rev,
+    }
+    if at.leader:
+        labels[names.LABEL_SERVING] = "true"
+    pod_spec: dict = {
+        "hostname": pod_name(name, at.replica, at.rank),
+        "subdomain": headless_service_name(name),
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "containers": [_container(spec, layout, name, at)],
+        "volumes": _volumes(spec),
+    }
+    scheduling = spec.scheduling
+    if scheduling.node_selector:
+        pod_spec["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.tolerations:
+        pod_spec["tolerations"] = copy.deepcopy(scheduling.tolerations)
+    if scheduling.scheduler_name:
+        pod_spec["schedulerName"] = scheduling.scheduler_name
+    if scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = scheduling.priority_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(owner, pod_name(name, at.replica, at.rank), labels),
+        "spec": pod_spec,
+    }
+
+
+def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -> dict:
+    npus = {spec.hardware.resource_name: str(layout.npus_per_pod)}
+    resources = copy.deepcopy(spec.engine.resources or {})
+    resources["requests"] = {**resources.get("requests", {}), **npus}
+    resources["limits"] = {**resources.get("limits", {}), **npus}
+    container: dict = {
+        "name": ENGINE_CONTAINER,
+        "image": spec.image(),
+        "imagePullPolicy": "IfNotPresent",
+        "command": command(spec, layout, at),
+        "env": engine_env(spec, layout, name, at),
+        "ports": _ports(spec, layout, at),
+        "resources": resources,
+        "volumeMounts": _mounts(spec),
+    }
+    if at.leader:  # only leaders run the HTTP server; workers hold pipeline stages
+        container.update(_probes(spec))
+    return container
+
+
+def _ports(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[dict]:
+    ports = []
+    if at.leader:
+        ports.append({"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"})
+    if spec.engine.exporter:
+        ports.append({"name": "npu-metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"})
+    if layout.multi_pod and at.leader:
+        if spec.engine.type == "vllm-ascend":
+            ports.append({"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"})
+        else:
+            ports.append({"name": "dist-init", "containerPort": SGLANG_DIST_PORT, "protocol": "TCP"})
+    return ports
+
+
+def _probes(spec: AscendInferenceSpec) -> dict:
+    health = {"httpGet": {"path": "/health", "port": "http"}}
+    period = 10
+    return {
+        # Model loading takes minutes; the startup probe holds liveness off until then.
+        "startupProbe": {**health, "periodSeconds": period,
+                         "failureThreshold": max(1, math.ceil(spec.engine.startup_timeout / period))},
+        "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
+        "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4, "timeoutSeconds": 5},
+    }
+
+
+def _volumes(spec: AscendInferenceSpec) -> list[dict]:
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.engine.shm_size}}]
+    if spec.model.volume:
+        volumes.append({"name": "model", **copy.deepcopy(spec.model.volume)})
+    if not spec.hardware.ascend_runtime:
+        volumes += [{"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS]
+    return volumes
+
+
+def _mounts(spec: AscendInferenceSpec) -> list[dict]:
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if spec.model.volume:
+        mounts.append({"name": "model", "mountPath": spec.model.mount_path, "readOnly": True})
+    if not spec.hardware.ascend_runtime:
+        mounts += [{"name": vol, "mountPath": path, "readOnly": True} for vol, path, _ in DRIVER_MOUNTS]
+    return mounts
+
+
+def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = None) -> list[dict]:
+    """The serving ClusterIP Service ``<name>`` and the headless ``<name>-pods`` for group DNS."""
+    layout = layout or plan(spec)
+    name = owner.name
+    serving = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, name, common_labels(name)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": serving_selector(name),
+            "ports": [{"name": "http", "port": spec.engine.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+    group_ports = [{"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}]
+    if spec.engine.exporter:
+        group_ports.append({"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT,
+                            "protocol": "TCP"})
+    headless = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, headless_service_name(name), common_labels(name)),
+        "spec": {
+            "clusterIP": "None",
+            # Ranks must resolve each other while they start, before any of them is Ready.
+            "publishNotReadyAddresses": True,
+            "selector": {names.LABEL_NAME: name},
+            "ports": group_ports,
+        },
+    }
+    return [serving, headless]
+
+
+def render_pdb(spec: AscendInferenceSpec, owner: Owner) -> dict:
+    """A PodDisruptionBudget over all engine pods.
+
+    Evicting any pod of a gang takes its whole replica down, so counting pods against
+    maxUnavailable replicas is the conservative, correct bound.
+    """
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
+        "spec": {
+            "maxUnavailable": spec.disruption.max_unavailable,
+            "selector": {"matchLabels": {names.LABEL_NAME: owner.name}},
+        },
+    }
+
+
+def render_all(obj: AscendInference) -> list[dict]:
+    """Every child object for the spec as it stands: pods of all replicas, Services, PDB."""
+    spec, owner = obj.spec, Owner.of(obj)
+    layout = plan(spec)
+    rev = revision(spec, owner.name, layout)
+    pods = [pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)]
+    return [*render_services(spec, owner, layout), render_pdb(spec, owner), *pods]

@@ -1,0 +1,97 @@
+"""One check for a whole AscendInference document: schema, layout and engine arguments.
+
+The CLI's ``validate`` and the operator's ``InvalidSpec`` condition both use it, so a user sees the
+same messages offline and in the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from ..api.v1alpha1 import AscendInference
+from ..layout import Layout, LayoutError, plan
+from .engine import arg_conflicts
+
+# A pod's hostname is "<name>-<replica>-<rank>" and must stay a 63-character DNS label.
+MAX_NAME_LENGTH = 52
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class InvalidSpec(ValueError):
+    """Every problem found in one document, each a sentence that says what would fit."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Valid:
+    """A document that passed every check."""
+
+    obj: AscendInference
+    layout: Layout
+    warnings: list[str] = field(default_factory=list)
+
+
+def validate(doc: dict) -> Valid:
+    """Parse and check one document, or raise InvalidSpec listing every problem."""
+    problems = _check_kind(doc)
+    problems += _check_name(doc.get("metadata") or {})
+    try:
+        obj = AscendInference.model_validate(doc)
+    except ValidationError as error:
+        raise InvalidSpec(problems + format_errors(error)) from None
+    try:
+        layout = plan(obj.spec)
+    except LayoutError as error:
+        raise InvalidSpec([*problems, f"spec.parallelism: {error}"]) from None
+    problems += arg_conflicts(obj.spec, layout)
+    if problems:
+        raise InvalidSpec(problems)
+    return Valid(obj, layout)
+
+
+def _check_kind(doc: dict) -> list[str]:
+    from ..api import names
+
+    problems = []
+    if doc.get("apiVersion") != names.API_VERSION:
+        problems.append(f"apiVersion is {doc.get('apiVersion')!r}; it must be {names.API_VERSION!r}")
+    if doc.get("kind") != names.KIND:
+        problems.append(f"kind is {doc.get('kind')!r}; it must be {names.KIND!r}")
+    return problems
+
+
+def _check_name(metadata: dict) -> list[str]:
+    name = metadata.get("name")
+    if not name:
+        return ["metadata.name is missing"]
+    if not DNS_1035.match(str(name)) or len(name) > MAX_NAME_LENGTH:
+        return [
+            f"metadata.name {name!r} must be a DNS label of at most {MAX_NAME_LENGTH} characters (lower-case "
+            "letters, digits and '-', starting with a letter), because pod and Service names derive from it"
+        ]
+    return []
+
+
+def format_errors(error: ValidationError) -> list[str]:
+    """Pydantic errors as ``spec.field.path: message`` lines, in wire (camelCase) names."""
+    lines = []
+    for item in error.errors():
+        path = ".".join(str(part) for part in item["loc"] if not _is_internal(part))
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown field (check its spelling; see `kubectl explain ainf.spec`)"
+        elif item["type"] == "missing":
+            message = "required field is missing"
+        lines.append(f"{path}: {message}" if path else message)
+    return lines
+
+
+def _is_internal(part: object) -> bool:
+    # pydantic puts validator names ("function-after[...]") and union branches in locations
+    return isinstance(part, str) and ("[" in part or part in {"float", "str", "int"})
