@@ -1,0 +1,97 @@
+"""The CLI as a user runs it: real subprocesses, exit codes and messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tests.support.paths import CRD_FILE, EXAMPLES, ROOT
+
+SEED = ROOT / "examples" / "vllm-tp4-pp2-dp2.yaml"
+
+
+def cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "ascend_fleet.cli.main", *args], input=stdin,
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+def test_plan_shows_the_seed_layout():
+    result = cli("plan", str(SEED))
+    assert result.returncode == 0, result.stderr
+    assert "qwen-7b: 2 replicas x 1 pod x 8 NPUs = 16 NPUs" in result.stdout
+    header = result.stdout.splitlines()[0].split()
+    assert header[:3] == ["NAME", "ENGINE", "CHIP"]
+
+
+def test_validate_accepts_every_example():
+    result = cli("validate", *map(str, EXAMPLES))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count(" is valid (") == len(EXAMPLES)
+
+
+BAD_STREAM = """\
+apiVersion: inference.ascendfleet.io/v1alpha1
+kind: AscendInference
+metadata: {name: first}
+spec:
+  model: {name: m, path: /models/m}
+  engine: {type: vllm-ascend, args: ["--port=9"]}
+  parallelism: {tensor: 3, pipeline: 3}
+---
+apiVersion: inference.ascendfleet.io/v1alpha1
+kind: AscendInference
+metadata: {name: second}
+spec:
+  model: {name: m, path: /models/m}
+  engine: {type: sglang}
+  memory: {staticFraction: 0.9}
+  rules: [{metric: npu_utilization, threshold: "120%", for: 5m, action: scale_up}]
+"""
+
+
+def test_validate_lists_every_problem_and_exits_2():
+    result = cli("validate", "-", stdin=BAD_STREAM)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert any(line.startswith("-#1 (first): spec.parallelism:") and "tensor must divide 8" in line for line in lines)
+    assert any("-#2 (second): spec.memory: memory fractions add up to 1.30" in line for line in lines)
+    assert any("-#2 (second): spec.rules.0.threshold: '120%' is out of range" in line for line in lines)
+
+
+def test_user_arg_conflict_is_reported():
+    doc = yaml.safe_load(SEED.read_text())
+    doc["spec"]["engine"]["args"] = ["--max-num-seqs", "8"]
+    result = cli("validate", "-", stdin=yaml.safe_dump(doc))
+    assert result.returncode == 2
+    assert "repeats the generated '--max-num-seqs 32' (from spec.batching.maxBatchSize)" in result.stderr
+
+
+def test_missing_file_and_broken_yaml_are_clear():
+    result = cli("validate", "no-such-file.yaml")
+    assert result.returncode == 2 and "no-such-file.yaml: cannot read" in result.stderr
+    result = cli("plan", "-", stdin="spec: [unclosed")
+    assert result.returncode == 2 and "not valid YAML" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_render_is_a_yaml_stream_with_namespace():
+    result = cli("render", "-n", "llm", str(SEED))
+    assert result.returncode == 0, result.stderr
+    objects = list(yaml.safe_load_all(result.stdout))
+    assert sorted({o["kind"] for o in objects}) == ["Pod", "PodDisruptionBudget", "Service"]
+    assert {o["metadata"]["namespace"] for o in objects} == {"llm"}
+    assert len([o for o in objects if o["kind"] == "Pod"]) == 2
+
+
+def test_render_refuses_invalid_input():
+    result = cli("render", "-", stdin=BAD_STREAM)
+    assert result.returncode == 2 and result.stdout == ""
+
+
+def test_crd_command_prints_the_checked_in_crd():
+    result = cli("crd")
+    assert result.returncode == 0
+    assert result.stdout == CRD_FILE.read_text()
