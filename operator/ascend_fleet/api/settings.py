@@ -1,0 +1,73 @@
+"""Operator configuration: one settings object, read from a YAML file and environment variables.
+
+The Helm chart renders the file into a ConfigMap mounted at ``/etc/ascend-fleet/config.yaml``;
+``ascend-fleet run --config`` and ``ASCEND_FLEET_CONFIG`` point at it. Environment variables
+``ASCEND_FLEET_PROMETHEUS_URL`` and ``ASCEND_FLEET_CONTROL_INTERVAL`` override single values, and
+command-line flags override both.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import yaml
+from pydantic import Field
+
+from .v1alpha1 import Duration, Model
+
+
+class PrometheusSettings(Model):
+    url: str | None = Field(default=None, description="Prometheus base URL; unset disables the control loop.")
+    timeout: Duration = Field(default=10.0, description="Per-query timeout.")
+
+
+class ControlSettings(Model):
+    interval: Duration = Field(default=15.0, description="Seconds between control-loop cycles.")
+    step: Duration = Field(default=15.0, description="Subquery resolution: one sample per step in a rule window.")
+    min_samples_fraction: float = Field(
+        default=0.8, gt=0, le=1, description="Share of a window's samples that must exist for a rule to hold."
+    )
+    actions_history: int = Field(default=20, ge=1, le=200, description="Decisions kept in status.actions.")
+    catalog_preset: Literal["ascend-fleet", "npu-exporter"] = Field(
+        default="ascend-fleet", description="Default metric names: the project's exporter or Huawei's npu-exporter."
+    )
+    catalog: dict[str, str] = Field(
+        default_factory=dict, description="Extra or replaced catalog entries: logical name -> PromQL template."
+    )
+
+
+class ReconcileSettings(Model):
+    backoff_initial: Duration = Field(default=30.0, description="First delay before recreating a failed replica.")
+    backoff_max: Duration = Field(default=600.0, description="Cap of the doubling replica-restart backoff.")
+    resync_interval: Duration = Field(default=30.0, description="Periodic reconcile even without changes.")
+
+
+class OperatorSettings(Model):
+    """Everything the operator process is configured with."""
+
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+    control: ControlSettings = Field(default_factory=ControlSettings)
+    reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
+    images: dict[str, str] = Field(
+        default_factory=dict,
+        description="Default engine images by engine type (vllm-ascend, sglang) for specs that name none.",
+    )
+
+    @classmethod
+    def load(cls, path: str | None = None, environ: dict[str, str] | None = None) -> OperatorSettings:
+        """Read the YAML file (if any), then apply environment overrides."""
+        environ = dict(os.environ if environ is None else environ)
+        path = path or environ.get("ASCEND_FLEET_CONFIG")
+        data: dict = {}
+        if path:
+            with open(path, encoding="utf-8") as handle:
+                data = yaml.safe_load(handle) or {}
+        settings = cls.model_validate(data)
+        if environ.get("ASCEND_FLEET_PROMETHEUS_URL"):
+            settings.prometheus.url = environ["ASCEND_FLEET_PROMETHEUS_URL"]
+        if environ.get("ASCEND_FLEET_CONTROL_INTERVAL"):
+            settings.control = ControlSettings.model_validate(
+                {**settings.control.wire(), "interval": environ["ASCEND_FLEET_CONTROL_INTERVAL"]}
+            )
+        return settings
