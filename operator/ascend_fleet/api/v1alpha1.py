@@ -452,6 +452,14 @@ class ActionRecord(Model):
     dry_run: bool = False
 
 
+class GroupRestart(Model):
+    """How often a replica's gang was recreated after a failure, for the restart backoff."""
+
+    replica: int
+    count: int
+    last_time: str = Field(description="RFC 3339 time of the last recreation.")
+
+
 class AscendInferenceStatus(Model):
     """What the operator observed and did."""
 
@@ -466,6 +474,9 @@ class AscendInferenceStatus(Model):
     layout: LayoutStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
     actions: list[ActionRecord] = Field(default_factory=list)
+    group_restarts: list[GroupRestart] = Field(
+        default_factory=list, description="Failure recreations per replica (drives the backoff)."
+    )
 
 
 class AscendInference(Model):

@@ -1,6 +1,16 @@
 """Pure manifest builders: every child object of an AscendInference, derived from its spec alone."""
 
-from .children import Owner, render_all, render_pdb, render_replica, render_services, revision
+from .children import (
+    Owner,
+    drain_patch,
+    leader_selector,
+    pod_name,
+    render_all,
+    render_pdb,
+    render_replica,
+    render_services,
+    revision,
+)
 from .engine import EXPORTER_PORT
 from .validation import InvalidSpec, Valid, validate
 
@@ -9,6 +19,9 @@ __all__ = [
     "InvalidSpec",
     "Owner",
     "Valid",
+    "drain_patch",
+    "leader_selector",
+    "pod_name",
     "render_all",
     "render_pdb",
     "render_replica",

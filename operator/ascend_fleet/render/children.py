@@ -266,3 +266,17 @@ def render_all(obj: AscendInference) -> list[dict]:
     rev = revision(spec, owner.name, layout)
     pods = [pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)]
     return [*render_services(spec, owner, layout), render_pdb(spec, owner), *pods]
+
+
+def drain_patch(now_rfc3339: str, reason: str) -> dict:
+    """Merge patch that takes a leader out of the serving Service and records why and since when.
+
+    The reconciler deletes the replica once ``drainSeconds`` have passed; rollouts, scale-in and
+    rule restarts all go through this one path.
+    """
+    return {
+        "metadata": {
+            "labels": {names.LABEL_SERVING: "false"},
+            "annotations": {names.ANNOTATION_DRAIN_STARTED: now_rfc3339, names.ANNOTATION_DRAIN_REASON: reason},
+        }
+    }

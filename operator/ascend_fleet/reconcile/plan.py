@@ -1,0 +1,324 @@
+"""The reconciler's decisions, as a pure function of spec, observed children and the clock.
+
+Level-based: every pass compares what the spec asks for with what exists and returns the
+writes that close the gap (and nothing when there is no gap). Semantics follow LeaderWorkerSet:
+a replica is a gang (any failed or missing rank recreates the whole replica, with a per-replica
+backoff); template changes roll out replica by replica within ``disruption.maxUnavailable``;
+scale-in, rollouts and rule restarts all drain first (leader leaves the Service, in-flight
+requests get ``drainSeconds``) and only then delete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..api import names
+from ..api.settings import ReconcileSettings
+from ..api.times import parse_rfc3339, rfc3339
+from ..api.v1alpha1 import AscendInference
+from ..layout import Layout
+from ..render import (
+    Owner,
+    drain_patch,
+    leader_selector,
+    render_pdb,
+    render_replica,
+    render_services,
+    revision,
+)
+from ..status import ReplicaState, replica_states, set_condition
+from ..status.conditions import get_condition
+
+# After a pass that wrote something, look again soon: the watch will have caught up by then.
+SETTLE_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Patch:
+    kind: str
+    name: str
+    body: dict
+
+
+@dataclass(frozen=True)
+class Delete:
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Observed:
+    """Children that carry this object's ownerReference (the caller filters by uid)."""
+
+    pods: list[dict] = field(default_factory=list)
+    services: dict[str, dict] = field(default_factory=dict)
+    pdb: dict | None = None
+
+
+@dataclass
+class Plan:
+    """Writes for one pass, in the order the applier performs them."""
+
+    creates: list[dict] = field(default_factory=list)
+    patches: list[Patch] = field(default_factory=list)
+    deletes: list[Delete] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    status: dict = field(default_factory=dict)
+    requeue_after: float | None = None
+
+    def later(self, seconds: float) -> None:
+        """Ask for another pass within ``seconds``."""
+        seconds = max(seconds, 0.1)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+    @property
+    def writes_children(self) -> bool:
+        return bool(self.creates or self.patches or self.deletes)
+
+
+def backoff_delay(count: int, settings: ReconcileSettings) -> float:
+    """Delay before recreating a replica after its ``count``-th failure: 0, then initial doubling to max."""
+    if count <= 1:
+        return 0.0
+    return min(settings.backoff_initial * 2 ** (count - 2), settings.backoff_max)
+
+
+def plan(
+    obj: AscendInference, layout: Layout, observed: Observed, now: float, settings: ReconcileSettings
+) -> Plan:
+    """Everything this pass should write for a valid AscendInference."""
+    result = Plan()
+    owner = Owner.of(obj)
+    spec = obj.spec
+    rev = revision(spec, owner.name, layout)
+    _plan_services(obj, layout, owner, observed, result)
+    groups = replica_states(observed.pods)
+    restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
+    ppr, wanted = layout.pods_per_replica, layout.data
+
+    for group in groups.values():
+        if group.index >= wanted:
+            _drain_then_delete(group, "scale-in", spec.disruption.drain_seconds, now, result)
+
+    out_of_service = sum(1 for i in range(wanted) if i not in groups or not groups[i].ready(ppr))
+    budget = spec.disruption.max_unavailable - out_of_service
+    outdated: list[ReplicaState] = []
+    for index in range(wanted):
+        group = groups.get(index)
+        if group is None or not group.pods:
+            _create_replica(obj, layout, owner, index, rev, restarts, now, settings, result)
+        elif any(p.deleting for p in group.pods):
+            result.later(SETTLE_SECONDS)  # wait for the old gang to be gone before its names are reused
+        elif group.failed or not group.complete(ppr):
+            _restart_gang(group, restarts, now, settings, result)
+        elif group.draining:
+            _drain_then_delete(group, group.drain_reason or "restart", spec.disruption.drain_seconds, now, result)
+        elif not group.at_revision(rev):
+            if group.ready(ppr):
+                outdated.append(group)
+            else:  # not serving anyway: replacing it costs no availability
+                _delete_group(group, result, Event("Normal", "RolloutReplace",
+                                                   f"replica {index}: replacing not-ready pods with revision {rev}"))
+        else:
+            _forget_stable_restarts(group, ppr, restarts, now, settings)
+            _restore_serving(group, result)
+
+    for group in sorted(outdated, key=lambda g: g.index, reverse=True)[: max(budget, 0)]:
+        result.patches.append(Patch("Pod", group.leader.name, drain_patch(rfc3339(now), "rollout")))
+        result.events.append(Event("Normal", "RolloutStep",
+                                   f"replica {group.index}: draining for revision {rev} "
+                                   f"({spec.disruption.drain_seconds}s)"))
+        result.later(spec.disruption.drain_seconds or SETTLE_SECONDS)
+    if outdated and budget <= 0:
+        result.later(SETTLE_SECONDS * 5)
+
+    result.status = derive_status(obj, layout, groups, rev, list(restarts.values()), now)
+    if result.writes_children:
+        result.later(SETTLE_SECONDS)
+    return result
+
+
+def _plan_services(obj: AscendInference, layout: Layout, owner: Owner, observed: Observed, result: Plan) -> None:
+    desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner)]
+    for want in desired:
+        name = want["metadata"]["name"]
+        have = observed.pdb if want["kind"] == "PodDisruptionBudget" else observed.services.get(name)
+        if have is None:
+            result.creates.append(want)
+            result.events.append(Event("Normal", "Created", f"created {want['kind']} {name}"))
+        elif _drifted(want, have):
+            body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want)}
+            result.patches.append(Patch(want["kind"], name, body))
+            result.events.append(Event("Normal", "Updated", f"updated {want['kind']} {name}"))
+
+
+def _managed_spec(obj: dict) -> dict:
+    """The spec fields the operator owns (the API server fills in others, e.g. clusterIP)."""
+    keys = {"Service": ("selector", "ports", "type", "publishNotReadyAddresses"),
+            "PodDisruptionBudget": ("maxUnavailable", "selector")}[obj["kind"]]
+    return {k: obj["spec"][k] for k in keys if k in obj["spec"]}
+
+
+def _drifted(want: dict, have: dict) -> bool:
+    labels = have.get("metadata", {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in want["metadata"]["labels"].items()):
+        return True
+    have_spec = have.get("spec") or {}
+    return any(have_spec.get(k) != v for k, v in _managed_spec(want).items())
+
+
+def _create_replica(obj, layout, owner, index, rev, restarts, now, settings, result) -> None:
+    record = restarts.get(index)
+    if record:
+        ready_at = (parse_rfc3339(record["lastTime"]) or now) + backoff_delay(record["count"], settings)
+        if ready_at > now:
+            result.later(ready_at - now)
+            return
+    result.creates.extend(render_replica(obj.spec, owner, index, layout, rev))
+    pods = layout.pods_per_replica
+    result.events.append(Event("Normal", "CreatedReplica",
+                               f"replica {index}: created {pods} pod{'s' if pods > 1 else ''} (revision {rev})"))
+
+
+def _restart_gang(group: ReplicaState, restarts: dict, now: float, settings: ReconcileSettings, result: Plan) -> None:
+    previous = restarts.get(group.index)
+    count = (previous["count"] if previous else 0) + 1
+    restarts[group.index] = {"replica": group.index, "count": count, "lastTime": rfc3339(now)}
+    delay = backoff_delay(count, settings)
+    failed = [p.name for p in group.pods if p.failed] or ["a missing rank"]
+    _delete_group(group, result, Event(
+        "Warning", "ReplicaRestart",
+        f"replica {group.index}: {', '.join(failed)} failed; recreating the whole gang"
+        + (f" in {delay:g}s (restart {count})" if delay else ""),
+    ))
+    result.later(max(delay, SETTLE_SECONDS))
+
+
+def _drain_then_delete(group: ReplicaState, reason: str, drain_seconds: int, now: float, result: Plan) -> None:
+    leader = group.leader
+    if leader is None or drain_seconds == 0 or not leader.ready:
+        # Nothing is serving from this replica, so there is nothing to drain.
+        _delete_group(group, result, Event("Normal", "DeletedReplica", f"replica {group.index}: deleted ({reason})"))
+        return
+    if leader.drain_started is None:
+        result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339(now), reason)))
+        result.events.append(Event("Normal", "Draining",
+                                   f"replica {group.index}: left the Service, deleting in {drain_seconds}s ({reason})"))
+        result.later(drain_seconds)
+        return
+    remaining = leader.drain_started + drain_seconds - now
+    if remaining > 0:
+        result.later(remaining)
+        return
+    _delete_group(group, result, Event("Normal", "DeletedReplica",
+                                       f"replica {group.index}: drained and deleted ({reason})"))
+
+
+def _delete_group(group: ReplicaState, result: Plan, event: Event) -> None:
+    result.deletes.extend(Delete("Pod", p.name) for p in group.pods if not p.deleting)
+    result.events.append(event)
+
+
+def _forget_stable_restarts(group, ppr, restarts, now, settings) -> None:
+    """A replica that served well for the longest backoff starts its backoff afresh."""
+    record = restarts.get(group.index)
+    if record and group.ready(ppr):
+        last = parse_rfc3339(record["lastTime"]) or now
+        if now - last >= settings.backoff_max:
+            del restarts[group.index]
+
+
+def _restore_serving(group: ReplicaState, result: Plan) -> None:
+    leader = group.leader
+    if leader is not None and not leader.serving and leader.drain_started is None:
+        result.patches.append(Patch("Pod", leader.name, {"metadata": {"labels": {names.LABEL_SERVING: "true"}}}))
+
+
+def stored_status(obj: AscendInference) -> dict:
+    """The status as stored (only the fields that were written), so comparing it with ours is exact."""
+    if obj.status is None:
+        return {}
+    return obj.status.model_dump(by_alias=True, exclude_unset=True, mode="json")
+
+
+def derive_status(
+    obj: AscendInference, layout: Layout, groups: dict[int, ReplicaState], rev: str, restarts: list[dict], now: float
+) -> dict:
+    """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing."""
+    wanted, ppr = layout.data, layout.pods_per_replica
+    previous = stored_status(obj)
+    generation = obj.metadata.get("generation")
+    existing = [g for g in groups.values() if any(not p.deleting for p in g.pods)]
+    ready = sum(1 for i in range(wanted) if i in groups and groups[i].ready(ppr))
+    updated = sum(1 for i in range(wanted) if i in groups and groups[i].at_revision(rev))
+    extra = sum(1 for g in existing if g.index >= wanted)
+    draining = sum(1 for g in existing if g.draining)
+    failing = sorted(r["replica"] for r in restarts if r["replica"] < wanted and r["count"] > 1)
+
+    conditions = previous.get("conditions", [])
+    conditions = set_condition(
+        conditions, "Ready", ready >= wanted,
+        "AllReplicasReady" if ready >= wanted else "ReplicasNotReady",
+        f"{ready} of {wanted} replicas ready", now, generation)
+    progressing, reason = _progress(wanted, len([g for g in existing if g.index < wanted]), ready, updated, extra,
+                                    draining)
+    conditions = set_condition(
+        conditions, "Progressing", progressing, reason,
+        f"{updated} of {wanted} replicas at revision {rev}" + (f", {extra} scaling in" if extra else ""),
+        now, generation)
+    conditions = set_condition(
+        conditions, "Degraded", bool(failing), "ReplicaFailing" if failing else "AsExpected",
+        f"replicas {', '.join(map(str, failing))} keep failing; recreating with backoff" if failing else "",
+        now, generation)
+    status = {
+        **previous,
+        "observedGeneration": generation,
+        "replicas": len(existing),
+        "readyReplicas": ready,
+        "updatedReplicas": updated,
+        "selector": ",".join(f"{k}={v}" for k, v in leader_selector(obj.name).items()),
+        "revision": rev,
+        "layout": {"npusPerReplica": layout.npus_per_replica, "podsPerReplica": ppr,
+                   "npusPerPod": layout.npus_per_pod, "totalNpus": layout.total_npus},
+        "conditions": conditions,
+        "groupRestarts": sorted(restarts, key=lambda r: r["replica"]),
+    }
+    if generation is None:
+        del status["observedGeneration"]
+    return status
+
+
+def _progress(wanted: int, present: int, ready: int, updated: int, extra: int, draining: int) -> tuple[bool, str]:
+    if extra:
+        return True, "ScalingDown"
+    if present < wanted:
+        return True, "ScalingUp" if present else "Creating"
+    if updated < wanted:
+        return True, "RollingUpdate"
+    if ready < wanted or draining:
+        return True, "Recovering"
+    return False, "Converged"
+
+
+def plan_invalid(obj: dict, problems: list[str], now: float) -> Plan:
+    """An invalid spec: say what is wrong in Ready=False/InvalidSpec and touch no children."""
+    result = Plan()
+    previous = dict(obj.get("status") or {})
+    message = "; ".join(problems)
+    generation = (obj.get("metadata") or {}).get("generation")
+    conditions = previous.get("conditions", [])
+    before = get_condition(conditions, "Ready")
+    conditions = set_condition(conditions, "Ready", False, "InvalidSpec", message, now, generation)
+    if not before or before.get("reason") != "InvalidSpec" or before.get("message") != message:
+        result.events.append(Event("Warning", "InvalidSpec", message))
+    result.status = {**previous, "conditions": conditions}
+    if generation is not None:
+        result.status["observedGeneration"] = generation
+    return result

@@ -1,0 +1,37 @@
+"""Standard Kubernetes conditions: keyed by type, lastTransitionTime moves only when status flips."""
+
+from __future__ import annotations
+
+from ..api.times import rfc3339
+
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "MetricsAvailable")
+
+
+def set_condition(
+    conditions: list[dict],
+    type_: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    now: float,
+    generation: int | None = None,
+) -> list[dict]:
+    """A new conditions list with one condition set; other types are kept as they are."""
+    value = status if isinstance(status, str) else ("True" if status else "False")
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    changed_at = previous["lastTransitionTime"] if previous and previous.get("status") == value else rfc3339(now)
+    condition = {"type": type_, "status": value, "reason": reason, "message": message,
+                 "lastTransitionTime": changed_at}
+    if generation is not None:
+        condition["observedGeneration"] = generation
+    rest = [c for c in conditions if c.get("type") != type_]
+    return sorted([*rest, condition], key=_order)
+
+
+def _order(condition: dict) -> tuple[int, str]:
+    kind = condition.get("type", "")
+    return (CONDITION_TYPES.index(kind) if kind in CONDITION_TYPES else len(CONDITION_TYPES), kind)
+
+
+def get_condition(conditions: list[dict], type_: str) -> dict | None:
+    return next((c for c in conditions if c.get("type") == type_), None)

@@ -1,0 +1,130 @@
+"""What the observed pods say about each replica: complete, ready, failed, draining, which revision."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..api import names
+from ..api.times import parse_rfc3339
+
+
+@dataclass(frozen=True)
+class PodState:
+    """The facts about one engine pod that reconciling needs."""
+
+    name: str
+    replica: int
+    rank: int
+    revision: str
+    phase: str
+    ready: bool
+    failed: bool  # the engine process died: a gang cannot rejoin a collective, so the replica restarts
+    serving: bool
+    drain_started: float | None
+    drain_reason: str | None
+    deleting: bool
+
+    @classmethod
+    def from_pod(cls, pod: dict) -> PodState | None:
+        """None for a pod without parseable replica/rank labels (not one of ours to reason about)."""
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        try:
+            replica, rank = int(labels[names.LABEL_REPLICA]), int(labels[names.LABEL_RANK])
+        except (KeyError, ValueError):
+            return None
+        status = pod.get("status") or {}
+        return cls(
+            name=meta.get("name", ""),
+            replica=replica,
+            rank=rank,
+            revision=labels.get(names.LABEL_REVISION, ""),
+            phase=status.get("phase", "Pending"),
+            ready=_condition_true(status, "Ready"),
+            failed=_failed(status),
+            serving=labels.get(names.LABEL_SERVING) == "true",
+            drain_started=parse_rfc3339(annotations.get(names.ANNOTATION_DRAIN_STARTED)),
+            drain_reason=annotations.get(names.ANNOTATION_DRAIN_REASON),
+            deleting=bool(meta.get("deletionTimestamp")),
+        )
+
+
+def _condition_true(status: dict, type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _failed(status: dict) -> bool:
+    if status.get("phase") in ("Failed", "Unknown"):
+        return True
+    for container in status.get("containerStatuses") or []:
+        if container.get("restartCount", 0) > 0:
+            return True
+        if "terminated" in (container.get("state") or {}):
+            return True
+    return False
+
+
+@dataclass
+class ReplicaState:
+    """One data-parallel group as observed."""
+
+    index: int
+    pods: list[PodState] = field(default_factory=list)
+
+    def complete(self, pods_per_replica: int) -> bool:
+        return {p.rank for p in self.pods if not p.deleting} == set(range(pods_per_replica))
+
+    @property
+    def leader(self) -> PodState | None:
+        return next((p for p in self.pods if p.rank == 0), None)
+
+    @property
+    def failed(self) -> bool:
+        return any(p.failed for p in self.pods)
+
+    @property
+    def draining(self) -> bool:
+        leader = self.leader
+        return leader is not None and leader.drain_started is not None
+
+    @property
+    def drain_started(self) -> float | None:
+        leader = self.leader
+        return leader.drain_started if leader else None
+
+    @property
+    def drain_reason(self) -> str | None:
+        leader = self.leader
+        return leader.drain_reason if leader else None
+
+    def ready(self, pods_per_replica: int) -> bool:
+        """Serving: every rank present and Ready, the leader in the Service, nothing failed."""
+        return (
+            self.complete(pods_per_replica)
+            and all(p.ready for p in self.pods)
+            and not self.failed
+            and not self.draining
+        )
+
+    def revisions(self) -> set[str]:
+        return {p.revision for p in self.pods}
+
+    def at_revision(self, revision: str) -> bool:
+        return bool(self.pods) and self.revisions() == {revision}
+
+
+def replica_states(pods: list[dict]) -> dict[int, ReplicaState]:
+    """Group pods by replica index."""
+    groups: dict[int, ReplicaState] = defaultdict(lambda: ReplicaState(-1))
+    for pod in pods:
+        state = PodState.from_pod(pod)
+        if state is None:
+            continue
+        group = groups[state.replica]
+        group.index = state.replica
+        group.pods.append(state)
+    for group in groups.values():
+        group.pods.sort(key=lambda p: p.rank)
+    return dict(sorted(groups.items()))
