@@ -1,0 +1,465 @@
+"""Simulated engine pods: one small HTTP server per running engine pod, exporting what a real one does.
+
+The kubelet simulator calls :meth:`SimulatedEngines.on_pod_running` and
+:meth:`SimulatedEngines.on_pod_stopped`. Each running engine pod gets a server on its pod IP (a
+loopback address) and exporter port, serving ``GET /metrics`` and ``GET /health``:
+
+- per device (label ``device``): the ``ascend_fleet_*`` gauges of the project's engine exporter;
+- on the leader (rank 0): the engine's own queue metrics, vLLM's or SGLang's, by the pod's command.
+
+Values come from a :class:`~ascend_fleet.devcluster.scenario.Scenario`, sampled at each scrape. An
+attached :class:`~ascend_fleet.devcluster.prometheus.PrometheusServer` gets one file_sd target
+per pod, labelled with ``namespace``, ``inference``, ``replica``, ``rank`` and ``pod``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import shlex
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Protocol, Self
+
+from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from ascend_fleet.api.names import LABEL_NAME, LABEL_RANK, LABEL_REPLICA, LABEL_ROLE, ROLE_LEADER, ROLE_WORKER
+from ascend_fleet.render import EXPORTER_PORT
+
+from .prometheus import Target
+from .scenario import EngineSample, Scenario
+
+VLLM = "vllm"
+SGLANG = "sglang"
+METRICS_PORT_NAME = "npu-metrics"
+NPU_RESOURCE_PREFIX = "huawei.com/"
+FALLBACK_HOST = "127.0.0.1"
+_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+_SERVER_TIMEOUT = 10.0
+
+
+class TargetSink(Protocol):
+    """Where scrape targets go; a :class:`~ascend_fleet.devcluster.prometheus.PrometheusServer` is one."""
+
+    def set_targets(self, targets: Iterable[Target]) -> None: ...
+
+
+@dataclass(frozen=True)
+class EnginePod:
+    """What the simulator needs to know about one engine pod, read from its manifest."""
+
+    namespace: str
+    name: str
+    uid: str
+    inference: str
+    replica: int
+    rank: int
+    role: str
+    engine: str
+    model_name: str
+    devices: int
+    ip: str
+    port: int
+    started_at: float
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The pod's identity while it runs: namespace and name."""
+        return self.namespace, self.name
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0 runs the engine's HTTP server and its queue metrics."""
+        return self.rank == 0
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the pod's metrics endpoint."""
+        return f"{self.ip}:{self.port}"
+
+
+# Reading pods ---------------------------------------------------------------------------------
+
+
+def engine_pod(pod: Mapping[str, Any], now: float) -> EnginePod | None:
+    """The engine pod described by a Kubernetes pod object, or ``None`` if it is not an engine pod."""
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    inference = labels.get(LABEL_NAME)
+    if not inference:
+        return None
+    rank = _int_label(labels, LABEL_RANK)
+    return EnginePod(
+        namespace=metadata.get("namespace") or "default",
+        name=metadata.get("name", ""),
+        uid=metadata.get("uid", ""),
+        inference=inference,
+        replica=_int_label(labels, LABEL_REPLICA),
+        rank=rank,
+        role=labels.get(LABEL_ROLE) or (ROLE_LEADER if rank == 0 else ROLE_WORKER),
+        engine=detect_engine(pod),
+        model_name=served_model_name(pod, default=inference),
+        devices=npu_count(pod),
+        ip=(pod.get("status") or {}).get("podIP") or FALLBACK_HOST,
+        port=metrics_port(pod),
+        started_at=pod_start_time(pod, default=now),
+    )
+
+
+def detect_engine(pod: Mapping[str, Any]) -> str:
+    """``sglang`` if any container's command or args mention SGLang, else ``vllm``.
+
+    vLLM is the fallback because vLLM workers of a multi-pod replica only run ``ray start``.
+    """
+    words = " ".join(_command_words(pod)).lower()
+    return SGLANG if SGLANG in words else VLLM
+
+
+def served_model_name(pod: Mapping[str, Any], *, default: str) -> str:
+    """The ``--served-model-name`` the engine was started with, or ``default``."""
+    words = _command_words(pod)
+    for index, word in enumerate(words):
+        if word == "--served-model-name" and index + 1 < len(words):
+            return words[index + 1]
+        if word.startswith("--served-model-name="):
+            return word.split("=", 1)[1]
+    return default
+
+
+def npu_count(pod: Mapping[str, Any]) -> int:
+    """NPUs the pod asked for: the sum of its ``huawei.com/*`` limits (or requests), at least 1."""
+    total = 0
+    for container in _containers(pod):
+        resources = container.get("resources") or {}
+        amounts = resources.get("limits") or resources.get("requests") or {}
+        total += sum(int(value) for name, value in amounts.items() if name.startswith(NPU_RESOURCE_PREFIX))
+    return max(1, total)
+
+
+def metrics_port(pod: Mapping[str, Any]) -> int:
+    """The container port named ``npu-metrics``, else the exporter's default port."""
+    for container in _containers(pod):
+        for port in container.get("ports") or []:
+            if port.get("name") == METRICS_PORT_NAME and port.get("containerPort"):
+                return int(port["containerPort"])
+    return EXPORTER_PORT
+
+
+def pod_start_time(pod: Mapping[str, Any], *, default: float) -> float:
+    """``status.startTime`` as a Unix time, or ``default`` when the pod has none."""
+    started = (pod.get("status") or {}).get("startTime")
+    if not started:
+        return default
+    try:
+        return datetime.fromisoformat(str(started)).timestamp()
+    except ValueError:
+        return default
+
+
+def ready_replicas(pods: Iterable[EnginePod], namespace: str, inference: str) -> int:
+    """Replicas of an inference whose leader pod runs: they share the inference's demand."""
+    return len(
+        {
+            pod.replica
+            for pod in pods
+            if pod.leader and (pod.namespace, pod.inference) == (namespace, inference)
+        }
+    )
+
+
+def scrape_target(pod: EnginePod) -> Target:
+    """The Prometheus target of a pod, with the labels the operator's metric catalog groups by."""
+    labels = {
+        "namespace": pod.namespace,
+        "inference": pod.inference,
+        "replica": str(pod.replica),
+        "rank": str(pod.rank),
+        "pod": pod.name,
+    }
+    return Target(pod.address, labels)
+
+
+def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((pod.get("spec") or {}).get("containers") or [])
+
+
+def _command_words(pod: Mapping[str, Any]) -> list[str]:
+    """Command and args of all containers, with shell scripts (``bash -c "..."``) split into words."""
+    words = []
+    for container in _containers(pod):
+        for item in [*(container.get("command") or []), *(container.get("args") or [])]:
+            try:
+                words += shlex.split(str(item))
+            except ValueError:
+                words += str(item).split()
+    return words
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int:
+    try:
+        return int(labels.get(key, 0))
+    except ValueError:
+        return 0
+
+
+# Rendering metrics ----------------------------------------------------------------------------
+
+
+def metric_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
+    """Every metric family the pod exports for one sample (all devices of a pod report alike)."""
+    per_device = [
+        (
+            GaugeMetricFamily,
+            "ascend_fleet_npu_utilization_ratio",
+            "AICore utilization, 0..1.",
+            sample.utilization,
+        ),
+        (GaugeMetricFamily, "ascend_fleet_hbm_used_bytes", "HBM in use, bytes.", sample.hbm_used_bytes),
+        (GaugeMetricFamily, "ascend_fleet_hbm_total_bytes", "HBM capacity, bytes.", sample.hbm_total_bytes),
+        (
+            GaugeMetricFamily,
+            "ascend_fleet_memory_fragmentation_ratio",
+            "Inactive split bytes / reserved bytes of the NPU caching allocator.",
+            sample.fragmentation,
+        ),
+        (
+            GaugeMetricFamily,
+            "ascend_fleet_memory_slack_ratio",
+            "1 - allocated bytes / reserved bytes of the NPU caching allocator.",
+            sample.slack,
+        ),
+        (
+            CounterMetricFamily,
+            "ascend_fleet_alloc_retries_total",
+            "Allocations retried after freeing cached blocks.",
+            sample.alloc_retries,
+        ),
+    ]
+    families: list[Metric] = []
+    for family_type, name, documentation, value in per_device:
+        family = family_type(name, documentation, labels=["device"])
+        for device in range(pod.devices):
+            family.add_metric([str(device)], value)
+        families.append(family)
+    if pod.leader:
+        families += queue_families(pod, sample)
+    return families
+
+
+def queue_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
+    """The engine's own queue and KV-cache gauges, named and labelled as vLLM or SGLang does."""
+    if pod.engine == SGLANG:
+        names = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
+        labels = {"model_name": pod.model_name, "tp_rank": "0", "pp_rank": "0", "dp_rank": "0"}
+    else:
+        names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+        labels = {"model_name": pod.model_name, "engine": "0"}
+    values = (sample.requests_running, sample.requests_waiting, sample.kv_cache_usage)
+    helps = ("Requests running on the engine.", "Requests waiting in the queue.", "KV-cache usage, 0..1.")
+    families: list[Metric] = []
+    for name, documentation, value in zip(names, helps, values, strict=True):
+        family = GaugeMetricFamily(name, documentation, labels=list(labels))
+        family.add_metric(list(labels.values()), value)
+        families.append(family)
+    return families
+
+
+def render_metrics(pod: EnginePod, sample: EngineSample) -> bytes:
+    """The Prometheus text exposition (format 0.0.4) a pod serves for one sample."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(metric_families(pod, sample)))
+    return generate_latest(registry)
+
+
+class _Families:
+    """A collector that yields a fixed list of families (one per scrape)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return iter(self._families)
+
+
+# Serving --------------------------------------------------------------------------------------
+
+
+class SimulatedEngines:
+    """HTTP servers for running engine pods, fed by a scenario; a listener of the kubelet simulator.
+
+    All servers share one asyncio loop on a background thread. Methods are thread-safe and
+    idempotent: a pod reported running twice (watches replay) keeps its server and its age.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        prometheus: TargetSink | None = None,
+        clock: Callable[[], float] = time.time,
+        start_scenario: bool = True,
+    ) -> None:
+        """Serve pods with values from ``scenario`` and keep ``prometheus``'s targets in sync.
+
+        With ``start_scenario`` the scenario's time zero is now, so its timeline starts with the engines.
+        """
+        self.scenario = scenario
+        self.prometheus = prometheus
+        self._clock = clock
+        self._lock = threading.Lock()
+        # Replaced, never mutated: request handlers on the loop thread read it without the lock.
+        self._pods: dict[tuple[str, str], EnginePod] = {}
+        self._runners: dict[tuple[str, str], web.AppRunner] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="simulated-engines", daemon=True)
+        self._thread.start()
+        self._closed = False
+        if start_scenario:
+            scenario.start(clock())
+        self._sync_targets()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def on_pod_running(self, pod: Mapping[str, Any]) -> None:
+        """Serve metrics for a pod that started running (pods without the inference label are ignored)."""
+        engine = engine_pod(pod, self._clock())
+        if engine is None:
+            return
+        with self._lock:
+            if self._closed:
+                return
+            current = self._pods.get(engine.key)
+            if current is not None and current.uid == engine.uid:
+                return
+            if current is not None:
+                self._stop_server(current.key)
+            serving = self._start_server(engine)
+            self._pods = {**self._pods, serving.key: serving}
+            self._sync_targets()
+
+    def on_pod_stopped(self, pod: Mapping[str, Any]) -> None:
+        """Stop serving a pod that stopped or was deleted."""
+        metadata = pod.get("metadata") or {}
+        key = (metadata.get("namespace") or "default", metadata.get("name", ""))
+        uid = metadata.get("uid")
+        with self._lock:
+            current = self._pods.get(key)
+            # A late stop of an earlier pod with the same name must not stop its replacement.
+            if current is None or (uid and current.uid and uid != current.uid):
+                return
+            self._stop_server(key)
+            self._pods = {k: v for k, v in self._pods.items() if k != key}
+            self._sync_targets()
+
+    def pods(self) -> list[EnginePod]:
+        """The engine pods being served."""
+        return list(self._pods.values())
+
+    def endpoint(self, namespace: str, name: str) -> str | None:
+        """``host:port`` of a pod's metrics server, or ``None`` if the pod is not served."""
+        pod = self._pods.get((namespace, name))
+        return pod.address if pod else None
+
+    def targets(self) -> list[Target]:
+        """One scrape target per served pod."""
+        return [scrape_target(pod) for pod in sorted(self._pods.values(), key=lambda pod: pod.key)]
+
+    def sample(self, namespace: str, name: str) -> EngineSample | None:
+        """What a pod would export right now, or ``None`` if it is not served."""
+        pods = self._pods
+        pod = pods.get((namespace, name))
+        return None if pod is None else self._sample(pods, pod)
+
+    def close(self) -> None:
+        """Stop every server and the loop; the attached Prometheus is left with no targets."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for key in list(self._runners):
+                self._stop_server(key)
+            self._pods = {}
+            self._sync_targets()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(_SERVER_TIMEOUT)
+        self._loop.close()
+
+    def _sync_targets(self) -> None:
+        if self.prometheus is not None:
+            self.prometheus.set_targets(self.targets())
+
+    def _start_server(self, pod: EnginePod) -> EnginePod:
+        """Serve ``pod`` on its IP and port, else on a free port of 127.0.0.1; return where it listens."""
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics_handler(pod.key))
+        app.router.add_get("/health", _health)
+        if _is_loopback(pod.ip):
+            try:
+                runner = self._run(_serve(app, pod.ip, pod.port))
+                self._runners[pod.key] = runner
+                return pod
+            except OSError:
+                pass  # Address taken or not configured: fall through to a port of our own.
+        runner = self._run(_serve(app, FALLBACK_HOST, 0))
+        self._runners[pod.key] = runner
+        host, port = runner.addresses[0][:2]
+        return replace(pod, ip=host, port=port)
+
+    def _stop_server(self, key: tuple[str, str]) -> None:
+        runner = self._runners.pop(key, None)
+        if runner is not None:
+            self._run(runner.cleanup())
+
+    def _sample(self, pods: Mapping[tuple[str, str], EnginePod], pod: EnginePod) -> EngineSample:
+        ready = ready_replicas(pods.values(), pod.namespace, pod.inference)
+        return self.scenario.sample(
+            self._clock(), pod.namespace, pod.inference, pod.replica, pod.started_at, ready
+        )
+
+    def _metrics_handler(self, key: tuple[str, str]) -> Callable[[web.Request], Any]:
+        async def metrics(request: web.Request) -> web.Response:
+            pods = self._pods
+            pod = pods.get(key)
+            if pod is None:
+                raise web.HTTPNotFound()
+            body = render_metrics(pod, self._sample(pods, pod))
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
+
+        return metrics
+
+    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(_SERVER_TIMEOUT)
+
+
+async def _serve(app: web.Application, host: str, port: int) -> web.AppRunner:
+    # Scrapes finish in milliseconds; a short shutdown keeps a pod's stop from waiting on keep-alives.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+async def _health(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+def _is_loopback(ip: str) -> bool:
+    """Only 127.0.0.0/8 may be bound: the simulation must never listen on a real network."""
+    try:
+        return ipaddress.ip_address(ip) in _LOOPBACK
+    except ValueError:
+        return False
