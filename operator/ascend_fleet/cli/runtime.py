@@ -6,9 +6,52 @@ Their heavy imports (kopf, kmock) happen inside the handlers, so ``validate`` an
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``run``, ``dev-cluster`` and ``dev`` to the CLI."""
-    # Filled in as the operator, the local cluster and the demo land.
-    del sub
+    """Add ``run`` and ``dev-cluster`` to the CLI."""
+    run = sub.add_parser("run", help="Run the operator against a cluster (kubeconfig or in-cluster).",
+                         description="Run the operator against a cluster (KUBECONFIG, --kubeconfig or in-cluster).")
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument("--config", help="operator configuration file (default: $ASCEND_FLEET_CONFIG)")
+    run.add_argument("-n", "--namespace", action="append", default=[], dest="namespaces",
+                     help="watch only this namespace (repeatable; default: cluster-wide)")
+    run.add_argument("--peering", metavar="NAME",
+                     help="coordinate several operator replicas through kopf peering NAME (default: standalone)")
+    run.add_argument("--health-port", type=int, default=8081, help="liveness endpoint port (/healthz; 0 = off)")
+    run.add_argument("--metrics-port", type=int, default=8080, help="operator metrics port (/metrics; 0 = off)")
+    run.add_argument("--prometheus-url", help="Prometheus for the control loop (overrides the config file)")
+    run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    run.set_defaults(handler=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from prometheus_client import start_http_server
+
+    from ..api.settings import OperatorSettings
+    from ..handlers.operator import OperatorContext, RunOptions, run_operator
+    from ..kube import Kube
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = OperatorSettings.load(args.config)
+    except (OSError, ValueError) as error:
+        print(f"error: cannot load the operator configuration: {error}", file=sys.stderr)
+        return 2
+    if args.prometheus_url:
+        settings.prometheus.url = args.prometheus_url
+    try:
+        kube = Kube.connect(args.kubeconfig, args.context)
+    except Exception as error:  # kubeconfig and in-cluster loading raise several unrelated types
+        print(f"error: cannot find cluster credentials: {error}", file=sys.stderr)
+        return 2
+    if args.metrics_port:
+        start_http_server(args.metrics_port)
+    options = RunOptions(namespaces=args.namespaces, peering=args.peering, health_port=args.health_port or None)
+    asyncio.run(run_operator(OperatorContext(settings, kube), options))
+    return 0

@@ -1,1 +1,1 @@
-
+"""kopf wiring only: which events wake which reconciler, and how the operator process starts."""

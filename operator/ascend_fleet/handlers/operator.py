@@ -1,0 +1,218 @@
+"""The kopf operator: indexes of children, one reconciler daemon per AscendInference, the control loop.
+
+Everything here is wiring. Decisions are made by ``reconcile`` and ``control``; the daemon only
+decides *when* to run a pass: on any change to the object or its children (via the wake-up flags),
+when the previous pass asked to look again (drain and backoff timers), and at least every
+``reconcile.resyncInterval``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import kopf
+
+from ..api import names
+from ..api.settings import OperatorSettings
+from ..kube import Kube, KubeError
+from ..reconcile.apply import reconcile_once
+from ..reconcile.observe import observed_children
+from .wakeups import Wakeups
+
+log = logging.getLogger(__name__)
+ERROR_BACKOFF = (1.0, 30.0)  # first retry and cap after an API error during a pass
+SETTLE_SECONDS = 0.5  # after our own writes, let the watch deliver them before the next pass
+
+
+@dataclass
+class OperatorContext:
+    """What the handlers share: settings, the client, wake-up flags, our last status writes."""
+
+    settings: OperatorSettings
+    kube: Kube
+    wakeups: Wakeups = field(default_factory=Wakeups)
+    extra_startup: list = field(default_factory=list)  # callables(registry-scoped) e.g. the control loop
+
+
+def _values(index: kopf.Index, key: tuple[str, str]) -> Iterable[dict]:
+    return list(index.get(key, []))
+
+
+def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
+    """A fresh registry with every handler, so several operators can run side by side in tests."""
+    registry = kopf.OperatorRegistry()
+    child_filter = {names.LABEL_NAME: kopf.PRESENT}
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_) -> None:
+        # Keep kopf's bookkeeping under the project's own API group, not kopf.zalando.org.
+        settings.persistence.finalizer = f"{names.GROUP}/finalizer"
+        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
+        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+            prefix=names.GROUP, key="last-handled-configuration")
+        settings.posting.level = logging.WARNING  # events are written by the reconciler itself
+        settings.watching.server_timeout = 300
+        settings.networking.error_backoffs = [1, 2, 5, 10]
+
+    @kopf.on.login(registry=registry)
+    def login(**_) -> kopf.ConnectionInfo:
+        return connection_info(ctx.kube)
+
+    @kopf.index("pods", labels=child_filter, registry=registry)
+    def engine_pods(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+        return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
+
+    @kopf.index("services", labels=child_filter, registry=registry)
+    def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+        return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
+
+    @kopf.index("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
+    def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+        return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
+
+    @kopf.on.event("pods", labels=child_filter, registry=registry)
+    @kopf.on.event("services", labels=child_filter, registry=registry)
+    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
+    def child_changed(namespace: str, labels: dict, **_) -> None:
+        ctx.wakeups.wake(namespace, labels[names.LABEL_NAME])
+
+    @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
+    def object_changed(namespace: str, name: str, **_) -> None:
+        ctx.wakeups.wake(namespace, name)
+
+    @kopf.daemon(names.GROUP, names.VERSION, names.PLURAL, registry=registry,
+                 cancellation_timeout=10.0, initial_delay=0)
+    def reconciler(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str, name: str,
+                   engine_pods: kopf.Index, engine_services: kopf.Index, engine_pdbs: kopf.Index,
+                   logger: logging.Logger, **_) -> None:
+        run_reconciler(ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs, logger)
+
+    for hook in ctx.extra_startup:
+        hook(registry)
+    return registry
+
+
+def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, services, pdbs, logger) -> None:
+    """The per-object loop: pass, then wait for a wake-up, a timer or the resync interval."""
+    flag = ctx.wakeups.flag(namespace, name)
+    error_delay = ERROR_BACKOFF[0]
+    stale_rv, written = None, None
+    try:
+        while not stopped:
+            flag.clear()
+            current = _snapshot(body)
+            if written is not None and current["metadata"].get("resourceVersion") == stale_rv:
+                current = written  # the watch has not delivered our own status write yet
+            key = (namespace, name)
+            observed = observed_children(current["metadata"].get("uid", ""), _values(pods, key),
+                                         _values(services, key), _values(pdbs, key))
+            try:
+                result = reconcile_once(ctx.kube, current, observed, ctx.settings)
+            except KubeError as error:
+                logger.warning("reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error)
+                _wait(stopped, flag, error_delay, settle=error_delay)
+                error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
+                continue
+            error_delay = ERROR_BACKOFF[0]
+            if result.written is not None:
+                stale_rv, written = current["metadata"].get("resourceVersion"), result.written
+            wait = min(result.requeue_after or ctx.settings.reconcile.resync_interval,
+                       ctx.settings.reconcile.resync_interval)
+            _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
+    finally:
+        ctx.wakeups.forget(namespace, name)
+
+
+def _wait(stopped, flag: threading.Event, seconds: float, settle: float) -> None:
+    """Sleep up to ``seconds``; a wake-up ends it early, but never before ``settle`` has passed."""
+    deadline = time.monotonic() + seconds
+    earliest = time.monotonic() + min(settle, seconds)
+    while not stopped:
+        now = time.monotonic()
+        if now >= deadline or (flag.is_set() and now >= earliest):
+            return
+        flag.wait(min(0.25, deadline - now))
+
+
+def _snapshot(body) -> dict:
+    """A plain, detached copy of a kopf body (kopf's views change under our feet)."""
+    import copy
+
+    return copy.deepcopy(dict(body))
+
+
+def connection_info(kube: Kube) -> kopf.ConnectionInfo:
+    """kopf's credentials, taken from the same configuration as our client (one source of truth)."""
+    conf = kube.api.configuration
+    token = (conf.api_key or {}).get("authorization") or (conf.api_key or {}).get("BearerToken")
+    scheme, _, token_value = (token or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=conf.host,
+        ca_path=conf.ssl_ca_cert,
+        insecure=not conf.verify_ssl,
+        scheme=scheme or None if token else None,
+        token=token_value or None,
+        certificate_path=conf.cert_file,
+        private_key_path=conf.key_file,
+        default_namespace=None,
+    )
+
+
+@dataclass
+class RunOptions:
+    namespaces: list[str] = field(default_factory=list)  # empty: cluster-wide
+    peering: str | None = None
+    health_port: int | None = None
+    metrics_port: int | None = None
+
+
+async def run_operator(ctx: OperatorContext, options: RunOptions, stop_flag=None, ready_flag=None) -> None:
+    """Run kopf until stopped (the caller owns the event loop)."""
+    registry = build_registry(ctx)
+    liveness = f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
+    await kopf.operator(
+        registry=registry,
+        clusterwide=not options.namespaces,
+        namespaces=options.namespaces,
+        standalone=options.peering is None,
+        peering_name=options.peering,
+        liveness_endpoint=liveness,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+class OperatorThread:
+    """The operator in a background thread with its own event loop (tests and ``ascend-fleet dev``)."""
+
+    def __init__(self, ctx: OperatorContext, options: RunOptions | None = None):
+        self.ctx, self.options = ctx, options or RunOptions()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="ascend-fleet-operator", daemon=True)
+        self.error: BaseException | None = None
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(run_operator(self.ctx, self.options, stop_flag=self._stop, ready_flag=self._ready))
+        except BaseException as error:  # surfaced to the owner through .error
+            self.error = error
+            log.exception("operator thread stopped with an error")
+
+    def __enter__(self) -> OperatorThread:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError(f"operator did not become ready: {self.error!r}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = 30) -> None:
+        self._stop.set()
+        self._thread.join(timeout)

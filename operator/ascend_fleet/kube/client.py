@@ -1,0 +1,162 @@
+"""A small, dict-in dict-out wrapper over the official client for the kinds the operator touches.
+
+Dicts rather than generated models keep the renderer's output and the API's answers the same
+shape. Creates and deletes are idempotent (AlreadyExists and NotFound are not errors), which is
+what a level-based reconciler wants after a lost response or a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from ..api import names
+
+log = logging.getLogger(__name__)
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeError(Exception):
+    """An API error with the server's message."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status, self.reason = status, reason
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+def _error(exc: ApiException) -> KubeError:
+    message = exc.reason or ""
+    with contextlib.suppress(ValueError, AttributeError):
+        message = json.loads(exc.body or "{}").get("message", message)
+    kind = {404: NotFound, 409: Conflict}.get(exc.status or 0, KubeError)
+    return kind(exc.status or 0, exc.reason or "", message)
+
+
+@dataclass(frozen=True)
+class _Kind:
+    group: str  # "" for core
+    version: str
+    plural: str
+
+
+KINDS = {
+    "Pod": _Kind("", "v1", "pods"),
+    "Service": _Kind("", "v1", "services"),
+    "Event": _Kind("", "v1", "events"),
+    "PodDisruptionBudget": _Kind("policy", "v1", "poddisruptionbudgets"),
+    names.KIND: _Kind(names.GROUP, names.VERSION, names.PLURAL),
+}
+
+
+class Kube:
+    """Namespaced CRUD by kind name, raw JSON in and out."""
+
+    def __init__(self, api_client: client.ApiClient):
+        self.api = api_client
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
+        """Use the kubeconfig (``KUBECONFIG`` or ~/.kube/config), or the in-cluster service account."""
+        configuration = client.Configuration()
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+        except config.ConfigException:
+            if kubeconfig:
+                raise
+            config.load_incluster_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    def _path(self, kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        k = KINDS[kind]
+        base = f"/api/{k.version}" if not k.group else f"/apis/{k.group}/{k.version}"
+        path = f"{base}/namespaces/{namespace}/{k.plural}"
+        if name:
+            path += f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
+        return path
+
+    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
+              content_type: str = "application/json") -> dict:
+        try:
+            response = self.api.call_api(
+                path, method, query_params=query or [], body=body,
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            raise _error(exc) from None
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def get(self, kind: str, namespace: str, name: str) -> dict:
+        return self._call("GET", self._path(kind, namespace, name))
+
+    def list(self, kind: str, namespace: str, selector: dict[str, str] | None = None) -> list[dict]:
+        query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
+        return self._call("GET", self._path(kind, namespace), query=query).get("items", [])
+
+    def create(self, obj: dict) -> dict | None:
+        """Create; None when an object of that name exists already (a previous pass's write landed)."""
+        meta = obj["metadata"]
+        try:
+            return self._call("POST", self._path(obj["kind"], meta["namespace"]), body=obj)
+        except Conflict:
+            return None
+
+    def patch(self, kind: str, namespace: str, name: str, body: dict, subresource: str | None = None) -> dict:
+        return self._call("PATCH", self._path(kind, namespace, name, subresource), body=body, content_type=MERGE_PATCH)
+
+    def delete(self, kind: str, namespace: str, name: str) -> bool:
+        """Delete in the background (dependents follow); False when it was already gone."""
+        try:
+            self._call("DELETE", self._path(kind, namespace, name),
+                       body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+            return True
+        except NotFound:
+            return False
+
+    def event(self, regarding: dict, type_: str, reason: str, message: str, component: str = "ascend-fleet") -> None:
+        """Record a core/v1 Event about an object; failures are logged, never raised (events are best effort)."""
+        meta = regarding["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+            "involvedObject": {
+                "apiVersion": regarding.get("apiVersion"),
+                "kind": regarding.get("kind"),
+                "name": meta["name"],
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self._call("POST", self._path("Event", meta.get("namespace", "default")), body=event)
+        except KubeError as error:
+            log.warning("could not record event %s on %s: %s", reason, meta["name"], error)

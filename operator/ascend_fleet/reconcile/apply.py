@@ -1,0 +1,80 @@
+"""One reconcile pass against the API: validate, plan, write the difference, record events and status."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass
+
+from ..api import names
+from ..api.settings import OperatorSettings
+from ..kube import Kube, NotFound
+from ..render import InvalidSpec, validate
+from ..telemetry import RECONCILES, REPLICAS
+from .plan import Observed, Plan, plan, plan_invalid
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    """What a pass did, for the caller's loop: when to look again and the object as last written."""
+
+    requeue_after: float | None
+    wrote: bool
+    written: dict | None = None  # the object returned by our status write, if any
+
+
+def with_default_image(body: dict, settings: OperatorSettings) -> dict:
+    """The object with the operator's configured default image filled in where the spec names none."""
+    engine = (body.get("spec") or {}).get("engine") or {}
+    default = settings.images.get(engine.get("type", ""))
+    if not default or engine.get("image"):
+        return body
+    body = copy.deepcopy(body)
+    body["spec"]["engine"]["image"] = default
+    return body
+
+
+def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: OperatorSettings,
+                   now: float | None = None) -> PassResult:
+    """Bring one AscendInference's children to its spec and report what was done."""
+    now = time.time() if now is None else now
+    meta = body["metadata"]
+    try:
+        valid = validate(with_default_image(body, settings))
+    except InvalidSpec as error:
+        result = plan_invalid(body, error.problems, now)
+        outcome = "invalid"
+    else:
+        result = plan(valid.obj, valid.layout, observed, now, settings.reconcile)
+        outcome = "changed" if result.writes_children else "converged"
+        _export_gauges(meta, valid.layout.data, result)
+    written = _apply(kube, body, result)
+    RECONCILES.labels(outcome).inc()
+    return PassResult(result.requeue_after, result.writes_children or written is not None, written)
+
+
+def _apply(kube: Kube, body: dict, result: Plan) -> dict | None:
+    namespace = body["metadata"]["namespace"]
+    for obj in result.creates:
+        kube.create(obj)
+    for patch in result.patches:
+        try:
+            kube.patch(patch.kind, namespace, patch.name, patch.body)
+        except NotFound:
+            log.info("%s %s/%s vanished before it could be patched", patch.kind, namespace, patch.name)
+    for delete in result.deletes:
+        kube.delete(delete.kind, namespace, delete.name)
+    for event in result.events:
+        kube.event(body, event.type, event.reason, event.message)
+    if result.status and result.status != (body.get("status") or {}):
+        return kube.patch(names.KIND, namespace, body["metadata"]["name"], {"status": result.status}, "status")
+    return None
+
+
+def _export_gauges(meta: dict, desired: int, result: Plan) -> None:
+    labels = (meta.get("namespace", ""), meta.get("name", ""))
+    REPLICAS.labels(*labels, "desired").set(desired)
+    REPLICAS.labels(*labels, "ready").set(result.status.get("readyReplicas", 0))

@@ -1,0 +1,21 @@
+"""Which observed children belong to an AscendInference: only those whose controller is its uid."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .plan import Observed
+
+
+def owned_by(obj: dict, uid: str) -> bool:
+    """True when ``obj`` names ``uid`` as its controlling owner; anything else is never touched."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
+
+
+def observed_children(uid: str, pods: Iterable[dict], services: Iterable[dict], pdbs: Iterable[dict]) -> Observed:
+    """Filter candidate children (found by the name label) down to the ones this object owns."""
+    mine = [p for p in pods if owned_by(p, uid)]
+    services_by_name = {s["metadata"]["name"]: s for s in services if owned_by(s, uid)}
+    pdb = next((b for b in pdbs if owned_by(b, uid)), None)
+    return Observed(pods=mine, services=services_by_name, pdb=pdb)
