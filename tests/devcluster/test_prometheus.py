@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import ascend_fleet
 from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.prometheus import (
     ENGINES_JOB,
@@ -220,3 +223,21 @@ def test_close_leaves_no_process_and_no_directory(prometheus_binary):
     assert not Path(f"/proc/{pid}").exists()
     assert not directory.exists()
     server.close()
+
+
+@pytest.mark.prometheus
+def test_a_forgotten_server_ends_with_the_interpreter(prometheus_binary):
+    script = (
+        "from ascend_fleet.devcluster.prometheus import PrometheusServer\n"
+        f"server = PrometheusServer(binary={prometheus_binary!r}).start()\n"
+        "print(server.pid, server.directory)\n"
+    )
+    # The child must import this checkout's package whether or not it is installed.
+    paths = [str(Path(ascend_fleet.__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True, env=env
+    )
+    pid, directory = result.stdout.split()
+    assert not Path(f"/proc/{pid}").exists()
+    assert not Path(directory).exists()

@@ -119,8 +119,8 @@ class PrometheusServer:
     """A ``prometheus`` process on 127.0.0.1 with its config, targets and data in one directory.
 
     Use it as a context manager, or call :meth:`start` and :meth:`close`. :meth:`stop` ends only the
-    process; a later :meth:`start` serves the same data on the same port. The process is also
-    stopped when the Python interpreter exits normally.
+    process; a later :meth:`start` serves the same data on the same port. When the interpreter
+    exits normally, a server that was not closed is closed then.
     """
 
     def __init__(
@@ -159,6 +159,8 @@ class PrometheusServer:
         self.targets_file.parent.mkdir(parents=True, exist_ok=True)
         if not self.targets_file.exists():
             write_atomically(self.targets_file, "[]\n")
+        # A forgotten server must not outlive the interpreter (nor leave its temporary directory).
+        atexit.register(self.close)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -195,7 +197,6 @@ class PrometheusServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        atexit.register(self.stop)
         try:
             self._wait_ready()
         except BaseException:
@@ -206,7 +207,6 @@ class PrometheusServer:
     def stop(self, timeout: float = 10.0) -> None:
         """End the process (SIGTERM, then SIGKILL after ``timeout``); data and port stay for a restart."""
         process, self._process = self._process, None
-        atexit.unregister(self.stop)
         if process is None or process.poll() is not None:
             return
         process.terminate()
@@ -218,6 +218,7 @@ class PrometheusServer:
 
     def close(self) -> None:
         """Stop the process and remove the directory if this server created it."""
+        atexit.unregister(self.close)
         self.stop()
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
