@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ascend_fleet.devcluster.engines import SGLANG, VLLM, SimulatedEngines, engine_pod, render_metrics
 from ascend_fleet.devcluster.prometheus import Target
 from ascend_fleet.devcluster.scenario import FragmentationModel, Scenario
+from ascend_fleet.exporter import metrics as exporter_metrics
 
 NS = "team-a"
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -173,7 +174,28 @@ def test_exposition_parses_and_has_the_exact_metric_names():
         "dp_rank": "0",
     }
     names = {sample.name for family in families.values() for sample in family.samples}
-    assert names == {*PER_DEVICE, "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage"}
+    assert set(PER_DEVICE) <= names
+    assert names == {
+        *exporter_metrics.ALL_METRICS,
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+    }
+
+
+def test_exporter_values_are_consistent():
+    pod = engine_pod(fake_pod("q", None, npus=1), now=0.0)
+    sample = Scenario.constant(0.5).sample(0, NS, "qwen", 0, 0, 1)
+    values = {
+        family.name: family.samples[0].value
+        for family in text_string_to_metric_families(render_metrics(pod, sample).decode())
+    }
+    assert values["ascend_fleet_memory_allocated_bytes"] < values["ascend_fleet_memory_reserved_bytes"]
+    assert values["ascend_fleet_memory_slack_ratio"] == pytest.approx(
+        1 - values["ascend_fleet_memory_allocated_bytes"] / values["ascend_fleet_memory_reserved_bytes"],
+        abs=1e-9,
+    )
+    assert values["ascend_fleet_memory_fragmentation_ratio"] <= values["ascend_fleet_memory_slack_ratio"]
 
 
 def test_servers_export_the_scenario_per_device_and_queues_on_leaders(loopback_ip, clock):

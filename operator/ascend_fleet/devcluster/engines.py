@@ -4,7 +4,7 @@ The kubelet simulator calls :meth:`SimulatedEngines.on_pod_running` and
 :meth:`SimulatedEngines.on_pod_stopped`. Each running engine pod gets a server on its pod IP (a
 loopback address) and exporter port, serving ``GET /metrics`` and ``GET /health``:
 
-- per device (label ``device``): the ``ascend_fleet_*`` gauges of the project's engine exporter;
+- per device (label ``device``): the ``ascend_fleet_*`` metrics, rendered by the real exporter's code;
 - on the leader (rank 0): the engine's own queue metrics, vLLM's or SGLang's, by the pod's command.
 
 Values come from a :class:`~ascend_fleet.devcluster.scenario.Scenario`, sampled at each scrape. An
@@ -25,11 +25,17 @@ from datetime import datetime
 from typing import Any, Protocol, Self
 
 from aiohttp import web
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
 from ascend_fleet.api.names import LABEL_NAME, LABEL_RANK, LABEL_REPLICA, LABEL_ROLE, ROLE_LEADER, ROLE_WORKER
+from ascend_fleet.exporter.metrics import (
+    COLLECTOR_NPU_SMI,
+    COLLECTOR_TORCH_NPU,
+    CONTENT_TYPE,
+    DeviceSample,
+    render_exposition,
+)
 from ascend_fleet.render import EXPORTER_PORT
 
 from .prometheus import Target
@@ -42,6 +48,8 @@ NPU_RESOURCE_PREFIX = "huawei.com/"
 FALLBACK_HOST = "127.0.0.1"
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _SERVER_TIMEOUT = 10.0
+# A healthy real exporter reports both of its collectors with no errors.
+_HEALTHY_COLLECTORS = {COLLECTOR_TORCH_NPU: 0, COLLECTOR_NPU_SMI: 0}
 
 
 class TargetSink(Protocol):
@@ -211,45 +219,20 @@ def _int_label(labels: Mapping[str, str], key: str) -> int:
 # Rendering metrics ----------------------------------------------------------------------------
 
 
-def metric_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
-    """Every metric family the pod exports for one sample (all devices of a pod report alike)."""
-    per_device = [
-        (
-            GaugeMetricFamily,
-            "ascend_fleet_npu_utilization_ratio",
-            "AICore utilization, 0..1.",
-            sample.utilization,
-        ),
-        (GaugeMetricFamily, "ascend_fleet_hbm_used_bytes", "HBM in use, bytes.", sample.hbm_used_bytes),
-        (GaugeMetricFamily, "ascend_fleet_hbm_total_bytes", "HBM capacity, bytes.", sample.hbm_total_bytes),
-        (
-            GaugeMetricFamily,
-            "ascend_fleet_memory_fragmentation_ratio",
-            "Inactive split bytes / reserved bytes of the NPU caching allocator.",
-            sample.fragmentation,
-        ),
-        (
-            GaugeMetricFamily,
-            "ascend_fleet_memory_slack_ratio",
-            "1 - allocated bytes / reserved bytes of the NPU caching allocator.",
-            sample.slack,
-        ),
-        (
-            CounterMetricFamily,
-            "ascend_fleet_alloc_retries_total",
-            "Allocations retried after freeing cached blocks.",
-            sample.alloc_retries,
-        ),
-    ]
-    families: list[Metric] = []
-    for family_type, name, documentation, value in per_device:
-        family = family_type(name, documentation, labels=["device"])
-        for device in range(pod.devices):
-            family.add_metric([str(device)], value)
-        families.append(family)
-    if pod.leader:
-        families += queue_families(pod, sample)
-    return families
+def device_samples(pod: EnginePod, sample: EngineSample) -> dict[str, DeviceSample]:
+    """The exporter's per-device values for one sample: every device of a pod reports alike."""
+    device = DeviceSample(
+        utilization_ratio=sample.utilization,
+        hbm_used_bytes=sample.hbm_used_bytes,
+        hbm_total_bytes=sample.hbm_total_bytes,
+        fragmentation_ratio=sample.fragmentation,
+        slack_ratio=sample.slack,
+        reserved_bytes=sample.reserved_bytes,
+        allocated_bytes=sample.allocated_bytes,
+        alloc_retries=sample.alloc_retries,
+        ooms=0,
+    )
+    return {str(index): device for index in range(pod.devices)}
 
 
 def queue_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
@@ -271,10 +254,13 @@ def queue_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
 
 
 def render_metrics(pod: EnginePod, sample: EngineSample) -> bytes:
-    """The Prometheus text exposition (format 0.0.4) a pod serves for one sample."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(metric_families(pod, sample)))
-    return generate_latest(registry)
+    """What a pod serves on ``/metrics`` (text format 0.0.4): the exporter's gauges, then the engine's.
+
+    The exporter part comes from the real exporter's renderer, so simulated and real names cannot drift.
+    """
+    exporter = render_exposition(device_samples(pod, sample), scrape_errors=_HEALTHY_COLLECTORS)
+    engine = generate_latest(_Families(queue_families(pod, sample))) if pod.leader else b""
+    return exporter.encode() + engine
 
 
 class _Families:
@@ -433,7 +419,7 @@ class SimulatedEngines:
             if pod is None:
                 raise web.HTTPNotFound()
             body = render_metrics(pod, self._sample(pods, pod))
-            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
         return metrics
 

@@ -224,7 +224,10 @@ class PrometheusServer:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def set_targets(self, targets: Iterable[Target]) -> None:
-        """Scrape exactly ``targets`` in the engines job (works while stopped, too)."""
+        """Scrape exactly ``targets`` in the engines job (works while stopped, too).
+
+        Prometheus applies a change within about 5 s: its discovery manager batches updates.
+        """
         text = json.dumps(file_sd_groups(targets), indent=1, sort_keys=True) + "\n"
         with self._targets_lock:
             write_atomically(self.targets_file, text)

@@ -75,6 +75,8 @@ class EngineSample:
     slack: float
     hbm_used_bytes: int
     hbm_total_bytes: int
+    reserved_bytes: int
+    allocated_bytes: int
     requests_running: int
     requests_waiting: int
     kv_cache_usage: float
@@ -244,15 +246,20 @@ class Scenario:
         model_fragmentation = profile.fragmentation_for(replica).at(age)
         fragmentation = _first_set(override.fragmentation, model_fragmentation)
         waiting = _first_set(override.queue, round(max(0.0, load - 1.0) * profile.max_running_requests))
+        slack = _clamp(fragmentation + (1.0 - fragmentation) * _IDLE_SLACK * (1.0 - utilization))
+        hbm_used = round(
+            profile.hbm_total_bytes
+            * _clamp(profile.hbm_static_fraction + profile.hbm_dynamic_fraction * utilization)
+        )
         return EngineSample(
             utilization=utilization,
             fragmentation=fragmentation,
-            slack=_clamp(fragmentation + (1.0 - fragmentation) * _IDLE_SLACK * (1.0 - utilization)),
-            hbm_used_bytes=round(
-                profile.hbm_total_bytes
-                * _clamp(profile.hbm_static_fraction + profile.hbm_dynamic_fraction * utilization)
-            ),
+            slack=slack,
+            hbm_used_bytes=hbm_used,
             hbm_total_bytes=profile.hbm_total_bytes,
+            # The engine's caching allocator holds all the HBM the engine uses; slack is what it holds idle.
+            reserved_bytes=hbm_used,
+            allocated_bytes=round(hbm_used * (1.0 - slack)),
             requests_running=round(utilization * profile.max_running_requests),
             requests_waiting=max(0, waiting),
             kv_cache_usage=_clamp(_KV_IDLE + _KV_SPAN * utilization),
