@@ -1,0 +1,586 @@
+"""``LocalKubernetes``: kmock's :class:`kmock.KubernetesEmulator` made to behave like a real API server.
+
+It is the one compatibility layer over kmock 0.8 (pinned, because it adapts kmock's internals): the same
+emulator, DSL and fault injection (``emulator['patch pods'] << 500``), with these gaps closed:
+
+- the request path parser knows ``/api/v1/namespaces[/name[/status]]`` (kmock's crashes on it with a 500);
+- core-group discovery answers ``groupVersion: "v1"``; discovery lists ``status``/``scale`` subresources with
+  their real verbs (and ``autoscaling/v1 Scale``, which ``kubectl scale`` needs); the preferred version of a
+  group is the most stable one;
+- writes, reads, lists and watches go through :class:`~ascend_fleet.devcluster.store.ObjectStore`
+  (resourceVersions, uids, generations, selectors, PUT, subresources, finalizers, garbage collection, CRDs);
+- ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` (``kubectl get``) gets a ``Table`` with the CRD's
+  printer columns, and ``as=PartialObjectMetadata[List]`` gets metadata only;
+- API errors are ``v1 Status`` bodies with the real reasons (NotFound, AlreadyExists, Conflict, Invalid...).
+
+Kubernetes clients receive JSON; protobuf is never offered. Everything runs on the event loop that serves
+the HTTP requests; see :mod:`ascend_fleet.devcluster.store` for the threading rule.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+import warnings
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+import yaml
+from kmock._internal import rendering  # StreamingError: how kmock signals a failure mid-stream
+
+from ascend_fleet.devcluster import errors, patches, tables
+from ascend_fleet.devcluster.resources import ServedResource, preferred_version, version_priority
+from ascend_fleet.devcluster.store import ObjectStore, WatchStream, status_object
+
+# Subresources of a namespace; anything else after /namespaces/<name>/ is a namespaced resource.
+_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+_SUBRESOURCE_VERBS = ["get", "patch", "update"]
+_SERVER_VERSION = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0-ascend-fleet-dev",
+    "gitCommit": "",
+    "gitTreeState": "clean",
+    "buildDate": "2025-01-01T00:00:00Z",
+    "goVersion": "",
+    "compiler": "kmock",
+    "platform": "linux/amd64",
+}
+
+
+@dataclass(frozen=True)
+class ApiPath:
+    """The Kubernetes meaning of a request path (``resource`` is None for paths such as ``/version``)."""
+
+    resource: kmock.resource | None = None
+    namespace: str | None = None
+    name: str | None = None
+    subresource: str | None = None
+
+
+def parse_api_path(path: str) -> ApiPath:
+    """Split ``/api[s]/<group>/<version>/[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``.
+
+    ``/api/v1/namespaces/<name>/status`` is the namespace's status, while ``/api/v1/namespaces/<ns>/pods``
+    lists pods in it: a third segment is a subresource of the namespace only if it is one of its own.
+    """
+    parts = [part for part in path.split("/") if part]
+    if len(parts) >= 2 and parts[0] == "api":
+        group, version, rest = "", parts[1], parts[2:]
+    elif len(parts) >= 2 and parts[0] == "apis":
+        group, version, rest = parts[1], (parts[2] if len(parts) > 2 else None), parts[3:]
+    else:
+        return ApiPath()
+    if version is None:
+        return ApiPath(resource=kmock.resource(group=group))
+    namespace = None
+    if (
+        len(rest) >= 3
+        and rest[0] == "namespaces"
+        and not (len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES)
+    ):
+        namespace, rest = rest[1], rest[2:]
+    return ApiPath(
+        resource=kmock.resource(group=group, version=version, plural=rest[0] if rest else None),
+        namespace=namespace,
+        name=rest[1] if len(rest) > 1 else None,
+        subresource="/".join(rest[2:]) or None,
+    )
+
+
+def _action(method: str, path: ApiPath, params: Mapping[str, str]) -> kmock.action | None:
+    # The same classification kmock makes, so that its DSL (`emulator['list pods']`) keeps working.
+    if path.resource is None:
+        return None
+    if method == "GET" and params.get("watch") in ("true", "1"):
+        return kmock.action.WATCH
+    if path.name is None:
+        return {"GET": kmock.action.LIST, "POST": kmock.action.CREATE}.get(method)
+    return {"GET": kmock.action.FETCH, "PATCH": kmock.action.UPDATE, "DELETE": kmock.action.DELETE}.get(
+        method
+    )
+
+
+def _decode_body(body: bytes, content_type: str) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        if "yaml" not in content_type:
+            return None
+    try:
+        return yaml.safe_load(body)
+    except yaml.YAMLError:
+        return None
+
+
+async def parse_request(raw_request: aiohttp.web.BaseRequest, request_id: int) -> kmock.Request:
+    """A kmock request with the Kubernetes parts parsed by :func:`parse_api_path`."""
+    body = await raw_request.read()
+    path = parse_api_path(raw_request.path)
+    params = dict(raw_request.query)
+    # A real API server ignores a trailing slash (the official client asks for `/api/v1/`).
+    url = raw_request.url.with_path(raw_request.url.path.rstrip("/") or "/", keep_query=True)
+    return kmock.Request(
+        id=request_id,
+        raw_request=raw_request,
+        url=url,
+        method=raw_request.method,
+        params=params,
+        headers=dict(raw_request.headers),
+        cookies=dict(raw_request.cookies),
+        body=body,
+        text=body.decode("utf-8", errors="replace"),
+        data=_decode_body(body, raw_request.content_type),
+        action=_action(raw_request.method, path, params),
+        resource=path.resource,
+        namespace=path.namespace,
+        name=path.name,
+        subresource=path.subresource,
+    )
+
+
+def _header(request: kmock.Request, name: str) -> str:
+    return next((value for key, value in request.headers.items() if key.lower() == name.lower()), "")
+
+
+def negotiated_form(request: kmock.Request) -> tuple[str | None, str]:
+    """What the client's ``Accept`` asks for: ``("Table", "v1")``, ``("PartialObjectMetadata", "v1")``
+    (also for ...List) or ``(None, "")`` for plain objects; the first acceptable media range wins."""
+    for media_range in _header(request, "Accept").split(","):
+        media_type, *parameters = (part.strip() for part in media_range.split(";"))
+        options = dict(parameter.partition("=")[::2] for parameter in parameters)
+        form, group, version = options.get("as"), options.get("g"), options.get("v")
+        if form and group == "meta.k8s.io" and version in ("v1", "v1beta1"):
+            if form == "Table":
+                return "Table", version
+            if form in ("PartialObjectMetadata", "PartialObjectMetadataList"):
+                return "PartialObjectMetadata", version
+        if not form and media_type in ("application/json", "*/*", "application/*"):
+            return None, ""
+    return None, ""
+
+
+def _bool_param(params: Mapping[str, str], name: str) -> bool:
+    return params.get(name, "").lower() in ("true", "1")
+
+
+def _int_param(params: Mapping[str, str], name: str) -> int | None:
+    value = params.get(name)
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError as e:
+        raise errors.bad_request(f"{name} must be an integer, got {value!r}") from e
+
+
+@attrs.define(kw_only=True)
+class LocalKubernetes(kmock.KubernetesEmulator):
+    """kmock's Kubernetes emulator with a real API server's semantics (see the module docstring).
+
+    ``store`` is the in-process API (for cluster components on the same loop); ``history_limit`` caps the
+    versions kept per object in ``objects``; ``request_log_limit`` caps the requests kept for assertions
+    (unbounded by default, like kmock, which suits tests but not a server left running for hours).
+    """
+
+    history_limit: int | None = 10
+    watch_history: int = 1000
+    bookmark_interval: float = 60.0
+    request_log_limit: int | None = None
+    store: ObjectStore = attrs.field(init=False)
+    _outcomes: dict[kmock.Request, Any] = attrs.field(factory=dict, init=False)
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        # kmock has no action for PUT or deletecollection; these fallbacks serve them after the others.
+        self.fallback[kmock.method.PUT] << self._serve_replace
+        self.fallback[kmock.method.DELETE] << self._serve_delete_collection
+        with warnings.catch_warnings():  # kmock 0.8 reads its data with a deprecated importlib call
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.resources.load_bundled()  # without the built-ins, kopf waits forever for namespaces and CRDs
+        self.store = ObjectStore(
+            self.objects,
+            self.resources,
+            history_limit=self.history_limit,
+            watch_history=self.watch_history,
+            bookmark_interval=self.bookmark_interval,
+        )
+        self.store.bootstrap()
+
+    def close_watches(self) -> None:
+        """End every open watch (and any later one) so that the server can shut down at once."""
+        self.store.close_watches()
+
+    # HTTP entry point -----------------------------------------------------------------------------
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Serve one HTTP request: kmock's entry point with this module's path parser.
+
+        API errors (4xx) are answers, not faults: unlike kmock, they are not collected in ``errors``.
+        """
+        raw_response: aiohttp.web.StreamResponse | None = None
+        try:
+            if self.limit is not None and len(self._requests) >= self.limit:
+                raise kmock.KMockError("Too many requests have been served so far.")
+            request = await parse_request(raw_request, len(self._requests))
+            self._remember(request)
+            try:
+                return await self._handle(request)
+            except rendering.StreamingError as e:
+                raw_response = e.args[0]
+                raise (e.__cause__ or e) from None
+        except kmock.KubernetesError as e:
+            return await self._answer_error(e, raw_response)
+        except Exception as e:
+            if not self._errors:
+                raise
+            self._errors[-1].append(e)
+            return await self._answer_error(e, raw_response)
+
+    def _remember(self, request: kmock.Request) -> None:
+        self._requests.append(request)
+        if self.request_log_limit is not None and len(self._requests) > self.request_log_limit:
+            del self._requests[: -self.request_log_limit]
+
+    async def _answer_error(
+        self, exc: Exception, raw_response: aiohttp.web.StreamResponse | None
+    ) -> aiohttp.web.StreamResponse:
+        if raw_response is None or not raw_response.prepared:
+            return await self._render_error(exc)
+        await self._stream_error(exc, raw_response)
+        await raw_response.write_eof()
+        return raw_response
+
+    async def _render_error(self, exc: Exception) -> aiohttp.web.StreamResponse:
+        status = _as_status(exc)
+        return aiohttp.web.json_response(status, status=status["code"])
+
+    async def _stream_error(self, exc: Exception, raw_response: aiohttp.web.StreamResponse) -> None:
+        event = {"type": "ERROR", "object": _as_status(exc)}
+        await raw_response.write(json.dumps(event).encode() + b"\n")
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        # Writes are committed first and then answered by the DSL, as kmock does: a reaction that
+        # replaces the answer (fault injection) still leaves the write done ("committed, response lost").
+        if not _is_write(request):
+            return await kmock.RawHandler._handle(self, request)
+        self._outcomes[request] = self._write(request)
+        try:
+            return await kmock.RawHandler._handle(self, request)
+        finally:
+            self._outcomes.pop(request, None)
+
+    # Writes ---------------------------------------------------------------------------------------
+
+    def _write(self, request: kmock.Request) -> Any:
+        served = self._served(request)
+        params, method, name = request.params, str(request.method.value), request.name
+        dry_run = params.get("dryRun") == "All"
+        if method == "POST" and name is None:
+            created = self.store.create_object(
+                served.resource, _body(request), request.namespace, dry_run=dry_run
+            )
+            return kmock.Response(status=201, payload=created)
+        if method == "DELETE" and name is None:
+            return self.store.delete_collection(
+                served.resource,
+                request.namespace,
+                label_selector=params.get("labelSelector", ""),
+                field_selector=params.get("fieldSelector", ""),
+                propagation=_propagation(request),
+                dry_run=dry_run,
+            )
+        if method == "PATCH" and name is not None:
+            return self._patch(request, served, name, dry_run)
+        if method == "PUT" and name is not None:
+            return self.store.replace_object(
+                served.resource,
+                name,
+                _body(request),
+                request.namespace,
+                subresource=request.subresource,
+                dry_run=dry_run,
+            )
+        if method == "DELETE" and name is not None and request.subresource is None:
+            options = request.data if isinstance(request.data, Mapping) else {}
+            return self.store.delete_object(
+                served.resource,
+                name,
+                request.namespace,
+                propagation=_propagation(request),
+                preconditions=options.get("preconditions"),
+                dry_run=dry_run,
+            )
+        raise errors.method_not_allowed(f"{method} is not supported on {request.url.path}")
+
+    def _patch(self, request: kmock.Request, served: ServedResource, name: str, dry_run: bool) -> Any:
+        content_type = _header(request, "Content-Type")
+        patch_type = patches.patch_type_of(content_type)
+        if patch_type is None:
+            raise errors.unsupported_media_type(content_type)
+        if request.data is None:
+            raise errors.bad_request("the patch is not valid JSON")
+        return self.store.patch_object(
+            served.resource,
+            name,
+            request.data,
+            request.namespace,
+            patch_type=patch_type,
+            subresource=request.subresource,
+            dry_run=dry_run,
+        )
+
+    def _served(self, request: kmock.Request) -> ServedResource:
+        assert request.resource is not None  # only API requests get here
+        served = self.store.served(request.resource)
+        if request.namespace is not None and not served.namespaced:
+            raise errors.not_found("", None)
+        return served
+
+    def _outcome(self, request: kmock.Request) -> Any:
+        if request not in self._outcomes:
+            raise errors.not_found("", None)
+        return self._outcomes[request]
+
+    async def _serve_create(self, request: kmock.Request) -> Any:
+        return self._outcome(request)
+
+    async def _serve_update(self, request: kmock.Request) -> Any:
+        return self._outcome(request)
+
+    async def _serve_delete(self, request: kmock.Request) -> Any:
+        return self._outcome(request)
+
+    async def _serve_replace(self, request: kmock.Request) -> Any:
+        return self._outcome(request)
+
+    async def _serve_delete_collection(self, request: kmock.Request) -> Any:
+        return self._outcome(request)
+
+    # Reads ----------------------------------------------------------------------------------------
+
+    async def _serve_fetch(self, request: kmock.Request) -> Any:
+        served = self._served(request)
+        assert request.name is not None  # a fetch has a name by definition
+        obj = self.store.read_object(
+            served.resource, request.name, request.namespace, subresource=request.subresource
+        )
+        form, version = negotiated_form(request)
+        if form == "Table" and request.subresource is None:
+            return tables.build_table(
+                [obj],
+                served.columns,
+                version=version,
+                resource_version=str(self.store.revision),
+                include_object=request.params.get("includeObject", "Metadata"),
+            )
+        if form == "PartialObjectMetadata":
+            return tables.partial_object_metadata(obj)
+        return obj
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        served = self._served(request)
+        params = request.params
+        listing = self.store.list_objects(
+            served.resource,
+            request.namespace,
+            label_selector=params.get("labelSelector", ""),
+            field_selector=params.get("fieldSelector", ""),
+            limit=_int_param(params, "limit"),
+            continue_token=params.get("continue"),
+        )
+        form, version = negotiated_form(request)
+        if form == "Table":
+            table = tables.build_table(
+                listing["items"],
+                served.columns,
+                version=version,
+                resource_version=listing["metadata"]["resourceVersion"],
+                include_object=params.get("includeObject", "Metadata"),
+            )
+            table["metadata"] = listing["metadata"]
+            return table
+        if form == "PartialObjectMetadata":
+            return {
+                "kind": "PartialObjectMetadataList",
+                "apiVersion": f"meta.k8s.io/{version}",
+                "metadata": listing["metadata"],
+                "items": [tables.partial_object_metadata(obj) for obj in listing["items"]],
+            }
+        return listing
+
+    async def _serve_watch(self, request: kmock.Request) -> kmock.Response:
+        served = self._served(request)
+        params = request.params
+        stream = self.store.open_watch(
+            served.resource,
+            request.namespace,
+            name=request.name,
+            label_selector=params.get("labelSelector", ""),
+            field_selector=params.get("fieldSelector", ""),
+            resource_version=params.get("resourceVersion"),
+            send_initial_events=_bool_param(params, "sendInitialEvents"),
+            allow_bookmarks=_bool_param(params, "allowWatchBookmarks"),
+            timeout=_int_param(params, "timeoutSeconds"),
+        )
+        form, version = negotiated_form(request)
+        headers = {"Content-Type": "application/json"}
+        return kmock.Response(headers=headers, payload=_watch_events(stream, served, form, version))
+
+    # Discovery ------------------------------------------------------------------------------------
+
+    async def _serve_server_version(self, request: kmock.Request) -> Any:
+        return dict(_SERVER_VERSION)
+
+    async def _serve_apis(self, request: kmock.Request) -> Any:
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(self._groups().values())}
+
+    async def _serve_group(self, request: kmock.Request) -> Any:
+        assert request.resource is not None  # routed here by the path
+        group = self._groups().get(str(request.resource.group))
+        if group is None:
+            raise errors.not_found("", None)
+        return {"kind": "APIGroup", "apiVersion": "v1", **group}
+
+    def _groups(self) -> dict[str, dict[str, Any]]:
+        versions: dict[str, set[str]] = {}
+        for served in self.store.served_all():
+            if served.resource.group:
+                versions.setdefault(str(served.resource.group), set()).add(str(served.resource.version))
+        return {
+            group: {
+                "name": group,
+                "versions": [
+                    _group_version(group, version) for version in sorted(found, key=version_priority)
+                ],
+                "preferredVersion": _group_version(group, preferred_version(found)),
+            }
+            for group, found in sorted(versions.items())
+        }
+
+    async def _serve_version(self, request: kmock.Request) -> Any:
+        assert request.resource is not None  # routed here by the path
+        group, version = str(request.resource.group), str(request.resource.version)
+        served = [
+            s for s in self.store.served_all() if s.resource.group == group and s.resource.version == version
+        ]
+        if not served and group:
+            raise errors.not_found("", None)
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,  # kmock says "/v1" for the core group
+            "resources": [
+                entry for s in sorted(served, key=lambda s: str(s.resource.plural)) for entry in _discovery(s)
+            ],
+        }
+
+
+def _is_write(request: kmock.Request) -> bool:
+    return (
+        request.resource is not None
+        and request.resource.plural is not None
+        and str(request.method.value) in ("POST", "PUT", "PATCH", "DELETE")
+    )
+
+
+def _body(request: kmock.Request) -> Any:
+    if isinstance(request.data, Mapping):
+        return request.data
+    content_type = _header(request, "Content-Type")
+    if "json" not in content_type and "yaml" not in content_type and request.body:
+        # kubectl's typed generators (`kubectl create deployment`) send protobuf, which is not decoded here.
+        raise errors.unsupported_media_type(content_type)
+    raise errors.bad_request("the request body must be a JSON object")
+
+
+def _propagation(request: kmock.Request) -> str:
+    options = request.data if isinstance(request.data, Mapping) else {}
+    policy = request.params.get("propagationPolicy") or options.get("propagationPolicy")
+    if policy is None and (
+        options.get("orphanDependents") or request.params.get("orphanDependents") == "true"
+    ):
+        policy = "Orphan"
+    if policy not in (None, "Background", "Foreground", "Orphan"):
+        raise errors.bad_request(f"unsupported propagationPolicy {policy!r}")
+    return policy or "Background"
+
+
+def _as_status(exc: Exception) -> dict[str, Any]:
+    if isinstance(exc, kmock.KubernetesError):
+        return status_object(exc)
+    # An unexpected failure of this server: say what it was, as a real server's 500 would.
+    message = "".join(traceback.format_exception_only(exc)).strip()
+    return status_object(errors.status_error(500, "InternalError", message))
+
+
+async def _watch_events(
+    stream: WatchStream, served: ServedResource, form: str | None, version: str
+) -> AsyncIterator[Any]:
+    # An empty first chunk sends the headers at once: clients wait for them before reading events.
+    yield b""
+    async for event in stream:
+        if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+            event = {"type": event["type"], "object": _watched_object(event["object"], served, form, version)}
+        yield event
+
+
+def _watched_object(
+    obj: dict[str, Any], served: ServedResource, form: str | None, version: str
+) -> dict[str, Any]:
+    if form == "Table":
+        return tables.build_table(
+            [obj], served.columns, version=version, resource_version=obj["metadata"]["resourceVersion"]
+        )
+    if form == "PartialObjectMetadata":
+        return tables.partial_object_metadata(obj)
+    return obj
+
+
+def _group_version(group: str, version: str) -> dict[str, str]:
+    return {"groupVersion": f"{group}/{version}", "version": version}
+
+
+def _discovery(served: ServedResource) -> list[dict[str, Any]]:
+    """The APIResource entries of a resource and its working subresources."""
+    main = {
+        "name": served.resource.plural,
+        "singularName": served.singular or served.kind.lower(),
+        "namespaced": served.namespaced,
+        "kind": served.kind,
+        "verbs": sorted(served.verbs),
+    }
+    if served.short_names:
+        main["shortNames"] = sorted(served.short_names)
+    if served.categories:
+        main["categories"] = sorted(served.categories)
+    entries = [main]
+    if "status" in served.subresources:
+        entries.append(
+            {
+                "name": f"{served.resource.plural}/status",
+                "singularName": "",
+                "namespaced": served.namespaced,
+                "kind": served.kind,
+                "verbs": _SUBRESOURCE_VERBS,
+            }
+        )
+    if served.scale is not None:
+        entries.append(
+            {
+                "name": f"{served.resource.plural}/scale",
+                "singularName": "",
+                "namespaced": served.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": _SUBRESOURCE_VERBS,
+            }
+        )
+    return entries
