@@ -45,6 +45,14 @@ class LintMessage:
     path: str
 
 
+@dataclass(frozen=True)
+class Release:
+    """What ``helm install`` made: the manifest's objects in order, and the rendered NOTES.txt."""
+
+    objects: list[dict[str, Any]]
+    notes: str
+
+
 def default_values() -> dict[str, Any]:
     return yaml.safe_load((CHART / "values.yaml").read_text())
 
@@ -98,15 +106,14 @@ def lint(values: dict[str, Any] | None = None) -> list[LintMessage]:
     return [LintMessage(SEVERITIES.get(m["Severity"], str(m["Severity"])), m["Path"]) for m in result["Messages"] or []]
 
 
-def install(
-    kubeconfig: Path, release: str, namespace: str, values: dict[str, Any] | None = None
-) -> list[dict[str, Any]]:
-    """``helm install`` the chart (no wait, namespace not created); return the release's objects in order."""
+def install(kubeconfig: Path, release: str, namespace: str, values: dict[str, Any] | None = None) -> Release:
+    """``helm install`` the chart (no waiting; the namespace must exist)."""
     result = _run({
         "action": "install", "chart": str(CHART), "kubeconfig": str(kubeconfig), "release": release,
         "namespace": namespace, "values": values or {},
     })
-    return [obj for obj in yaml.safe_load_all(result["manifest"]) if obj]
+    objects = [obj for obj in yaml.safe_load_all(result["manifest"]) if obj]
+    return Release(objects, result["info"].get("notes", ""))
 
 
 # The child process ------------------------------------------------------------------------------------

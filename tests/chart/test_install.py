@@ -1,0 +1,523 @@
+"""`helm install` of the chart into the local Kubernetes API, and what it creates.
+
+Every install uses the real Helm library (release records in memory) against ``ascend_fleet.devcluster``;
+the assertions read objects back through the Kubernetes API only. Built-in objects are validated strictly
+with kubernetes-validate; the operator's config file with the operator's own settings model; the RBAC rules
+against the table of what the operator uses; the alerts with ``promtool test rules``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_validate import validate as k8s_validate
+
+from ascend_fleet.api.settings import OperatorSettings
+from tests.chart import helm
+from tests.chart.promql import exported_metric_names, metric_names, promtool
+from tests.support.paths import CRD_FILE
+
+KUBERNETES_VERSION = "1.33"
+NAMESPACE = "ascend-system"
+WATCHED = ["llm-prod", "llm-staging"]
+# Release name -> values file (tests/chart/values/), or None for the chart's defaults.
+RELEASES = {
+    "defaults": None,
+    "namespaced": "namespaced",
+    "peering": "clusterwide-peering",
+    "everything": "all-options",
+}
+# Kinds no bundled schema covers: the Prometheus Operator's (their shape is checked below) and kopf's peering.
+NOT_BUILT_IN = {"monitoring.coreos.com/v1", "kopf.dev/v1"}
+MONITORING_KINDS = {"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors",
+                    "PrometheusRule": "prometheusrules"}
+
+
+def _stand_in_monitoring_crd(kind: str, plural: str) -> dict[str, Any]:
+    """The Prometheus Operator's CRDs in name only (what Helm needs to map the kinds); no schema."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Path]:
+    """A running local API; yields its kubeconfig path."""
+    try:
+        from ascend_fleet.devcluster.cluster import DevCluster
+    except ImportError as error:
+        pytest.skip(f"the local Kubernetes API (ascend_fleet.devcluster.cluster.DevCluster) is not available: {error}")
+    with DevCluster() as dev:
+        yield dev.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
+
+
+@pytest.fixture(scope="module")
+def api(cluster):
+    from kubernetes import config
+    from kubernetes.dynamic import DynamicClient
+
+    client = DynamicClient(config.new_client_from_config(config_file=str(cluster)))
+    namespaces = client.resources.get(api_version="v1", kind="Namespace")
+    for name in [NAMESPACE, "monitoring", *WATCHED]:
+        namespaces.create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    crds = client.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    for kind, plural in MONITORING_KINDS.items():
+        crds.create(body=_stand_in_monitoring_crd(kind, plural))
+    deadline = time.monotonic() + 30
+    while True:  # the API serves a CRD's kind shortly after it is created
+        client.resources.invalidate_cache()
+        try:
+            for kind in MONITORING_KINDS:
+                client.resources.get(api_version="monitoring.coreos.com/v1", kind=kind)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    return client
+
+
+@pytest.fixture(scope="module")
+def installed(cluster, api) -> dict[str, helm.Release]:
+    """Install every release once."""
+    done = {}
+    for release, values in RELEASES.items():
+        done[release] = helm.install(cluster, release, NAMESPACE, helm.values_file(values) if values else None)
+    api.resources.invalidate_cache()
+    return done
+
+
+@pytest.fixture(scope="module")
+def releases(installed) -> dict[str, list[dict[str, Any]]]:
+    """Release name -> the objects of its manifest."""
+    return {name: release.objects for name, release in installed.items()}
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = find(objects, kind)
+    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
+    return found[0]
+
+
+# What Helm created ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_every_object_exists_in_the_api(api, releases, release):
+    for obj in releases[release]:
+        resource = api.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        meta = obj["metadata"]
+        stored = resource.get(name=meta["name"], namespace=meta.get("namespace") if resource.namespaced else None)
+        assert stored.metadata.labels["app.kubernetes.io/instance"] == release
+        assert stored.metadata.annotations["meta.helm.sh/release-name"] == release
+
+
+def test_crds_from_the_chart_are_served(api, releases):
+    crds = api.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    ours = yaml.safe_load(CRD_FILE.read_text())
+    stored = crds.get(name=ours["metadata"]["name"]).to_dict()
+    assert stored["spec"]["versions"][0]["schema"] == ours["spec"]["versions"][0]["schema"]
+    for name in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+        crds.get(name=name)
+    api.resources.get(api_version="inference.ascendfleet.io/v1alpha1", kind="AscendInference")
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_built_in_objects_are_valid(releases, release):
+    kinds = set()
+    for obj in releases[release]:
+        kinds.add(obj["kind"])
+        if obj["apiVersion"] not in NOT_BUILT_IN:
+            k8s_validate(obj, KUBERNETES_VERSION, strict=True)
+    assert {"ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"} <= kinds
+
+
+def test_defaults_create_only_the_core_objects(releases):
+    assert sorted(o["kind"] for o in releases["defaults"]) == sorted(
+        ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"])
+
+
+def test_every_option_creates_every_kind(releases):
+    kinds = {o["kind"] for o in releases["everything"]}
+    assert kinds == {"ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                     "Service", "Deployment", "KopfPeering", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == set(WATCHED)
+
+
+# The operator's configuration --------------------------------------------------------------------------
+
+
+def settings_of(objects: list[dict[str, Any]]) -> OperatorSettings:
+    configmap = find(objects, "ConfigMap", next(
+        o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"))[0]
+    return OperatorSettings.model_validate(yaml.safe_load(configmap["data"]["config.yaml"]))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_config_file_is_valid_operator_settings(releases, release):
+    settings_of(releases[release])
+
+
+def test_config_file_carries_the_values(releases):
+    defaults = settings_of(releases["defaults"])
+    assert defaults.prometheus.url is None  # empty URL: the control loop is off
+    assert defaults.images == {"vllm-ascend": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0",
+                               "sglang": "ghcr.io/ascend-fleet/sglang:0.1.0"}
+    everything = settings_of(releases["everything"])
+    assert everything.prometheus.url == "http://prometheus-operated.monitoring.svc:9090"
+    assert (everything.control.interval, everything.control.min_samples_fraction) == (30.0, 0.9)
+    assert everything.control.catalog_preset == "npu-exporter"
+    assert everything.control.catalog["kv_cache_usage"].startswith("max by (namespace, inference, replica)")
+    assert (everything.reconcile.backoff_initial, everything.reconcile.backoff_max) == (10.0, 300.0)
+    # An engine whose repository is empty falls back to the operator's built-in image.
+    assert everything.images == {"vllm-ascend": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1"}
+
+
+# The Deployment -----------------------------------------------------------------------------------------
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_operator_pod_is_hardened(releases):
+    deployment = one(releases["defaults"], "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    operator = container(releases["defaults"])
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = operator["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert operator["resources"]["requests"] and operator["resources"]["limits"]["memory"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in operator["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    mounts = {m["mountPath"]: m for m in operator["volumeMounts"]}
+    assert mounts["/etc/ascend-fleet"]["readOnly"] is True and "/tmp" in mounts
+
+
+def test_operator_command_line(releases):
+    assert container(releases["defaults"])["command"] == ["ascend-fleet"]
+    assert container(releases["defaults"])["args"] == [
+        "run", "--config=/etc/ascend-fleet/config.yaml", "--metrics-port=8080", "--health-port=8081",
+        "--log-level=info"]
+    args = container(releases["everything"])["args"]
+    assert [a for a in args if a.startswith(("--namespace", "--peering"))] == [
+        "--namespace=llm-prod", "--namespace=llm-staging", "--peering=ascend-fleet-peering"]
+    assert "--peering=peering-ascend-fleet" in container(releases["peering"])["args"]
+
+
+def test_the_operator_parses_the_command_line(releases):
+    """The chart's arguments are ones `ascend-fleet run` accepts."""
+    from ascend_fleet.cli.main import build_parser
+
+    for release in RELEASES:
+        args = build_parser().parse_args(container(releases[release])["args"])
+        assert args.config == "/etc/ascend-fleet/config.yaml" and args.health_port == 8081
+
+
+def test_strategy_and_replicas_follow_peering(releases):
+    alone = one(releases["defaults"], "Deployment")["spec"]
+    assert (alone["replicas"], alone["strategy"]["type"]) == (1, "Recreate")
+    peered = one(releases["peering"], "Deployment")["spec"]
+    assert (peered["replicas"], peered["strategy"]["type"]) == (2, "RollingUpdate")
+
+
+def test_config_change_rolls_the_pods(releases):
+    def checksum(release: str) -> str:
+        return one(releases[release], "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    assert checksum("defaults") != checksum("everything")
+
+
+def test_metrics_service_selects_the_operator(releases):
+    service = one(releases["defaults"], "Service")
+    deployment = one(releases["defaults"], "Deployment")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+def test_peering_objects(releases):
+    assert [o["metadata"]["name"] for o in find(releases["peering"], "ClusterKopfPeering")] == [
+        "peering-ascend-fleet"]
+    assert sorted(o["metadata"]["namespace"] for o in find(releases["everything"], "KopfPeering")) == WATCHED
+    assert not find(releases["defaults"], "ClusterKopfPeering") and not find(releases["defaults"], "KopfPeering")
+
+
+# RBAC: exactly what the operator uses ----------------------------------------------------------------------
+
+# (apiGroup, resource) -> verbs, as the operator uses them in any namespace it serves.
+NAMESPACED_RULES = {
+    ("inference.ascendfleet.io", "ascendinferences"): {"get", "list", "watch", "patch", "update"},
+    ("inference.ascendfleet.io", "ascendinferences/status"): {"get", "patch", "update"},
+    ("inference.ascendfleet.io", "ascendinferences/scale"): {"get", "patch", "update"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "services"): {"get", "list", "watch", "create", "delete", "patch", "update"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "delete", "patch", "update"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+}
+CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"}}
+NAMESPACE_WATCH = {("", "namespaces"): {"list", "watch"}}
+CLUSTER_PEERING = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
+NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
+
+
+def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    """A Role's rules as (apiGroup, resource) -> verbs; no wildcards, no resourceNames, nothing granted twice."""
+    table: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                assert "*" not in (group, resource, *rule["verbs"]), f"wildcard in {rule}"
+                assert (group, resource) not in table, f"{group}/{resource} granted twice"
+                table[(group, resource)] = set(rule["verbs"])
+    return table
+
+
+def test_cluster_wide_rbac(releases):
+    role = one(releases["defaults"], "ClusterRole")
+    assert granted(role) == {**CRD_READ, **NAMESPACE_WATCH, **NAMESPACED_RULES}
+    assert granted(one(releases["peering"], "ClusterRole")) == {
+        **CRD_READ, **NAMESPACE_WATCH, **NAMESPACED_RULES, **CLUSTER_PEERING}
+
+
+def test_namespaced_rbac(releases):
+    assert granted(one(releases["namespaced"], "ClusterRole")) == CRD_READ
+    roles = find(releases["namespaced"], "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
+    for role in roles:
+        assert granted(role) == NAMESPACED_RULES
+    for role in find(releases["everything"], "Role"):
+        assert granted(role) == {**NAMESPACED_RULES, **NAMESPACED_PEERING}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_bindings_grant_the_roles_to_the_operator(releases, release):
+    objects = releases[release]
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == account
+    roles = {(r["kind"], r["metadata"]["name"], r["metadata"].get("namespace")) for r in objects
+             if r["kind"] in ("ClusterRole", "Role")}
+    bindings = find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
+    assert len(bindings) == len(roles)
+    for binding in bindings:
+        ref = binding["roleRef"]
+        assert (ref["kind"], ref["name"], binding["metadata"].get("namespace")) in roles
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+
+
+def test_every_rule_says_why():
+    """Each rule in the one RBAC template has a comment above it (the rendered manifest keeps them)."""
+    text = (helm.CHART / "templates" / "rbac.yaml").read_text().splitlines()
+    rule_lines = [i for i, line in enumerate(text) if line.lstrip().startswith("- apiGroups:")]
+    assert len(rule_lines) >= 12
+    for i in rule_lines:
+        above = text[i - 1].strip()
+        assert above.startswith("#") or text[i - 3].lstrip().startswith("- apiGroups:"), f"rule at line {i + 1}"
+
+
+# Monitoring ---------------------------------------------------------------------------------------------
+
+
+def test_service_monitor_scrapes_the_metrics_service(releases):
+    monitor = one(releases["everything"], "ServiceMonitor")
+    service = one(releases["everything"], "Service")
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == ("metrics", "/metrics", True)
+
+
+def relabel_targets(endpoint: dict[str, Any]) -> dict[str, str]:
+    return {r["targetLabel"]: r["sourceLabels"][0] for r in endpoint["relabelings"] if "sourceLabels" in r}
+
+
+def test_pod_monitor_gives_the_catalog_its_labels(releases):
+    monitor = one(releases["peering"], "PodMonitor")
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "ascend-fleet-engine"}
+    endpoints = {e["port"]: e for e in monitor["spec"]["podMetricsEndpoints"]}
+    assert set(endpoints) == {"npu-metrics", "http"}
+    for endpoint in endpoints.values():
+        assert relabel_targets(endpoint) == {
+            "namespace": "__meta_kubernetes_namespace",
+            "inference": "__meta_kubernetes_pod_label_inference_ascendfleet_io_name",
+            "replica": "__meta_kubernetes_pod_label_inference_ascendfleet_io_replica",
+            "rank": "__meta_kubernetes_pod_label_inference_ascendfleet_io_rank",
+            "pod": "__meta_kubernetes_pod_name",
+        }
+    scoped = one(releases["everything"], "PodMonitor")
+    assert scoped["spec"]["namespaceSelector"] == {"matchNames": WATCHED}
+
+
+def test_dashboard_configmap_holds_the_dashboard(releases):
+    configmap = find(releases["everything"], "ConfigMap", "fleet-operator-dashboard")[0]
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["annotations"] == {"grafana_folder": "Ascend"}
+    dashboard = (helm.CHART / "files" / "dashboards" / "ascend-fleet.json").read_text()
+    assert json.loads(configmap["data"]["ascend-fleet.json"]) == json.loads(dashboard)
+
+
+# Alerts ------------------------------------------------------------------------------------------------
+
+ALERT_TESTS = textwrap.dedent("""\
+    rule_files: [rules.yaml]
+    evaluation_interval: 1m
+    tests:
+      - interval: 1m
+        input_series:
+          # qwen: two replicas at 90% (fleet average above 85%); replica 1 fragmented on one device.
+          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="qwen", replica="0", device="0"}
+            values: 0.9x20
+          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="qwen", replica="1", device="0"}
+            values: 0.9x20
+          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="qwen", replica="0", device="0"}
+            values: 0.02x20
+          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="qwen", replica="1", device="0"}
+            values: 0.01x20
+          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="qwen", replica="1", device="1"}
+            values: 0.2x20
+          - series: ascend_fleet_operator_replicas{namespace="llm", inference="qwen", state="ready"}
+            values: 2x20
+          # calm: one replica at 50%, well below every threshold.
+          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="calm", replica="0", device="0"}
+            values: 0.5x20
+          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="calm", replica="0", device="0"}
+            values: 0.01x20
+          - series: ascend_fleet_operator_replicas{namespace="llm", inference="calm", state="ready"}
+            values: 1x20
+          # blind: ready replicas but no exporter series at all.
+          - series: ascend_fleet_operator_replicas{namespace="llm", inference="blind", state="ready"}
+            values: 1x20
+          # spiky: above 85% for only 3 minutes.
+          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="spiky", replica="0", device="0"}
+            values: 0.5 0.5 0.95 0.95 0.95 0.5x15
+          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="spiky", replica="0", device="0"}
+            values: 0x20
+        alert_rule_test:
+          - eval_time: 4m
+            alertname: AscendFleetNPUUtilizationHigh
+            exp_alerts: []
+          - eval_time: 6m
+            alertname: AscendFleetNPUUtilizationHigh
+            exp_alerts:
+              - exp_labels: {severity: warning, namespace: llm, inference: qwen}
+          - eval_time: 9m
+            alertname: AscendFleetMemoryFragmentationHigh
+            exp_alerts: []
+          - eval_time: 11m
+            alertname: AscendFleetMemoryFragmentationHigh
+            exp_alerts:
+              - exp_labels: {severity: warning, namespace: llm, inference: qwen, replica: "1"}
+          - eval_time: 9m
+            alertname: AscendFleetMetricsMissing
+            exp_alerts: []
+          - eval_time: 11m
+            alertname: AscendFleetMetricsMissing
+            exp_alerts:
+              - exp_labels: {severity: warning, namespace: llm, inference: blind}
+    """)
+
+
+def prometheus_rules(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"groups": one(objects, "PrometheusRule")["spec"]["groups"]}
+
+
+def without_annotations(rules: dict[str, Any]) -> dict[str, Any]:
+    """promtool compares annotations too; the behaviour under test is when and for whom alerts fire."""
+    return {"groups": [{**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]}
+                       for g in rules["groups"]]}
+
+
+def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([promtool(), *args], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.skipif(promtool() is None, reason="needs promtool (Debian: apt-get install prometheus)")
+def test_alerts_fire_as_the_default_rules_would(releases, tmp_path):
+    rules = prometheus_rules(releases["peering"])
+    (tmp_path / "full.yaml").write_text(yaml.safe_dump(rules))
+    checked = run_promtool("check", "rules", str(tmp_path / "full.yaml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(without_annotations(rules)))
+    (tmp_path / "test.yaml").write_text(ALERT_TESTS)
+    tested = run_promtool("test", "rules", str(tmp_path / "test.yaml"))
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+@pytest.mark.skipif(promtool() is None, reason="needs promtool (Debian: apt-get install prometheus)")
+def test_promtool_catches_a_wrong_alert(releases, tmp_path):
+    """The alert test can fail: with the utilization threshold at 0.95, qwen's alert must not fire."""
+    rules = without_annotations(prometheus_rules(releases["peering"]))
+    for rule in rules["groups"][0]["rules"]:
+        rule["expr"] = rule["expr"].replace("> 0.85", "> 0.95")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+    (tmp_path / "test.yaml").write_text(ALERT_TESTS)
+    assert run_promtool("test", "rules", str(tmp_path / "test.yaml")).returncode != 0
+
+
+def test_alerts_mirror_the_default_rules(releases):
+    rules = {r.get("alert"): r for r in prometheus_rules(releases["everything"])["groups"][0]["rules"]}
+    assert set(rules) == {"AscendFleetNPUUtilizationHigh", "AscendFleetMemoryFragmentationHigh",
+                          "AscendFleetMetricsMissing", "AscendFleetOperatorDown"}
+    assert rules["AscendFleetNPUUtilizationHigh"]["for"] == "5m"
+    assert rules["AscendFleetMemoryFragmentationHigh"]["for"] == "10m"
+    description = rules["AscendFleetMemoryFragmentationHigh"]["annotations"]["description"]
+    assert "{{ $labels.replica }}" in description and "{{ $labels.inference }}" in description
+    exported = exported_metric_names()
+    for name in ("AscendFleetNPUUtilizationHigh", "AscendFleetMemoryFragmentationHigh", "AscendFleetMetricsMissing"):
+        assert metric_names(rules[name]["expr"]) <= exported, name
+
+
+# NOTES.txt ---------------------------------------------------------------------------------------------
+
+
+def notes_example(notes: str) -> dict[str, Any]:
+    block = notes.split("<<'YAML'", 1)[1].split("\n", 1)[1].split("YAML", 1)[0]
+    return yaml.safe_load(textwrap.dedent(block))
+
+
+def test_notes_example_is_a_valid_ascend_inference(installed):
+    from ascend_fleet.render import validate
+
+    valid = validate({**notes_example(installed["defaults"].notes), "metadata": {"name": "qwen-7b",
+                                                                                  "namespace": "default"}})
+    assert valid.layout.total_npus == 16
+
+
+def test_notes_tell_what_to_do_next(installed):
+    defaults, namespaced = installed["defaults"].notes, installed["namespaced"].notes
+    assert "rollout status deployment/defaults-ascend-fleet" in defaults
+    assert "control loop is OFF" in defaults and "podMonitor.enabled=true" in defaults
+    assert "kubectl apply --server-side -f <chart>/crds/" in defaults
+    assert "control loop is OFF" not in namespaced
+    assert "kubectl apply -n llm-prod -f -" in namespaced and "kubectl get ainf -n llm-prod" in namespaced
+    assert "podMonitor.enabled=true" not in installed["everything"].notes
