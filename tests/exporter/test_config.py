@@ -12,6 +12,8 @@ from ascend_fleet.exporter.config import (
     exporter_enabled,
     parse_interval,
     parse_port,
+    parse_visible_devices,
+    pod_device,
 )
 
 
@@ -60,3 +62,15 @@ def test_spool_prefers_pod_shared_memory():
     spool = default_spool_dir(1234)
     shm = Path("/dev/shm")
     assert spool.parent == shm or not shm.is_dir()
+
+
+@pytest.mark.parametrize(("text", "devices"), [("2,3", [2, 3]), (" 6 , 1", [6, 1]), ("", None), (None, None),
+                                               ("0,x", None), ("1,,2", None)])
+def test_parse_visible_devices(text, devices):
+    assert parse_visible_devices(text) == devices
+
+
+def test_a_narrowed_process_reports_the_container_device_ids():
+    assert [pod_device(local, [2, 3]) for local in (0, 1)] == [2, 3]
+    assert pod_device(1, None) == 1
+    assert pod_device(5, [2, 3]) == 5  # not a device the runtime would show it; keep its own id

@@ -76,37 +76,21 @@ def test_chip_map_of_a_910b_node_skips_the_mcus():
     assert problems == ()
     assert chips[:2] == [Chip(0, 0, 0, "Ascend 910B3"), Chip(1, 0, 1, "Ascend 910B3")]
     assert len(chips) == 8
-    devices, _ = logical_devices(chips)
+    devices = logical_devices(chips)
     assert {d: (c.npu_id, c.chip_id) for d, c in devices.items()} == {n: (n, 0) for n in range(8)}
 
 
 def test_chip_map_of_an_a3_node_has_two_devices_per_card():
     chips, problems = parse_chip_map(recorded("map_a3"))
     assert problems == ()
-    devices, _ = logical_devices(chips)
+    devices = logical_devices(chips)
     assert len(devices) == 16
     assert (devices[5].npu_id, devices[5].chip_id) == (2, 1)
 
 
 def test_a_container_sees_its_chips_as_devices_0_to_n_in_logic_id_order():
     chips, _ = parse_chip_map(recorded("map_container"))
-    devices, problems = logical_devices(chips)
-    assert problems == ()
-    assert {d: c.npu_id for d, c in devices.items()} == {0: 2, 1: 5}
-
-
-def test_ascend_rt_visible_devices_picks_and_orders_the_devices():
-    chips, _ = parse_chip_map(recorded("map_910b"))
-    devices, problems = logical_devices(chips, "6, 2")
-    assert problems == ()
-    assert {d: c.npu_id for d, c in devices.items()} == {0: 6, 1: 2}
-
-
-def test_a_bad_ascend_rt_visible_devices_entry_is_reported():
-    chips, _ = parse_chip_map(recorded("map_container"))
-    devices, problems = logical_devices(chips, "1,7,x")
-    assert {d: c.npu_id for d, c in devices.items()} == {0: 5}
-    assert len(problems) == 2 and "'7' is not one of the 2 visible chips" in problems[0]
+    assert {d: c.npu_id for d, c in logical_devices(chips).items()} == {0: 2, 1: 5}
 
 
 def test_chip_map_without_a_header_is_reported():
@@ -125,4 +109,4 @@ def test_single_spaced_chip_map_with_other_columns():
     chips, problems = parse_chip_map(text)
     assert problems == ()
     assert chips == [Chip(5, 0, None, "Ascend950PR")]
-    assert logical_devices(chips)[0] == {0: chips[0]}
+    assert logical_devices(chips) == {0: chips[0]}

@@ -68,6 +68,28 @@ def parse_interval(text: str | None) -> float | None:
     return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
+def parse_visible_devices(text: str | None) -> list[int] | None:
+    """``ASCEND_RT_VISIBLE_DEVICES`` as a list of the container's device ids; ``None`` when unset or malformed.
+
+    The runtime shows a process the listed devices as 0..n-1, in the listed order.
+    """
+    items = [item.strip() for item in (text or "").split(",")]
+    if not any(items) or not all(item.isdigit() for item in items):
+        return None
+    return [int(item) for item in items]
+
+
+def pod_device(local: int, visible: list[int] | None) -> int:
+    """The container's id of the device a process calls ``local``.
+
+    With ``ASCEND_RT_VISIBLE_DEVICES=2,3`` a process calls the container's device 3 "1"; ranks that
+    each see only their own NPU would all call it "0", so records use the container's ids.
+    """
+    if visible is None or not 0 <= local < len(visible):
+        return local
+    return visible[local]
+
+
 def default_spool_dir(port: int) -> Path:
     """Where a pod's engine processes publish samples: pod-private shared memory when there is some.
 

@@ -13,8 +13,8 @@ block closed by its ``Chip ID`` line::
     Chip ID                        : 0
 
 ``npu-smi info -m`` maps cards and chips to logical ids (``NPU ID  Chip ID  Chip Logic ID  Chip Name``);
-rows without a logic id (``-``, the card's MCU) are not devices. Engines number the devices they see
-0..n-1 in logic-id order, reordered by ``ASCEND_RT_VISIBLE_DEVICES`` when it is set.
+rows without a logic id (``-``, the card's MCU) are not devices. The runtime numbers the devices a
+container sees 0..n-1 in logic-id order.
 """
 
 from __future__ import annotations
@@ -106,25 +106,14 @@ def parse_chip_map(text: str) -> tuple[list[Chip], tuple[str, ...]]:
     return chips, tuple(problems)
 
 
-def logical_devices(chips: list[Chip], rt_visible: str | None = None) -> tuple[dict[int, Chip], tuple[str, ...]]:
-    """The chip behind each device id an engine process uses.
+def logical_devices(chips: list[Chip]) -> dict[int, Chip]:
+    """The chip behind each device id of the container.
 
-    The runtime numbers visible chips 0..n-1 in logic-id order (card and chip order when npu-smi
-    prints no logic id); ``ASCEND_RT_VISIBLE_DEVICES`` (``rt_visible``) then picks and orders them.
+    The runtime numbers the chips a container sees 0..n-1 in logic-id order (card and chip order
+    when npu-smi prints no logic id).
     """
     ordered = sorted(chips, key=lambda c: (c.logic_id is None, c.logic_id or 0, c.npu_id, c.chip_id))
-    if not rt_visible or not rt_visible.strip():
-        return dict(enumerate(ordered)), ()
-    devices: dict[int, Chip] = {}
-    problems: list[str] = []
-    for position, item in enumerate(rt_visible.split(",")):
-        index = item.strip()
-        if not index.isdigit() or int(index) >= len(ordered):
-            problems.append(f"ASCEND_RT_VISIBLE_DEVICES entry {item.strip()!r} is not one of the "
-                            f"{len(ordered)} visible chips; device {position} has no npu-smi data")
-            continue
-        devices[position] = ordered[int(index)]
-    return devices, tuple(problems)
+    return dict(enumerate(ordered))
 
 
 def _key_values(text: str) -> list[tuple[str, str]]:
