@@ -1,0 +1,21 @@
+"""vLLM general plugin that runs the NPU exporter inside vLLM's engine processes.
+
+Declared in ``pyproject.toml`` as::
+
+    [project.entry-points."vllm.general_plugins"]
+    ascend_fleet_exporter = "ascend_fleet.exporter.vllm_plugin:register"
+
+vLLM calls every general plugin in every process it creates (API server, engine core, one worker
+per tensor-parallel rank, Ray workers). :func:`register` leaves all of them untouched unless
+``ASCEND_FLEET_EXPORTER=1``; then it arms the exporter, which starts only in the processes that bind
+an NPU. This module imports neither vLLM nor torch_npu.
+"""
+
+from __future__ import annotations
+
+from .hook import arm_safely
+
+
+def register() -> None:
+    """Entry point of the ``ascend_fleet_exporter`` plugin; safe to call any number of times."""
+    arm_safely()
