@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import time
 from dataclasses import dataclass
 
 from ..api import names
-from ..api.settings import OperatorSettings
+from ..api.catalog import Catalog
+from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import Kube, NotFound
 from ..render import InvalidSpec, validate
 from ..telemetry import RECONCILES, REPLICAS
@@ -43,7 +45,7 @@ def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: Operato
     now = time.time() if now is None else now
     meta = body["metadata"]
     try:
-        valid = validate(with_default_image(body, settings))
+        valid = validate(with_default_image(body, settings), known_metrics=known_metrics(settings.control))
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
         outcome = "invalid"
@@ -54,6 +56,16 @@ def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: Operato
     written = _apply(kube, body, result)
     RECONCILES.labels(outcome).inc()
     return PassResult(result.requeue_after, result.writes_children or written is not None, written)
+
+
+def known_metrics(control: ControlSettings) -> frozenset[str]:
+    """Metric names rules may use: the operator's catalog (a rule naming another one is an InvalidSpec)."""
+    return _catalog_names(control.catalog_preset, tuple(sorted(control.catalog.items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _catalog_names(preset: str, overrides: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    return Catalog.build(preset, dict(overrides)).names()
 
 
 def _apply(kube: Kube, body: dict, result: Plan) -> dict | None:
@@ -70,7 +82,10 @@ def _apply(kube: Kube, body: dict, result: Plan) -> dict | None:
     for event in result.events:
         kube.event(body, event.type, event.reason, event.message)
     if result.status and result.status != (body.get("status") or {}):
-        return kube.patch(names.KIND, namespace, body["metadata"]["name"], {"status": result.status}, "status")
+        # status.actions belongs to the control loop: a merge patch without the key keeps the stored list,
+        # where a copy from this pass's (possibly older) view of the object could drop its newest entries.
+        status = {k: v for k, v in result.status.items() if k != "actions"}
+        return kube.patch(names.KIND, namespace, body["metadata"]["name"], {"status": status}, "status")
     return None
 
 

@@ -7,10 +7,12 @@ same messages offline and in the cluster.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from ..api.catalog import unknown_metric_message
 from ..api.v1alpha1 import AscendInference
 from ..layout import Layout, LayoutError, plan
 from .engine import arg_conflicts
@@ -37,8 +39,11 @@ class Valid:
     warnings: list[str] = field(default_factory=list)
 
 
-def validate(doc: dict) -> Valid:
-    """Parse and check one document, or raise InvalidSpec listing every problem."""
+def validate(doc: dict, known_metrics: Collection[str] | None = None) -> Valid:
+    """Parse and check one document, or raise InvalidSpec listing every problem.
+
+    With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too.
+    """
     problems = _check_kind(doc)
     problems += _check_name(doc.get("metadata") or {})
     try:
@@ -50,9 +55,20 @@ def validate(doc: dict) -> Valid:
     except LayoutError as error:
         raise InvalidSpec([*problems, f"spec.parallelism: {error}"]) from None
     problems += arg_conflicts(obj.spec, layout)
+    if known_metrics is not None:
+        problems += unknown_metrics(obj, known_metrics)
     if problems:
         raise InvalidSpec(problems)
     return Valid(obj, layout)
+
+
+def unknown_metrics(obj: AscendInference, known: Collection[str]) -> list[str]:
+    """One problem per rule whose ``metric`` is not in the operator's catalog."""
+    return [
+        f"spec.rules[{index}].metric: {unknown_metric_message(rule.metric, frozenset(known))}"
+        for index, rule in enumerate(obj.spec.rules)
+        if rule.metric is not None and rule.metric not in known
+    ]
 
 
 def _check_kind(doc: dict) -> list[str]:

@@ -1,0 +1,120 @@
+"""The metric catalog: logical metric names that rules refer to, and the PromQL behind each.
+
+Every entry is a PromQL expression whose series carry ``namespace``, ``inference`` and ``replica``
+labels, one series per replica (the control loop aggregates them further for fleet-scoped rules).
+Ratios are 0..1, so a rule's ``"85%"`` threshold compares directly.
+
+Why this module lives in ``api``: a rule's ``metric`` field names a catalog entry, so the catalog is
+part of the vocabulary of the API, like the settings object that selects a preset. Both the
+reconciler (which rejects a rule naming an unknown metric as ``InvalidSpec``) and the control loop
+(which turns entries into queries) need it, and the import layers forbid them to import each other;
+``api`` is below both. It is pure data and string handling: no client, no I/O.
+
+Two presets:
+
+- ``ascend-fleet``: the project's engine exporter (``ascend_fleet_*`` per device, labelled by the scrape
+  with namespace/inference/replica/rank/pod) and the engines' own vLLM or SGLang queue metrics;
+- ``npu-exporter``: NPU utilization and HBM from Huawei's npu-exporter (``npu_chip_info_*``, per chip,
+  labelled ``namespace``/``pod_name``), joined to replicas through kube-state-metrics' ``kube_pod_labels``.
+  Fragmentation exists only in the project's exporter, so that entry is the same in both presets.
+
+Operators add or replace entries through ``control.catalog`` in the operator configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+PRESET_ASCEND_FLEET = "ascend-fleet"
+PRESET_NPU_EXPORTER = "npu-exporter"
+
+# The labels every catalog series carries; the control loop groups by them.
+REPLICA_LABELS = ("namespace", "inference", "replica")
+_BY = "by (namespace, inference, replica)"
+
+
+def _either(aggregation: str, *metrics: str) -> str:
+    """One replica series from whichever engine's metric exists (vLLM or SGLang), never both."""
+    return " or ".join(f"{aggregation} {_BY} ({metric})" for metric in metrics)
+
+
+# Engine metrics (ENGINES.md): only the leader (rank 0) serves them, so sum/max over a replica is that pod's.
+_ENGINE_ENTRIES = {
+    "queue_depth": _either("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+    "running_requests": _either("sum", "vllm:num_requests_running", "sglang:num_running_reqs"),
+    "kv_cache_usage": _either("max", "vllm:kv_cache_usage_perc", "sglang:token_usage"),
+}
+
+# The project's exporter: per device; a replica is as fragmented as its worst device and as busy as its mean.
+_EXPORTER_ENTRIES = {
+    "npu_utilization": f"avg {_BY} (ascend_fleet_npu_utilization_ratio)",
+    "mem_fragmentation": f"max {_BY} (ascend_fleet_memory_fragmentation_ratio)",
+    "memory_slack": f"max {_BY} (ascend_fleet_memory_slack_ratio)",
+    "hbm_usage": f"max {_BY} (ascend_fleet_hbm_used_bytes / ascend_fleet_hbm_total_bytes)",
+}
+
+# kube-state-metrics exposes pod labels as label_<sanitized key> once allowed with
+# --metric-labels-allowlist=pods=[inference.ascendfleet.io/name,inference.ascendfleet.io/replica].
+POD_REPLICA_LABELS = (
+    'max by (namespace, pod, inference, replica) ('
+    'label_replace(label_replace(kube_pod_labels{label_inference_ascendfleet_io_name!=""}, '
+    '"inference", "$1", "label_inference_ascendfleet_io_name", "(.+)"), '
+    '"replica", "$1", "label_inference_ascendfleet_io_replica", "(.+)"))'
+)
+
+
+def _npu_exporter(expression: str) -> str:
+    """Per-chip npu-exporter series (labelled pod_name) joined to the replica of the pod that holds the chip."""
+    return (
+        f'label_replace({expression}, "pod", "$1", "pod_name", "(.+)") '
+        f"* on (namespace, pod) group_left (inference, replica) {POD_REPLICA_LABELS}"
+    )
+
+
+_UTILIZATION_PERCENT = 'npu_chip_info_utilization{pod_name!=""} / 100'  # AICore %, as a ratio
+_HBM_RATIO = 'npu_chip_info_hbm_used_memory{pod_name!=""} / npu_chip_info_hbm_total_memory'
+_NPU_EXPORTER_ENTRIES = {
+    "npu_utilization": f"avg {_BY} ({_npu_exporter(_UTILIZATION_PERCENT)})",
+    "hbm_usage": f"max {_BY} ({_npu_exporter(_HBM_RATIO)})",
+}
+
+PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType({
+    PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES}),
+    PRESET_NPU_EXPORTER: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_NPU_EXPORTER_ENTRIES}),
+})
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Logical metric name -> PromQL expression with one series per replica."""
+
+    entries: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, preset: str = PRESET_ASCEND_FLEET, overrides: Mapping[str, str] | None = None) -> Catalog:
+        """A preset's entries with the operator's own entries added or replacing them."""
+        if preset not in PRESETS:
+            raise ValueError(f"unknown catalog preset {preset!r}; use one of {', '.join(PRESETS)}")
+        merged = {**PRESETS[preset], **{name: expr.strip() for name, expr in (overrides or {}).items()}}
+        return cls(MappingProxyType(dict(sorted(merged.items()))))
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self.entries)
+
+    def expression(self, metric: str) -> str | None:
+        """The PromQL of ``metric``, or None when the catalog does not know it."""
+        return self.entries.get(metric)
+
+    def unknown(self, metric: str) -> str:
+        """The message for a rule that names a metric the catalog lacks: what would fit instead."""
+        return unknown_metric_message(metric, self.names())
+
+
+def unknown_metric_message(metric: str, known: frozenset[str] | set[str]) -> str:
+    """What a user reads when a rule names a metric the operator does not know."""
+    return (
+        f"unknown metric {metric!r}; the operator's catalog has {', '.join(sorted(known)) or 'no metrics'} "
+        "(add one to the operator's control.catalog, or write raw PromQL in the rule's query field)"
+    )

@@ -1,0 +1,58 @@
+"""The metric catalog: presets, operator entries, and the reconciler rejecting unknown metric names."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_fleet.api.catalog import PRESETS, Catalog
+from ascend_fleet.api.settings import ControlSettings
+from ascend_fleet.reconcile.apply import known_metrics
+from ascend_fleet.render import InvalidSpec, validate
+
+BRIEF_METRICS = {"npu_utilization", "mem_fragmentation", "queue_depth", "kv_cache_usage"}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_has_the_rule_vocabulary_and_groups_by_replica(preset):
+    catalog = Catalog.build(preset)
+    assert catalog.names() >= BRIEF_METRICS
+    for expression in catalog.entries.values():
+        assert "by (namespace, inference, replica)" in expression
+
+
+def test_presets_read_their_own_metric_names():
+    assert "ascend_fleet_npu_utilization_ratio" in Catalog.build("ascend-fleet").expression("npu_utilization")
+    npu_exporter = Catalog.build("npu-exporter")
+    assert "npu_chip_info_utilization" in npu_exporter.expression("npu_utilization")
+    # Only the project's exporter measures fragmentation.
+    assert "ascend_fleet_memory_fragmentation_ratio" in npu_exporter.expression("mem_fragmentation")
+    assert "vllm:num_requests_waiting" in npu_exporter.expression("queue_depth")
+
+
+def test_operator_entries_add_and_replace():
+    catalog = Catalog.build(overrides={"ttft": "x", "npu_utilization": " y "})
+    assert catalog.expression("ttft") == "x" and catalog.expression("npu_utilization") == "y"
+    with pytest.raises(ValueError, match="unknown catalog preset"):
+        Catalog.build("nope")
+
+
+def _doc(metric: str) -> dict:
+    return {
+        "apiVersion": "inference.ascendfleet.io/v1alpha1", "kind": "AscendInference",
+        "metadata": {"name": "qwen", "namespace": "team-a"},
+        "spec": {"model": {"name": "qwen", "path": "/models/q"}, "engine": {"type": "vllm-ascend"},
+                 "rules": [{"metric": "npu_utilization", "threshold": "85%", "for": "5m", "action": "scale_up"},
+                           {"metric": metric, "threshold": 0.5, "for": "1m", "action": "notify"}]},
+    }
+
+
+def test_the_reconciler_rejects_a_rule_with_an_unknown_metric_and_names_the_known_ones():
+    known = known_metrics(ControlSettings())
+    with pytest.raises(InvalidSpec) as error:
+        validate(_doc("gpu_util"), known_metrics=known)
+    [problem] = error.value.problems
+    assert problem.startswith("spec.rules[1].metric: unknown metric 'gpu_util'")
+    assert "mem_fragmentation" in problem and "query" in problem
+    validate(_doc("gpu_util"))  # without a catalog (offline) the name is not checked
+    custom = known_metrics(ControlSettings(catalog={"gpu_util": "up"}))
+    validate(_doc("gpu_util"), known_metrics=custom)
