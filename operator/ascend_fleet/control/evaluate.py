@@ -1,0 +1,395 @@
+"""Rules + query answers + object state + clock -> decisions (pure).
+
+Nothing here talks to Kubernetes or Prometheus, and nothing is remembered between calls: cooldowns
+and restart spacing come from the object's recorded actions (``status.actions``), windows from
+Prometheus. So an operator restarted in the middle of a window decides exactly as it would have,
+and a simulator can drive :func:`decide` with plain values.
+
+The rules of the game:
+
+- A rule *holds* when its comparison held at every sample of its window and the window has at
+  least ``minSamplesFraction`` of its samples; a gap is never a breach.
+- ``scale_up``/``scale_down`` change the replica count by one within ``min``/``maxReplicas``. A
+  scale-up waits ``scaleUpCooldown`` after the previous scale-up; a scale-down waits
+  ``scaleDownCooldown`` after any scale. When both hold, scaling up wins (availability first).
+- ``restart_service`` recycles one replica (drain, delete, recreate). A replica is restarted at most
+  once per ``restartCooldown``, and only while fewer than ``disruption.maxUnavailable`` replicas
+  are out of service (not ready, or draining for any reason, rollouts included). When several
+  replicas qualify, the worst goes first.
+- ``notify`` only records, at most once per window length for the same rule and target.
+- ``dryRun`` records every decision with ``dryRun: true`` and changes nothing; cooldowns then pace
+  the dry-run records as they would pace real actions (and real actions ignore dry-run records).
+- A replica that began serving less than a window (plus a little grace) ago has no full window yet:
+  its missing samples are expected, so they neither act nor mark metrics unavailable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..api.catalog import Catalog
+from ..api.settings import ControlSettings
+from ..api.units import format_duration, format_threshold
+from ..api.v1alpha1 import Action, Autoscaling, Rule
+from .queries import Observations, Query, extreme_stat, required_samples, rule_queries
+
+FLEET = "fleet"
+
+# Reasons of the MetricsAvailable condition, most important first (the condition shows the first found).
+REASON_OK = "Evaluated"
+REASON_NO_RULES = "NoRules"
+REASON_UNAVAILABLE = "PrometheusUnavailable"
+REASON_QUERY_FAILED = "QueryFailed"
+REASON_UNKNOWN_METRIC = "UnknownMetric"
+REASON_NO_DATA = "NoData"
+REASON_INSUFFICIENT = "InsufficientSamples"
+_PRIORITY = (REASON_UNAVAILABLE, REASON_QUERY_FAILED, REASON_UNKNOWN_METRIC, REASON_NO_DATA, REASON_INSUFFICIENT)
+_MAX_MESSAGES = 5
+
+
+def replica_target(index: int) -> str:
+    return f"replica-{index}"
+
+
+# ----- inputs -----
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Operator-wide evaluation settings."""
+
+    catalog: Catalog = field(default_factory=Catalog.build)
+    step: float = 15.0  # subquery resolution
+    interval: float = 15.0  # time between cycles
+    min_samples_fraction: float = 0.8
+
+    @classmethod
+    def from_settings(cls, control: ControlSettings) -> Policy:
+        return cls(
+            catalog=Catalog.build(control.catalog_preset, control.catalog),
+            step=float(control.step),
+            interval=float(control.interval),
+            min_samples_fraction=control.min_samples_fraction,
+        )
+
+    @property
+    def warmup_grace(self) -> float:
+        """How long after a window a new replica's samples may still be missing (first scrapes, alignment)."""
+        return 2 * self.step + self.interval
+
+
+@dataclass(frozen=True)
+class ReplicaInfo:
+    """One replica as the control loop needs it."""
+
+    index: int
+    ready: bool
+    draining: bool = False
+    serving_since: float | None = None  # when it last became ready; None = long ago
+    leader: str | None = None  # leader pod name, which a restart drains
+
+
+@dataclass(frozen=True)
+class PastAction:
+    """A recorded decision (an entry of status.actions), for cooldowns."""
+
+    time: float
+    rule: str
+    action: Action
+    target: str
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class FleetState:
+    """One AscendInference: its rules, bounds, replicas and recorded actions."""
+
+    namespace: str
+    name: str
+    replicas: int  # spec.parallelism.data
+    rules: tuple[Rule, ...] = ()
+    autoscaling: Autoscaling = field(default_factory=Autoscaling)
+    max_unavailable: int = 1
+    replica_states: Mapping[int, ReplicaInfo] = field(default_factory=dict)
+    actions: tuple[PastAction, ...] = ()  # newest first
+
+    @property
+    def dry_run(self) -> bool:
+        return self.autoscaling.dry_run
+
+    def last(self, action: str, target: str | None = None, rule: str | None = None) -> float | None:
+        """Time of the newest recorded ``action`` (of this dry-run mode) on ``target`` / by ``rule``."""
+        times = [
+            past.time
+            for past in self.actions
+            if past.action == action
+            and past.dry_run == self.dry_run
+            and (target is None or past.target == target)
+            and (rule is None or past.rule == rule)
+        ]
+        return max(times, default=None)
+
+    def unavailable(self) -> int:
+        """Wanted replicas out of service: missing, not ready, or draining."""
+        count = 0
+        for index in range(self.replicas):
+            info = self.replica_states.get(index)
+            if info is None or not info.ready or info.draining:
+                count += 1
+        return count
+
+
+# ----- outputs -----
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One thing the control loop does (or, in dry run, would do) to one object."""
+
+    namespace: str
+    name: str
+    rule: str  # the rule as shown to users
+    metric: str | None
+    value: float | None  # the window's extreme that proved the rule (its minimum for >, maximum for <)
+    action: Action
+    target: str  # fleet or replica-N
+    dry_run: bool = False
+    replicas_from: int | None = None
+    replicas_to: int | None = None
+    replica: int | None = None
+    leader: str | None = None  # the pod a restart drains
+
+    def result(self) -> str:
+        """What happened, in the words of status.actions."""
+        if self.action in ("scale_up", "scale_down"):
+            text = f"replicas {self.replicas_from} -> {self.replicas_to}"
+        elif self.action == "restart_service":
+            text = f"draining replica {self.replica} to recreate it"
+        else:
+            text = "notified"
+        return f"would have done: {text}" if self.dry_run else text
+
+    def message(self) -> str:
+        """The Event text: the rule, the value that proved it and what was done."""
+        value = "" if self.value is None else f" (value {format_threshold(self.value)})"
+        return f"{self.rule}{value} on {self.target}: {self.result()}"
+
+
+@dataclass(frozen=True)
+class MetricsStatus:
+    """The MetricsAvailable condition of one object."""
+
+    available: bool
+    reason: str
+    message: str
+
+
+@dataclass
+class Evaluation:
+    """What one object gets from one cycle."""
+
+    fleet: FleetState
+    decisions: list[Decision] = field(default_factory=list)
+    metrics: MetricsStatus = field(default_factory=lambda: MetricsStatus(True, REASON_NO_RULES, "no rules"))
+    notes: list[str] = field(default_factory=list)  # rules that held but did not act, and why
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A rule that held for a target."""
+
+    rule: Rule
+    target: str
+    replica: int | None
+    value: float
+
+
+# ----- evaluation -----
+
+
+def decide(
+    fleets: Iterable[FleetState], observations: Observations, now: float, policy: Policy | None = None
+) -> list[Decision]:
+    """Every decision for every object in one cycle."""
+    policy = policy or Policy()
+    return [d for fleet in fleets for d in evaluate(fleet, observations, now, policy).decisions]
+
+
+def evaluate(fleet: FleetState, observations: Observations, now: float, policy: Policy | None = None) -> Evaluation:
+    """Check one object's rules against the answers and turn those that held into decisions."""
+    policy = policy or Policy()
+    result = Evaluation(fleet)
+    if not fleet.rules:
+        return result
+    unknown = sorted({r.metric for r in fleet.rules if r.query is None and policy.catalog.expression(r.metric or "")
+                      is None})
+    if unknown:
+        # The reconciler holds an object with an unknown metric at InvalidSpec and touches none of its
+        # children, so no rule of it may act (a drain would never finish).
+        message = "; ".join(policy.catalog.unknown(metric) for metric in unknown)
+        result.metrics = MetricsStatus(False, REASON_UNKNOWN_METRIC, message)
+        return result
+
+    problems: list[tuple[str, str]] = []
+    held: list[_Held] = []
+    for rule in fleet.rules:
+        held += _check_rule(fleet, rule, observations, now, policy, problems)
+    result.metrics = _metrics_status(fleet, problems)
+    _scale(fleet, held, now, result)
+    _restart(fleet, held, now, result)
+    _notify(fleet, held, now, policy, result)
+    return result
+
+
+def _check_rule(fleet: FleetState, rule: Rule, observations: Observations, now: float, policy: Policy,
+                problems: list[tuple[str, str]]) -> list[_Held]:
+    queries = rule_queries(rule, policy.catalog, policy.step)
+    assert queries is not None  # unknown metrics were handled by the caller
+    extreme, count = queries
+    failure = observations.failure(extreme, count)
+    subject = rule.metric or "query"
+    if failure is not None:
+        problems.append((failure.reason, failure.message))
+        return []
+    window = extreme.window.seconds
+    needed = required_samples(window, policy.step, policy.min_samples_fraction)
+    full_after = window + policy.warmup_grace
+    held = []
+    for target, replica, since in _targets(fleet, rule):
+        key = (fleet.namespace, fleet.name, replica)
+        value, samples = observations.value(extreme, key), observations.value(count, key)
+        warming = since is not None and now - since < full_after
+        where = "" if replica is None else f" of replica {replica}"
+        if value is None or samples is None:
+            if not warming:
+                problems.append((REASON_NO_DATA, f"{subject}: no series{where} in Prometheus (are the engine "
+                                 "pods scraped with namespace, inference and replica labels?)"))
+            continue
+        if samples < needed:
+            if not warming:
+                problems.append((REASON_INSUFFICIENT, f"{subject}: {samples:g} samples{where} in the last "
+                                 f"{format_duration(window)}, {needed} needed"))
+            continue
+        if _compare(value, rule.comparison, rule.threshold):
+            held.append(_Held(rule, target, replica, value))
+    if rule.scope == "replica" and rule.action == "scale_down":
+        # Scaling in on a replica-scoped rule needs every evaluated replica to agree.
+        evaluated = [t for t in _targets(fleet, rule)]
+        if len(held) < len(evaluated):
+            return []
+    return held
+
+
+def _targets(fleet: FleetState, rule: Rule) -> list[tuple[str, int | None, float | None]]:
+    """(target, replica, serving since) for each thing a rule is checked on; nothing without ready replicas."""
+    ready = [fleet.replica_states[i] for i in sorted(fleet.replica_states)
+             if i < fleet.replicas and fleet.replica_states[i].ready and not fleet.replica_states[i].draining]
+    if not ready:
+        return []
+    if rule.scope == "replica":
+        return [(replica_target(info.index), info.index, info.serving_since) for info in ready]
+    # The fleet series exists as long as any replica has data, so the oldest replica decides its age.
+    times = [info.serving_since for info in ready]
+    oldest = None if any(t is None for t in times) else min(t for t in times if t is not None)
+    return [(FLEET, None, oldest)]
+
+
+def _compare(value: float, comparison: str, threshold: float) -> bool:
+    return {">": value > threshold, ">=": value >= threshold,
+            "<": value < threshold, "<=": value <= threshold}[comparison]
+
+
+def _metrics_status(fleet: FleetState, problems: list[tuple[str, str]]) -> MetricsStatus:
+    if not problems:
+        count = len(fleet.rules)
+        return MetricsStatus(True, REASON_OK, f"{count} rule{'s' if count != 1 else ''} evaluated")
+    reason = min((r for r, _ in problems), key=_PRIORITY.index)
+    messages = list(dict.fromkeys(m for r, m in sorted(problems, key=lambda p: _PRIORITY.index(p[0]))))
+    more = len(messages) - _MAX_MESSAGES
+    text = "; ".join(messages[:_MAX_MESSAGES]) + (f"; and {more} more" if more > 0 else "")
+    return MetricsStatus(False, reason, text + "; rules without data do not act")
+
+
+def _decision(fleet: FleetState, held: _Held, action: Action, **extra) -> Decision:
+    return Decision(fleet.namespace, fleet.name, held.rule.display_name(), held.rule.metric, held.value, action,
+                    held.target, fleet.dry_run, **extra)
+
+
+def _scale(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
+    bounds = fleet.autoscaling
+    ups = [h for h in held if h.rule.action == "scale_up"]
+    downs = [h for h in held if h.rule.action == "scale_down"]
+    if ups:
+        first = ups[0]
+        last = fleet.last("scale_up", FLEET)
+        if fleet.replicas >= bounds.max_replicas:
+            result.notes.append(f"{first.rule.display_name()}: at maxReplicas ({bounds.max_replicas})")
+        elif last is not None and now - last < bounds.scale_up_cooldown:
+            result.notes.append(f"{first.rule.display_name()}: scale-up cooldown, "
+                                f"{bounds.scale_up_cooldown - (now - last):.0f}s left")
+        else:
+            result.decisions.append(_decision(fleet, first, "scale_up", replicas_from=fleet.replicas,
+                                              replicas_to=fleet.replicas + 1))
+        return  # a scale-up signal, acted on or not, vetoes scaling down
+    if downs:
+        first = downs[0]
+        last = max((t for t in (fleet.last("scale_up", FLEET), fleet.last("scale_down", FLEET)) if t is not None),
+                   default=None)
+        if fleet.replicas <= bounds.min_replicas:
+            result.notes.append(f"{first.rule.display_name()}: at minReplicas ({bounds.min_replicas})")
+        elif last is not None and now - last < bounds.scale_down_cooldown:
+            result.notes.append(f"{first.rule.display_name()}: scale-down cooldown, "
+                                f"{bounds.scale_down_cooldown - (now - last):.0f}s left")
+        else:
+            result.decisions.append(_decision(fleet, first, "scale_down", replicas_from=fleet.replicas,
+                                              replicas_to=fleet.replicas - 1))
+
+
+def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
+    by_replica: dict[int, _Held] = {}
+    for h in held:
+        if h.rule.action == "restart_service" and h.replica is not None:
+            by_replica.setdefault(h.replica, h)  # the first rule (in spec order) names the reason
+    if not by_replica:
+        return
+    # Worst first: furthest beyond its threshold, relative to it; then the lowest index.
+    order = sorted(by_replica.values(), key=lambda h: (-_severity(h), h.replica))
+    budget = fleet.max_unavailable - fleet.unavailable()
+    cooldown = fleet.autoscaling.restart_cooldown
+    for h in order:
+        last = fleet.last("restart_service", h.target)
+        if last is not None and now - last < cooldown:
+            result.notes.append(f"{h.rule.display_name()}: replica {h.replica} restarted "
+                                f"{now - last:.0f}s ago (restartCooldown {format_duration(cooldown)})")
+        elif budget <= 0:
+            result.notes.append(f"{h.rule.display_name()}: replica {h.replica} waits for the disruption budget "
+                                f"(maxUnavailable {fleet.max_unavailable})")
+        else:
+            info = fleet.replica_states[h.replica]
+            result.decisions.append(_decision(fleet, h, "restart_service", replica=h.replica, leader=info.leader))
+            budget -= 1
+
+
+def _severity(h: _Held) -> float:
+    threshold = h.rule.threshold or 1e-9
+    distance = h.value - threshold if extreme_stat(h.rule) == "min" else threshold - h.value
+    return distance / abs(threshold)
+
+
+def _notify(fleet: FleetState, held: list[_Held], now: float, policy: Policy, result: Evaluation) -> None:
+    for h in held:
+        if h.rule.action != "notify":
+            continue
+        # Each notification is about a fresh window, so one breach is not reported every cycle.
+        spacing = max(float(h.rule.for_), policy.step)
+        last = fleet.last("notify", h.target, h.rule.display_name())
+        if last is None or now - last >= spacing:
+            result.decisions.append(_decision(fleet, h, "notify"))
+
+
+def queries_for(fleets: Sequence[FleetState], policy: Policy) -> list[Query]:
+    """The distinct queries a cycle needs for ``fleets`` (objects with unknown metrics still share the rest)."""
+    from .queries import plan_queries
+
+    return plan_queries((rule for fleet in fleets for rule in fleet.rules), policy.catalog, policy.step)

@@ -1,0 +1,124 @@
+"""What the control loop reads from the API, as the plain values :mod:`.evaluate` takes (pure).
+
+Also the other direction: the ``status.actions`` list after new decisions, bounded but never
+forgetting an action whose cooldown is still running (the cooldown would be lost with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ..api.times import parse_rfc3339, rfc3339
+from ..api.v1alpha1 import AscendInference, Autoscaling
+from ..render import Valid
+from ..status import ReplicaState, replica_states
+from .evaluate import FLEET, Decision, FleetState, PastAction, ReplicaInfo
+
+
+def fleet_state(valid: Valid, pods: Iterable[dict]) -> FleetState:
+    """The control loop's view of one validated AscendInference and its engine pods."""
+    obj = valid.obj
+    ppr = valid.layout.pods_per_replica
+    pods = list(pods)
+    by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
+    replicas = {
+        index: ReplicaInfo(
+            index=index,
+            ready=group.ready(ppr),
+            draining=group.draining,
+            serving_since=_serving_since(group, by_name),
+            leader=group.leader.name if group.leader else None,
+        )
+        for index, group in replica_states(pods).items()
+    }
+    return FleetState(
+        namespace=obj.namespace,
+        name=obj.name,
+        replicas=obj.spec.parallelism.data,
+        rules=tuple(obj.spec.rules),
+        autoscaling=obj.spec.autoscaling,
+        max_unavailable=obj.spec.disruption.max_unavailable,
+        replica_states=replicas,
+        actions=past_actions(obj),
+    )
+
+
+def _serving_since(group: ReplicaState, pods: Mapping[str, dict]) -> float | None:
+    """When the replica's last pod became Ready (its metrics start then), else when it started."""
+    times = []
+    for state in group.pods:
+        status = pods.get(state.name, {}).get("status") or {}
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        when = parse_rfc3339((ready or {}).get("lastTransitionTime")) or parse_rfc3339(status.get("startTime"))
+        if when is None:
+            return None
+        times.append(when)
+    return max(times, default=None)
+
+
+def past_actions(obj: AscendInference) -> tuple[PastAction, ...]:
+    """The recorded decisions, newest first, with unreadable times left out."""
+    if obj.status is None:
+        return ()
+    result = []
+    for record in obj.status.actions:
+        when = parse_rfc3339(record.time)
+        if when is not None:
+            result.append(PastAction(when, record.rule, record.action, record.target, record.dry_run))
+    return tuple(sorted(result, key=lambda a: a.time, reverse=True))
+
+
+def action_record(decision: Decision, now: float) -> dict:
+    """The status.actions entry for a decision, in wire form."""
+    record = {
+        "time": rfc3339(now),
+        "rule": decision.rule,
+        "action": decision.action,
+        "target": decision.target,
+        "result": decision.result(),
+        "dryRun": decision.dry_run,
+    }
+    if decision.metric is not None:
+        record["metric"] = decision.metric
+    if decision.value is not None:
+        record["value"] = round(decision.value, 6)
+    return record
+
+
+def updated_actions(records: list[dict], new: list[dict], limit: int, autoscaling: Autoscaling,
+                    now: float) -> list[dict]:
+    """``new`` (newest first) ahead of ``records``, cut to ``limit`` entries.
+
+    An older entry past the limit is kept while it is the newest of its kind and its cooldown still
+    runs: cooldowns are read back from this list, and dropping it would allow the action again early.
+    """
+    merged = [*new, *records]
+    kept, seen = merged[:limit], {_key(r) for r in merged[:limit]}
+    for record in merged[limit:]:
+        key = _key(record)
+        if key in seen:
+            continue
+        seen.add(key)
+        when = parse_rfc3339(record.get("time"))
+        if when is not None and now - when < _cooldown(record, autoscaling):
+            kept.append(record)
+    return kept
+
+
+def _key(record: dict) -> tuple:
+    return record.get("action"), record.get("target"), bool(record.get("dryRun")), (
+        record.get("rule") if record.get("action") == "notify" else None)
+
+
+def _cooldown(record: dict, autoscaling: Autoscaling) -> float:
+    action = record.get("action")
+    if action == "scale_up":
+        return max(autoscaling.scale_up_cooldown, autoscaling.scale_down_cooldown)
+    if action == "scale_down":
+        return autoscaling.scale_down_cooldown
+    if action == "restart_service":
+        return autoscaling.restart_cooldown
+    return 0.0  # notify spacing is one window; a dropped notify repeats at worst once early
+
+
+__all__ = ["FLEET", "action_record", "fleet_state", "past_actions", "updated_actions"]
