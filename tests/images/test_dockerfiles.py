@@ -1,0 +1,247 @@
+"""The Dockerfiles, checked without a Docker engine: they parse, pin their bases, run as non-root, hold no secrets,
+copy only what the build context sends, and build FROM the upstream engine images the operator defaults to.
+
+``make images`` builds them where a Docker engine exists.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ascend_fleet.api.v1alpha1 import DEFAULT_IMAGES
+from tests.support.paths import ROOT
+
+IMAGES = ROOT / "images"
+DOCKERFILES = {path.parent.name: path for path in sorted(IMAGES.glob("*/Dockerfile"))}
+SECRET_NAMES = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)", re.I)
+SECRET_FILES = ("*.pem", "*.key", "*id_rsa*", "*id_ed25519*", ".netrc", ".pypirc", ".npmrc", "*.p12",
+                ".docker/config.json", ".env", "*kubeconfig*")
+
+
+@dataclass
+class Instruction:
+    keyword: str
+    args: str
+    line: int
+    flags: list[str] = field(default_factory=list)
+
+    def words(self) -> list[str]:
+        """Arguments of the exec (JSON) form, or the shell form split on blanks."""
+        if self.args.startswith("["):
+            return json.loads(self.args)
+        return self.args.split()
+
+
+def parse(text: str) -> list[Instruction]:
+    """Dockerfile lines to instructions: comments and blank lines dropped, backslash continuations joined,
+    leading --flags split off (the BuildKit parser agrees; see test_buildkit_parser_agrees)."""
+    instructions: list[Instruction] = []
+    pending, start = "", 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if pending and stripped.startswith("#"):
+            continue  # comment lines inside a continuation are dropped
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        line = pending + stripped
+        pending = ""
+        keyword, _, rest = line.partition(" ")
+        rest = rest.strip()
+        flags = []
+        while rest.startswith("--"):
+            flag, _, rest = rest.partition(" ")
+            flags.append(flag)
+            rest = rest.strip()
+        instructions.append(Instruction(keyword.upper(), rest, start, flags))
+    assert not pending, "the file ends inside a line continuation"
+    return instructions
+
+
+def stages(instructions: list[Instruction]) -> tuple[dict[str, str], list[list[Instruction]]]:
+    """Global ARG defaults, and the instructions of each stage (starting with its FROM)."""
+    global_args: dict[str, str] = {}
+    result: list[list[Instruction]] = []
+    for instruction in instructions:
+        if instruction.keyword == "FROM":
+            result.append([instruction])
+        elif result:
+            result[-1].append(instruction)
+        else:
+            assert instruction.keyword == "ARG", f"line {instruction.line}: only ARG may come before FROM"
+            name, _, default = instruction.args.partition("=")
+            global_args[name] = default
+    return global_args, result
+
+
+def expand(text: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args.get(m[1], m[0]), text)
+
+
+def base_images(path: Path) -> list[str]:
+    """The image of every FROM, with ARG defaults filled in; stage names (FROM build) excluded."""
+    global_args, all_stages = stages(parse(path.read_text()))
+    names, images = set(), []
+    for stage in all_stages:
+        words = stage[0].words()
+        image = expand(words[0], global_args)
+        if image not in names:
+            images.append(image)
+        if len(words) == 3 and words[1].upper() == "AS":
+            names.add(words[2])
+    return images
+
+
+@pytest.fixture(params=sorted(DOCKERFILES), ids=sorted(DOCKERFILES))
+def dockerfile(request) -> Path:
+    return DOCKERFILES[request.param]
+
+
+def test_the_three_images_exist():
+    assert set(DOCKERFILES) == {"operator", "vllm-ascend", "sglang"}
+
+
+def test_parses(dockerfile):
+    instructions = parse(dockerfile.read_text())
+    known = {"FROM", "ARG", "ENV", "LABEL", "WORKDIR", "COPY", "ADD", "RUN", "USER", "EXPOSE", "ENTRYPOINT", "CMD",
+             "HEALTHCHECK", "SHELL", "STOPSIGNAL", "VOLUME", "ONBUILD"}
+    assert instructions and {i.keyword for i in instructions} <= known
+    for instruction in instructions:
+        if instruction.keyword in ("ENTRYPOINT", "CMD"):
+            instruction.words()  # the exec form is valid JSON
+
+
+def test_buildkit_parser_agrees(dockerfile):
+    """Docker's own parser (the `dockerfile` package wraps BuildKit's) reads the same instructions."""
+    buildkit = pytest.importorskip("dockerfile", reason="pip install dockerfile (BuildKit's parser) to cross-check")
+    ours = [(i.keyword, i.line) for i in parse(dockerfile.read_text())]
+    theirs = [(c.cmd.upper(), c.start_line) for c in buildkit.parse_file(str(dockerfile))]
+    assert ours == theirs
+
+
+def test_bases_are_pinned(dockerfile):
+    for image in base_images(dockerfile):
+        assert "$" not in image, f"{image}: an ARG without a default"
+        name, _, digest = image.partition("@")
+        tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
+        assert digest.startswith("sha256:") or (tag and tag != "latest" and re.search(r"\d", tag)), (
+            f"{dockerfile.parent.name}: base {image} is not pinned to a versioned tag or digest")
+
+
+def test_runs_as_non_root(dockerfile):
+    global_args, all_stages = stages(parse(dockerfile.read_text()))
+    final = all_stages[-1]
+    args = dict(global_args)
+    for instruction in final:
+        if instruction.keyword == "ARG":
+            name, _, default = instruction.args.partition("=")
+            args[name] = default
+    users = [expand(i.args, args) for i in final if i.keyword == "USER"]
+    assert users, f"{dockerfile.parent.name}: the final stage sets no USER (it would run as the base's, often root)"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0", ""), f"{dockerfile.parent.name} runs as {users[-1]}"
+    assert user.isdigit(), "a numeric USER lets Kubernetes' runAsNonRoot verify it"
+
+
+def test_no_secrets(dockerfile):
+    text = dockerfile.read_text()
+    assert not re.search(r"://[^/\s:@]+:[^/\s@]+@", text), "credentials in a URL"
+    for instruction in parse(text):
+        if instruction.keyword in ("ENV", "ARG"):
+            for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", instruction.args) or [instruction.args.split()[0]]:
+                assert not SECRET_NAMES.search(name), f"line {instruction.line}: {name} looks like a secret"
+        if instruction.keyword in ("COPY", "ADD"):
+            for source in instruction.words()[:-1]:
+                assert not any(fnmatch.fnmatch(Path(source).name, p) or fnmatch.fnmatch(source, p)
+                               for p in SECRET_FILES), f"line {instruction.line} copies {source}"
+        if instruction.keyword == "ADD":
+            assert not re.match(r"https?://", instruction.args), "ADD of a URL is neither pinned nor checked"
+
+
+def dockerignore_rules() -> list[tuple[bool, str]]:
+    rules = []
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            rules.append((line.startswith("!"), line.lstrip("!").rstrip("/")))
+    return rules
+
+
+def sent_to_builder(relative: str) -> bool:
+    """Whether .dockerignore lets a path into the build context (last matching rule wins, as Docker does)."""
+    sent = True
+    for include, pattern in dockerignore_rules():
+        pattern = pattern.replace("**/", "*/")
+        parts = relative.split("/")
+        if any(fnmatch.fnmatch("/".join(parts[:n]), pattern) for n in range(1, len(parts) + 1)):
+            sent = include
+    return sent
+
+
+def test_copied_sources_exist_and_reach_the_builder(dockerfile):
+    for instruction in parse(dockerfile.read_text()):
+        if instruction.keyword == "COPY" and not any(f.startswith("--from") for f in instruction.flags):
+            for source in instruction.words()[:-1]:
+                assert (ROOT / source).exists(), f"{dockerfile.parent.name}: COPY {source}: no such file"
+                assert sent_to_builder(source.rstrip("/")), f"{source} is excluded by .dockerignore"
+
+
+def test_dockerignore_keeps_the_context_small():
+    for path in (".git", ".venv", "tests", "charts", "docs", ".pytest_cache", "operator/ascend_fleet.egg-info",
+                 "operator/ascend_fleet/__pycache__"):
+        assert not sent_to_builder(path), f"{path} would be sent to the builder"
+    assert sent_to_builder("operator/ascend_fleet/cli/main.py") and sent_to_builder("pyproject.toml")
+
+
+def test_operator_image():
+    instructions = parse(DOCKERFILES["operator"].read_text())
+    entrypoint = [i.words() for i in instructions if i.keyword == "ENTRYPOINT"]
+    assert entrypoint == [["ascend-fleet"]]
+    runs = " ".join(i.args for i in instructions if i.keyword == "RUN")
+    assert "pip wheel" in runs and "pip install" in runs
+    assert "65532" in " ".join(i.args for i in instructions if i.keyword == "USER"), "the chart's runAsUser"
+
+
+@pytest.mark.parametrize("engine", ["vllm-ascend", "sglang"])
+def test_engine_images_extend_the_operators_default_upstream_image(engine):
+    images = base_images(DOCKERFILES[engine])
+    assert images[-1] == DEFAULT_IMAGES[(engine, "ascend910b")], "the engine image's base"
+    text = DOCKERFILES[engine].read_text()
+    assert "UNCONFIRMED" in text, "say that the upstream tag is not confirmed"
+    runs = " ".join(i.args for i in parse(text) if i.keyword == "RUN")
+    assert "--no-deps" in runs, "only this package goes into the engine image, not the operator's dependencies"
+    module = {"vllm-ascend": "ascend_fleet.exporter.vllm_plugin", "sglang": "ascend_fleet.exporter.sglang"}[engine]
+    assert f"import {module}" in runs, "the build proves the exporter imports"
+
+
+def test_pip_installs_keep_no_cache():
+    for name, path in DOCKERFILES.items():
+        for instruction in parse(path.read_text()):
+            if instruction.keyword == "RUN" and "pip install" in instruction.args:
+                assert "--no-cache-dir" in instruction.args or "PIP_NO_CACHE_DIR=1" in path.read_text(), name
+
+
+def test_the_parser_catches_root_and_unpinned_bases(tmp_path):
+    """The checks above can fail."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN \\\n  echo hi\nUSER root\n")
+    assert base_images(bad) == ["python:latest"]
+    assert [i.keyword for i in parse(bad.read_text())] == ["FROM", "RUN", "USER"]
+    with pytest.raises(AssertionError):
+        test_bases_are_pinned(bad)
+    with pytest.raises(AssertionError):
+        test_runs_as_non_root(bad)
+    secret = tmp_path / "secret"
+    secret.write_text("FROM python:3.11.11\nENV HF_TOKEN=abc\nUSER 1000\n")
+    with pytest.raises(AssertionError):
+        test_no_secrets(secret)
