@@ -1,0 +1,437 @@
+"""A kubelet (and scheduler) simulator: pods go Pending -> Running -> Ready on loopback IPs.
+
+It plays the cluster components of the local cluster. Like a real kubelet it watches pods and writes their
+status, but it does so through the in-process :class:`~ascend_fleet.devcluster.store.ObjectStore` on the API
+server's own event loop rather than over HTTP: the writes take exactly the path HTTP writes take (new
+resourceVersions, watch events, finalizers), with no client, credentials, serialization or reconnects to
+manage, and a test control such as :meth:`KubeletSimulator.crash` is visible to every watcher at once.
+
+What it does to a created pod:
+
+1. binds it at once: ``spec.nodeName`` (round-robin over the simulated nodes ``sim-node-1..N`` unless the pod
+   names one) and the ``PodScheduled`` condition; resources, selectors and taints are not considered;
+2. after ``start_seconds``: phase ``Running``, a unique ``status.podIP`` from 127.10.0.1 upwards (Linux routes
+   all of 127.0.0.0/8 to ``lo``, so a simulated engine can bind to it), ``hostIP`` 127.0.0.1, ``startTime``,
+   the conditions and running ``containerStatuses``; then the listeners' ``on_pod_running``;
+3. after ``ready_seconds`` more: ``Ready`` (at once when it is 0).
+
+Deleting a pod removes it at once (grace periods are ignored: there is no process to stop), and the listeners
+get ``on_pod_stopped``. Test controls: :meth:`crash` (CrashLoopBackOff, still Running), :meth:`fail` (phase
+Failed) and :meth:`vanish` (deleted, as if its node went away).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import ipaddress
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import kmock
+
+from ascend_fleet.devcluster.store import PODS, ObjectStore, WatchStream, now_timestamp
+
+logger = logging.getLogger(__name__)
+
+NODES = kmock.resource("", "v1", "nodes")
+DEFAULT_NODE_CAPACITY = {"cpu": "192", "memory": "1536Gi", "pods": "110", "huawei.com/Ascend910": "8"}
+HOST_IP = "127.0.0.1"
+_T = TypeVar("_T")
+
+
+class PodListener(Protocol):
+    """What the kubelet calls when a pod starts running and when it stops (either method may be absent).
+
+    Methods get a copy of the pod as stored. Plain methods run in a worker thread (so they may block
+    briefly without stalling the API); ``async def`` methods run on the cluster's event loop. For one pod,
+    ``on_pod_stopped`` always comes after ``on_pod_running`` has returned, and only if it was called.
+    Exceptions are logged and otherwise ignored.
+    """
+
+    def on_pod_running(self, pod: dict[str, Any]) -> Any: ...
+
+    def on_pod_stopped(self, pod: dict[str, Any]) -> Any: ...
+
+
+class _PodGone(Exception):
+    """The pod was deleted (or replaced by a namesake) while the kubelet was working on it."""
+
+
+@dataclass
+class _Pod:
+    namespace: str
+    name: str
+    uid: str
+    last: dict[str, Any]
+    running: bool = False
+    crashed: bool = False
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+class KubeletSimulator:
+    """Runs every pod of the store on simulated nodes; see the module docstring for the lifecycle."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        start_seconds: float = 1.0,
+        ready_seconds: float = 1.0,
+        nodes: int = 4,
+        node_capacity: Mapping[str, str] | None = None,
+        first_ip: str = "127.10.0.1",
+    ) -> None:
+        """Simulate ``nodes`` nodes with ``node_capacity`` each (an Ascend 910 node by default)."""
+        self.store = store
+        self.start_seconds = start_seconds
+        self.ready_seconds = ready_seconds
+        self.node_names = [f"sim-node-{index}" for index in range(1, nodes + 1)]
+        self.node_capacity = dict(node_capacity or DEFAULT_NODE_CAPACITY)
+        self._listeners: list[PodListener] = []
+        self._pods: dict[str, _Pod] = {}
+        self._next_ip = ipaddress.IPv4Address(first_ip)
+        self._next_node = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stream: WatchStream | None = None
+        self._watcher: asyncio.Task[None] | None = None
+
+    def add_listener(self, listener: PodListener) -> None:
+        """Call ``listener`` on pod starts and stops from now on (pods already running are not replayed)."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: PodListener) -> None:
+        """Stop calling ``listener``."""
+        self._listeners.remove(listener)
+
+    # Lifecycle of the simulator ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register the nodes and start watching pods (on the loop that serves the store)."""
+        self._loop = asyncio.get_running_loop()
+        for name in self.node_names:
+            self._register_node(name)
+        self._stream = self.store.open_watch(PODS)
+        self._watcher = asyncio.create_task(self._watch(self._stream), name="kubelet-simulator")
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop watching, stop every pod (listeners get ``on_pod_stopped``) and wait for that to finish."""
+        if self._stream is not None:
+            self._stream.close()
+        if self._watcher is not None:
+            await asyncio.wait([self._watcher], timeout=timeout)
+            self._watcher.cancel()
+        tasks = [pod.task for pod in self._pods.values() if pod.task is not None]
+        for pod in self._pods.values():
+            pod.stopped.set()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+        self._loop = None
+
+    def _register_node(self, name: str) -> None:
+        try:
+            self.store.read_object(NODES, name)
+            return
+        except kmock.KubernetesError:
+            pass
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+        self.store.create_object(NODES, {"metadata": {"name": name, "labels": labels}, "spec": {}})
+        self.store.modify_object(NODES, name, lambda node: node.update(status=self._node_status(name)))
+
+    def _node_status(self, name: str) -> dict[str, Any]:
+        now = now_timestamp()
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status (simulated)",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        return {
+            "capacity": dict(self.node_capacity),
+            "allocatable": dict(self.node_capacity),
+            "conditions": [ready],
+            "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": name}],
+            "nodeInfo": {
+                "kubeletVersion": "v1.33.0-sim",
+                "containerRuntimeVersion": "sim://1.0",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        }
+
+    # Watching pods ------------------------------------------------------------------------------
+
+    async def _watch(self, stream: WatchStream) -> None:
+        async for event in stream:
+            pod = event.get("object") or {}
+            metadata = pod.get("metadata") or {}
+            if event["type"] == "DELETED" or metadata.get("deletionTimestamp"):
+                self._stopped(pod)
+            elif event["type"] in ("ADDED", "MODIFIED"):
+                self._seen(pod)
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        state = self._pods.get(metadata["uid"])
+        if state is not None:
+            state.last = pod
+            return
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        state = _Pod(metadata.get("namespace", ""), metadata["name"], metadata["uid"], pod)
+        self._pods[state.uid] = state
+        state.task = asyncio.create_task(self._lifecycle(state), name=f"pod {state.namespace}/{state.name}")
+
+    def _stopped(self, pod: dict[str, Any]) -> None:
+        state = self._pods.get(pod["metadata"]["uid"])
+        if state is not None:
+            state.last = pod
+            state.stopped.set()
+
+    async def _lifecycle(self, state: _Pod) -> None:
+        try:
+            self._edit(state, self._bind)
+            if await _wait(state.stopped, self.start_seconds):
+                return
+            ready_now = self.ready_seconds <= 0
+            ip = self._allocate_ip()
+            pod = self._edit(state, lambda pod: _run(pod, ip, ready=ready_now))
+            state.running = True
+            await self._notify("on_pod_running", pod)
+            if not ready_now and not await _wait(state.stopped, self.ready_seconds) and not state.crashed:
+                self._edit(state, lambda pod: _set_ready(pod, True))
+            await state.stopped.wait()
+        except _PodGone:
+            pass
+        finally:
+            self._pods.pop(state.uid, None)
+            if state.running:
+                await self._notify("on_pod_stopped", state.last)
+
+    def _bind(self, pod: dict[str, Any]) -> None:
+        spec = pod.setdefault("spec", {})
+        if not spec.get("nodeName"):
+            spec["nodeName"] = self.node_names[self._next_node % len(self.node_names)]
+            self._next_node += 1
+        status = pod.setdefault("status", {})
+        status.setdefault("phase", "Pending")
+        _set_condition(status, "PodScheduled", True)
+
+    def _allocate_ip(self) -> str:
+        # Never reused, never .0 or .255: each pod gets an address nothing else has bound.
+        while self._next_ip.packed[-1] in (0, 255):
+            self._next_ip += 1
+        ip, self._next_ip = self._next_ip, self._next_ip + 1
+        return str(ip)
+
+    def _edit(self, state: _Pod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        def guarded(pod: dict[str, Any]) -> None:
+            if pod["metadata"]["uid"] != state.uid:
+                raise _PodGone
+            change(pod)
+
+        try:
+            pod = self.store.modify_object(PODS, state.name, guarded, state.namespace)
+        except kmock.KubernetesError as e:
+            raise _PodGone from e
+        state.last = pod
+        return pod
+
+    async def _notify(self, hook: str, pod: dict[str, Any]) -> None:
+        for listener in list(self._listeners):
+            method = getattr(listener, hook, None)
+            if method is None:
+                continue
+            try:
+                if inspect.iscoroutinefunction(method):
+                    await method(copy.deepcopy(pod))
+                else:
+                    await asyncio.to_thread(method, copy.deepcopy(pod))
+            except Exception:
+                logger.exception("Pod listener %r failed in %s; the kubelet carries on.", listener, hook)
+
+    # Test controls (thread-safe) -------------------------------------------------------------------
+
+    def crash(self, namespace: str, name: str, container: str | None = None) -> dict[str, Any]:
+        """Crash a running pod's container (all of them if ``container`` is None) into CrashLoopBackOff.
+
+        Its ``restartCount`` grows by one, it is not ready, and the pod is not Ready but stays Running.
+        Returns the pod; raises LookupError if the pod (or container) is not running here.
+        """
+        return self._call(self._crash, namespace, name, container)
+
+    def fail(self, namespace: str, name: str) -> dict[str, Any]:
+        """Turn a pod to phase Failed (its containers terminated with exit code 1); returns the pod."""
+        return self._call(self._fail, namespace, name)
+
+    def vanish(self, namespace: str, name: str) -> None:
+        """Delete a pod, as if its node disappeared; raises LookupError if there is no such pod."""
+        self._call(self._vanish, namespace, name)
+
+    def pod_ip(self, namespace: str, name: str) -> str | None:
+        """The IP the simulator gave a pod, if it is running."""
+        return self._call(self._pod_ip, namespace, name)
+
+    def _call(self, function: Callable[..., _T], *args: Any) -> _T:
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the kubelet simulator is not running")
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            return function(*args)
+
+        async def call() -> _T:
+            return function(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=30)
+
+    def _state(self, namespace: str, name: str) -> _Pod:
+        for state in self._pods.values():
+            if (state.namespace, state.name) == (namespace, name) and not state.stopped.is_set():
+                return state
+        raise LookupError(f"pod {namespace}/{name} is not running on the simulated nodes")
+
+    def _crash(self, namespace: str, name: str, container: str | None) -> dict[str, Any]:
+        state = self._state(namespace, name)
+        if not state.running:
+            raise LookupError(f"pod {namespace}/{name} has not started yet")
+        names = [status["name"] for status in state.last.get("status", {}).get("containerStatuses", [])]
+        if container is not None and container not in names:
+            raise LookupError(f"pod {namespace}/{name} has no container {container!r}")
+        state.crashed = True
+        return self._edit(state, lambda pod: _crash(pod, [container] if container else names))
+
+    def _fail(self, namespace: str, name: str) -> dict[str, Any]:
+        state = self._state(namespace, name)
+        pod = self._edit(state, _fail)
+        state.stopped.set()
+        return pod
+
+    def _vanish(self, namespace: str, name: str) -> None:
+        try:
+            self.store.delete_object(PODS, name, namespace)
+        except kmock.KubernetesError as e:
+            raise LookupError(f"pod {namespace}/{name} not found") from e
+
+    def _pod_ip(self, namespace: str, name: str) -> str | None:
+        try:
+            state = self._state(namespace, name)
+        except LookupError:
+            return None
+        return (state.last.get("status") or {}).get("podIP")
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``event``; True if it was set."""
+    try:
+        await asyncio.wait_for(event.wait(), max(seconds, 0))
+    except TimeoutError:
+        return event.is_set()
+    return True
+
+
+def _set_condition(status: dict[str, Any], kind: str, value: bool, reason: str | None = None) -> None:
+    conditions = status.setdefault("conditions", [])
+    text = "True" if value else "False"
+    current = next((c for c in conditions if c.get("type") == kind), None)
+    if current is None:
+        current = {"type": kind, "status": text, "lastProbeTime": None, "lastTransitionTime": now_timestamp()}
+        conditions.append(current)
+    elif current.get("status") != text:
+        current.update(status=text, lastTransitionTime=now_timestamp())
+    if reason:
+        current["reason"] = reason
+    else:
+        current.pop("reason", None)
+
+
+def _run(pod: dict[str, Any], ip: str, *, ready: bool) -> None:
+    now = now_timestamp()
+    status = pod.setdefault("status", {})
+    status.update(
+        phase="Running",
+        podIP=ip,
+        podIPs=[{"ip": ip}],
+        hostIP=HOST_IP,
+        hostIPs=[{"ip": HOST_IP}],
+        startTime=status.get("startTime") or now,
+    )
+    status["containerStatuses"] = [
+        {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": "",
+            "containerID": f"sim://{pod['metadata']['uid']}/{container['name']}",
+            "ready": ready,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": now}},
+        }
+        for container in pod.get("spec", {}).get("containers") or []
+    ]
+    _set_condition(status, "Initialized", True)
+    _set_ready(pod, ready)
+
+
+def _set_ready(pod: dict[str, Any], ready: bool) -> None:
+    status = pod.setdefault("status", {})
+    for container in status.get("containerStatuses") or []:
+        container["ready"] = ready and "running" in (container.get("state") or {})
+    _sync_readiness(status)
+
+
+def _sync_readiness(status: dict[str, Any]) -> None:
+    # The pod is ready when all its containers are (no readiness gates here).
+    all_ready = all(container["ready"] for container in status.get("containerStatuses") or [])
+    reason = None if all_ready else "ContainersNotReady"
+    _set_condition(status, "ContainersReady", all_ready, reason)
+    _set_condition(status, "Ready", all_ready, reason)
+
+
+def _crash(pod: dict[str, Any], containers: list[str]) -> None:
+    now = now_timestamp()
+    status = pod["status"]
+    for container in status.get("containerStatuses") or []:
+        if container["name"] not in containers:
+            continue
+        started = (container.get("state") or {}).get("running", {}).get("startedAt", now)
+        container.update(
+            ready=False,
+            started=False,
+            restartCount=int(container.get("restartCount", 0)) + 1,
+            lastState={
+                "terminated": {"exitCode": 1, "reason": "Error", "startedAt": started, "finishedAt": now}
+            },
+            state={
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off 10s restarting failed container={container['name']}",
+                }
+            },
+        )
+    _sync_readiness(status)
+
+
+def _fail(pod: dict[str, Any]) -> None:
+    now = now_timestamp()
+    status = pod.setdefault("status", {})
+    status["phase"] = "Failed"
+    for container in status.get("containerStatuses") or []:
+        started = (container.get("state") or {}).get("running", {}).get("startedAt", now)
+        container.update(
+            ready=False,
+            started=False,
+            state={"terminated": {"exitCode": 1, "reason": "Error", "startedAt": started, "finishedAt": now}},
+        )
+    _set_ready(pod, False)
