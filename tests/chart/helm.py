@@ -30,6 +30,7 @@ import yaml
 from tests.support.paths import ROOT
 
 CHART = ROOT / "charts" / "ascend-fleet"
+VALUES_SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 VALUES = ROOT / "tests" / "chart" / "values"
 SEVERITIES = {0: "UNKNOWN", 1: "INFO", 2: "WARNING", 3: "ERROR"}
 _TIMEOUT = 120

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
@@ -113,3 +115,33 @@ def check_expressions(exprs: Iterable[str]) -> str:
         path.write_text(yaml.safe_dump({"groups": [{"name": "check", "rules": rules}]}))
         done = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False)
     return "" if done.returncode == 0 else done.stdout + done.stderr
+
+
+def pod_port(namespace: str, pod: str, port: str, labels: dict[str, str], address: str) -> dict[str, Any]:
+    """A static target carrying the meta labels Kubernetes pod discovery gives one container port."""
+    meta = {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_name": pod,
+            "__meta_kubernetes_pod_container_port_name": port}
+    for key, value in labels.items():
+        meta["__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)] = value
+    return {"targets": [address], "labels": meta}
+
+
+ENGINE_LABELS = {"app.kubernetes.io/name": "ascend-fleet-engine", "inference.ascendfleet.io/name": "qwen",
+                 "inference.ascendfleet.io/replica": "1", "inference.ascendfleet.io/rank": "0"}
+
+
+def discovered_targets(job: dict[str, Any], targets: list[dict[str, Any]], tmp_path: Path) -> list[dict[str, str]]:
+    """What Prometheus scrapes: ``promtool check service-discovery`` applies the job's relabelling to targets.
+
+    Debian's Prometheus is built without Kubernetes discovery, so static targets stand in for the pod ports
+    it would find; the relabelling under test is the same. Static targets are there at once, so a short
+    discovery timeout loses nothing.
+    """
+    config = {"scrape_configs": [{**{k: v for k, v in job.items() if k != "kubernetes_sd_configs"},
+                                  "static_configs": targets}]}
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run([promtool(), "check", "service-discovery", "--timeout=1s", str(path), job["job_name"]],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [t["labels"] for t in json.loads(done.stdout) if t["labels"]]

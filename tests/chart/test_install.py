@@ -22,7 +22,14 @@ from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api.settings import OperatorSettings
 from tests.chart import helm
-from tests.chart.promql import exported_metric_names, metric_names, promtool
+from tests.chart.promql import (
+    ENGINE_LABELS,
+    discovered_targets,
+    exported_metric_names,
+    metric_names,
+    pod_port,
+    promtool,
+)
 from tests.support.paths import CRD_FILE
 
 KUBERNETES_VERSION = "1.33"
@@ -378,6 +385,25 @@ def test_pod_monitor_gives_the_catalog_its_labels(releases):
     assert scoped["spec"]["namespaceSelector"] == {"matchNames": WATCHED}
 
 
+@pytest.mark.skipif(promtool() is None, reason="needs promtool (Debian: apt-get install prometheus)")
+def test_pod_monitor_relabelling_in_prometheus(releases, tmp_path):
+    """Prometheus applies the PodMonitor's relabelings (as the Prometheus Operator writes them into its config,
+    after keeping the endpoint's port) and the engine series get the catalog's labels."""
+    endpoint = one(releases["everything"], "PodMonitor")["spec"]["podMetricsEndpoints"][0]
+    snake = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    job = {"job_name": "engines", "relabel_configs": [
+        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": endpoint["port"], "action": "keep"},
+        *({snake.get(k, k): v for k, v in rule.items()} for rule in endpoint["relabelings"]),
+    ]}
+    targets = discovered_targets(job, [pod_port("llm-prod", "qwen-1", "npu-metrics", ENGINE_LABELS, "10.0.0.1:9410"),
+                                       pod_port("llm-prod", "qwen-1", "http", ENGINE_LABELS, "10.0.0.1:8000")],
+                                 tmp_path)
+    assert len(targets) == 1
+    assert {k: targets[0][k] for k in ("namespace", "inference", "replica", "rank", "pod", "cluster")} == {
+        "namespace": "llm-prod", "inference": "qwen", "replica": "1", "rank": "0", "pod": "qwen-1",
+        "cluster": "npu-a"}
+
+
 def test_dashboard_configmap_holds_the_dashboard(releases):
     configmap = find(releases["everything"], "ConfigMap", "fleet-operator-dashboard")[0]
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -517,7 +543,7 @@ def test_notes_tell_what_to_do_next(installed):
     defaults, namespaced = installed["defaults"].notes, installed["namespaced"].notes
     assert "rollout status deployment/defaults-ascend-fleet" in defaults
     assert "control loop is OFF" in defaults and "podMonitor.enabled=true" in defaults
-    assert "kubectl apply --server-side -f <chart>/crds/" in defaults
+    assert "kubectl apply --server-side --force-conflicts -f <chart>/crds/" in defaults
     assert "control loop is OFF" not in namespaced
     assert "kubectl apply -n llm-prod -f -" in namespaced and "kubectl get ainf -n llm-prod" in namespaced
     assert "podMonitor.enabled=true" not in installed["everything"].notes

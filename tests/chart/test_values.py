@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -12,8 +11,8 @@ import pytest
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.api.units import DURATION_PATTERN
 from tests.chart.helm import CHART, default_values, lint, merged_values, values_file
+from tests.chart.helm import VALUES_SCHEMA as SCHEMA
 
-SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
 
 
