@@ -20,6 +20,7 @@ import pytest
 import yaml
 from kubernetes_validate import validate as k8s_validate
 
+from ascend_fleet.api.catalog import PRESET_ASCEND_FLEET, PRESETS
 from ascend_fleet.api.settings import OperatorSettings
 from tests.chart import helm
 from tests.chart.promql import (
@@ -195,7 +196,7 @@ def test_config_file_carries_the_values(releases):
     assert everything.prometheus.url == "http://prometheus-operated.monitoring.svc:9090"
     assert (everything.control.interval, everything.control.min_samples_fraction) == (30.0, 0.9)
     assert everything.control.catalog_preset == "npu-exporter"
-    assert everything.control.catalog["kv_cache_usage"].startswith("max by (namespace, inference, replica)")
+    assert everything.control.catalog["ttft_p95"].startswith("histogram_quantile(0.95, sum by (namespace")
     assert (everything.reconcile.backoff_initial, everything.reconcile.backoff_max) == (10.0, 300.0)
     # An engine whose repository is empty falls back to the operator's built-in image.
     assert everything.images == {"vllm-ascend": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1"}
@@ -518,6 +519,10 @@ def test_alerts_mirror_the_default_rules(releases):
     assert rules["AscendFleetMemoryFragmentationHigh"]["for"] == "10m"
     description = rules["AscendFleetMemoryFragmentationHigh"]["annotations"]["description"]
     assert "{{ $labels.replica }}" in description and "{{ $labels.inference }}" in description
+    # The same series the control loop's default catalog reads, aggregated as the default rules' scopes are.
+    catalog = PRESETS[PRESET_ASCEND_FLEET]
+    assert rules["AscendFleetMemoryFragmentationHigh"]["expr"] == f"{catalog['mem_fragmentation']} > 0.15"
+    assert metric_names(rules["AscendFleetNPUUtilizationHigh"]["expr"]) == metric_names(catalog["npu_utilization"])
     exported = exported_metric_names()
     for name in ("AscendFleetNPUUtilizationHigh", "AscendFleetMemoryFragmentationHigh", "AscendFleetMetricsMissing"):
         assert metric_names(rules[name]["expr"]) <= exported, name

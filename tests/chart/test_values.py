@@ -8,6 +8,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from ascend_fleet.api.catalog import PRESETS
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.api.units import DURATION_PATTERN
 from tests.chart.helm import CHART, default_values, lint, merged_values, values_file
@@ -148,6 +149,13 @@ def test_config_values_are_exactly_the_operator_settings():
     chart_keys = set(schema_leaves(config_schema))
     assert chart_keys == settings_keys(OperatorSettings) - {"images"}
     assert set(SCHEMA["properties"]["engineImages"]["properties"]) == {"vllm-ascend", "sglang"}
+
+
+def test_catalog_presets_and_names_are_the_operators():
+    control = SCHEMA["properties"]["config"]["properties"]["control"]["properties"]
+    assert control["catalogPreset"]["enum"] == list(PRESETS)
+    name_pattern = control["catalog"]["propertyNames"]["pattern"]
+    assert all(re.match(name_pattern, name) for preset in PRESETS.values() for name in preset)
 
 
 def test_default_config_is_valid_operator_settings():
