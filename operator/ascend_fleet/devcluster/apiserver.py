@@ -20,6 +20,7 @@ the HTTP requests; see :mod:`ascend_fleet.devcluster.store` for the threading ru
 from __future__ import annotations
 
 import json
+import logging
 import traceback
 import warnings
 from collections.abc import AsyncIterator, Mapping
@@ -34,7 +35,10 @@ from kmock._internal import rendering  # StreamingError: how kmock signals a fai
 
 from ascend_fleet.devcluster import errors, patches, tables
 from ascend_fleet.devcluster.resources import ServedResource, preferred_version, version_priority
-from ascend_fleet.devcluster.store import ObjectStore, WatchStream, status_object
+from ascend_fleet.devcluster.store import ObjectStore
+from ascend_fleet.devcluster.watches import WatchStream
+
+logger = logging.getLogger(__name__)
 
 # Subresources of a namespace; anything else after /namespaces/<name>/ is a namespaced resource.
 _NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
@@ -238,6 +242,9 @@ class LocalKubernetes(kmock.KubernetesEmulator):
         except kmock.KubernetesError as e:
             return await self._answer_error(e, raw_response)
         except Exception as e:
+            logger.exception(
+                "The local Kubernetes API failed to serve %s %s", raw_request.method, raw_request.path
+            )
             if not self._errors:
                 raise
             self._errors[-1].append(e)
@@ -514,10 +521,10 @@ def _propagation(request: kmock.Request) -> str:
 
 def _as_status(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, kmock.KubernetesError):
-        return status_object(exc)
+        return errors.status_object(exc)
     # An unexpected failure of this server: say what it was, as a real server's 500 would.
     message = "".join(traceback.format_exception_only(exc)).strip()
-    return status_object(errors.status_error(500, "InternalError", message))
+    return errors.status_object(errors.status_error(500, "InternalError", message))
 
 
 async def _watch_events(

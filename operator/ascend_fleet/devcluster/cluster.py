@@ -36,7 +36,7 @@ _STARTUP_TIMEOUT = 30.0
 _T = TypeVar("_T")
 
 
-def kubeconfig(url: str, namespace: str = "default") -> dict[str, Any]:
+def kubeconfig_for(url: str, namespace: str = "default") -> dict[str, Any]:
     """A kubeconfig for a server without authentication: cluster, user and context ``ascend-fleet-dev``."""
     return {
         "apiVersion": "v1",
@@ -115,7 +115,7 @@ class DevCluster:
         """Write a kubeconfig for this cluster to ``path``; it becomes :attr:`kubeconfig_path`."""
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(kubeconfig(self.url), sort_keys=False))
+        path.write_text(yaml.safe_dump(kubeconfig_for(self.url), sort_keys=False))
         self.kubeconfig_path = path
         return path
 

@@ -94,3 +94,17 @@ def unsupported_media_type(content_type: str) -> kmock.KubernetesError:
 def expired(message: str) -> kmock.KubernetesError:
     """410 Expired (Gone) for a watch or continue token older than the kept history."""
     return status_error(410, "Expired", message)
+
+
+def status_object(error: kmock.KubernetesError) -> dict[str, Any]:
+    """The ``v1 Status`` body of an API error."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "message": error.message or "",
+        "reason": error.reason or "",
+        "details": error.details or {},
+        "code": error.status,
+    }

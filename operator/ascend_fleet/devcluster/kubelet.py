@@ -33,7 +33,8 @@ from typing import Any, Protocol, TypeVar
 
 import kmock
 
-from ascend_fleet.devcluster.store import PODS, ObjectStore, WatchStream, now_timestamp
+from ascend_fleet.devcluster.store import PODS, ObjectStore, now_timestamp
+from ascend_fleet.devcluster.watches import WatchStream
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ schema nor pruned; deleting a CRD removes its objects at once, finalizers or not
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import collections
 import copy
@@ -34,8 +33,7 @@ import json
 import random
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import kmock
@@ -51,6 +49,7 @@ from ascend_fleet.devcluster.resources import (
     served_resources,
 )
 from ascend_fleet.devcluster.selectors import FieldSelector, LabelSelector, SelectorError
+from ascend_fleet.devcluster.watches import Change, WatchStream
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 PODS = kmock.resource("", "v1", "pods")
@@ -79,117 +78,6 @@ Key = tuple[kmock.resource, str | None, str]
 def now_timestamp() -> str:
     """The current time in the API's RFC 3339 form (whole seconds, UTC)."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class Change:
-    """One committed write as watches see it: its resourceVersion, event type, new and previous state."""
-
-    revision: int
-    type: str
-    obj: dict[str, Any]
-    old: dict[str, Any] | None
-
-
-class WatchStream:
-    """One watch: its filters and a queue of changes. Iterate it (``async for``) to get watch events.
-
-    It ends when ``timeout`` passes, when :meth:`close` is called (server shutdown, CRD deletion), or after
-    an ``ERROR`` event; leaving the iteration unregisters it from the store.
-    """
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        served: ServedResource,
-        *,
-        namespace: str | None,
-        name: str | None,
-        labels: LabelSelector,
-        fields: FieldSelector,
-        bookmarks: bool,
-        timeout: float | None,
-        bookmark_interval: float,
-    ) -> None:
-        self.served = served
-        self._store = store
-        self._namespace = namespace
-        self._name = name
-        self._labels = labels
-        self._fields = fields
-        self._bookmarks = bookmarks
-        self._timeout = timeout
-        self._bookmark_interval = bookmark_interval
-        self._queue: asyncio.Queue[Change | None] = asyncio.Queue()
-        self._initial: list[dict[str, Any]] = []
-        self._finished = False
-
-    def push(self, change: Change) -> None:
-        """Queue a committed change (filtering happens when it is consumed)."""
-        self._queue.put_nowait(change)
-
-    def close(self) -> None:
-        """End the stream after the changes already queued."""
-        self._queue.put_nowait(None)
-
-    def matches(self, obj: Mapping[str, Any]) -> bool:
-        """Whether an object is in this watch's scope (namespace, name, label and field selectors)."""
-        metadata = obj.get("metadata", {})
-        return (
-            (self._namespace is None or metadata.get("namespace") == self._namespace)
-            and (self._name is None or metadata.get("name") == self._name)
-            and self._labels.matches(metadata.get("labels"))
-            and self._fields.matches(obj)
-        )
-
-    def event_for(self, change: Change) -> dict[str, Any] | None:
-        """The watch event a change means for this watch, if any (entering or leaving the selector counts)."""
-        now_in = self.matches(change.obj)
-        was_in = change.old is not None and self.matches(change.old)
-        event_type = change.type
-        if event_type == "MODIFIED" and now_in != was_in:
-            event_type = "ADDED" if now_in else "DELETED"
-        elif not now_in:
-            return None
-        return {"type": event_type, "object": self._store.present(self.served, change.obj)}
-
-    def bookmark(self, *, initial_events_end: bool = False) -> dict[str, Any]:
-        """A ``BOOKMARK`` event carrying the current resourceVersion."""
-        metadata: dict[str, Any] = {"resourceVersion": str(self._store.revision)}
-        if initial_events_end:
-            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return {
-            "type": "BOOKMARK",
-            "object": {"kind": self.served.kind, "apiVersion": self.served.api_version, "metadata": metadata},
-        }
-
-    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout if self._timeout else None
-        try:
-            for event in self._initial:
-                yield event
-            while not self._finished:
-                try:
-                    change = await asyncio.wait_for(self._queue.get(), self._wait_time(loop, deadline))
-                except TimeoutError:
-                    if deadline is not None and loop.time() >= deadline:
-                        return
-                    yield self.bookmark()
-                    continue
-                if change is None:
-                    return
-                event = self.event_for(change)
-                if event is not None:
-                    yield event
-        finally:
-            self._store.forget_watch(self)
-
-    def _wait_time(self, loop: asyncio.AbstractEventLoop, deadline: float | None) -> float | None:
-        waits = [deadline - loop.time()] if deadline is not None else []
-        if self._bookmarks:
-            waits.append(self._bookmark_interval)
-        return max(0.0, min(waits)) if waits else None
 
 
 class ObjectStore:
@@ -318,10 +206,10 @@ class ObjectStore:
             timeout=timeout,
             bookmark_interval=self.bookmark_interval,
         )
-        stream._initial = self._initial_events(stream, resource_version, send_initial_events)
+        initial = self._initial_events(stream, resource_version, send_initial_events)
         if send_initial_events and allow_bookmarks:
-            stream._initial.append(stream.bookmark(initial_events_end=True))
-        stream._finished = any(event["type"] == "ERROR" for event in stream._initial)
+            initial.append(stream.bookmark(initial_events_end=True))
+        stream.begin_with(initial)
         self._watches[served.storage].add(stream)
         if self._closing:
             stream.close()
@@ -343,7 +231,7 @@ class ObjectStore:
             raise errors.bad_request(f"invalid resourceVersion {resource_version!r}") from e
         if since < self._oldest.get(served.storage, 0):
             status = errors.expired(f"too old resource version: {since} ({self._oldest[served.storage]})")
-            return [{"type": "ERROR", "object": status_object(status)}]
+            return [{"type": "ERROR", "object": errors.status_object(status)}]
         changes = self._changes.get(served.storage, ())
         events = [stream.event_for(change) for change in changes if change.revision > since]
         return [event for event in events if event is not None]
@@ -843,20 +731,6 @@ class ObjectStore:
             self._custom.pop(resource, None)
             if resource in self.resources:
                 del self.resources[resource]
-
-
-def status_object(error: kmock.KubernetesError) -> dict[str, Any]:
-    """The ``v1 Status`` body of an API error."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Status",
-        "metadata": {},
-        "status": "Failure",
-        "message": error.message or "",
-        "reason": error.reason or "",
-        "details": error.details or {},
-        "code": error.status,
-    }
 
 
 def _details(served: ServedResource) -> dict[str, str]:
