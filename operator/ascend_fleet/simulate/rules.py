@@ -1,0 +1,127 @@
+"""The project's rules as a simulator policy, decided by the operator's own evaluation code.
+
+Nothing of the rule semantics is re-implemented here: every control tick this adapter
+
+1. builds the :class:`~ascend_fleet.control.evaluate.FleetState` the operator would read from the API
+   (replica count, rules, bounds, disruption budget, replicas ready or draining, recorded actions);
+2. answers the very queries the operator would send to Prometheus
+   (:func:`~ascend_fleet.control.evaluate.queries_for`), computing each subquery's extreme and sample
+   count from the simulated scrapes, and hands them over as Prometheus vectors;
+3. calls :func:`~ascend_fleet.control.evaluate.decide` and turns its decisions into a replica count and
+   restarts, remembering them as ``status.actions`` would, for the cooldowns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..api.settings import ControlSettings
+from ..api.v1alpha1 import AscendInferenceSpec, Rule
+from ..control import evaluate
+from ..control.queries import Observations, Query
+from .metrics import METRICS, MetricStore
+from .model import DRAINING, SERVING, Decision, FleetView
+
+NAMESPACE = "simulated"
+
+# Prometheus aggregates per-replica series with avg by (namespace, inference[, replica]); the simulated
+# exporter already has one series per replica, so the replica-level value is the sample itself.
+_STATS = {
+    "min": min,
+    "max": max,
+    "count": len,
+}
+
+
+@dataclass
+class RulesPolicy:
+    """The spec's rules (optionally without ``restart_service``), steered like the operator steers."""
+
+    spec: AscendInferenceSpec
+    name: str = "rules"
+    restarts: bool = True
+    settings: ControlSettings = field(default_factory=ControlSettings)
+    inference: str = "simulated"
+    decisions: list[evaluate.Decision] = field(default_factory=list, repr=False)
+    _actions: list[evaluate.PastAction] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self.evaluation = evaluate.Policy.from_settings(self.settings)
+        self.interval = float(self.evaluation.interval)
+        self.rules: tuple[Rule, ...] = tuple(
+            r for r in self.spec.rules if self.restarts or r.action != "restart_service"
+        )
+        self._queries = evaluate.queries_for([self._fleet_state(0, {})], self.evaluation)
+        names = {expression: metric for metric, expression in self.evaluation.catalog.entries.items()}
+        self._metric_of = {q: names.get(q.window.expression) for q in self._queries}
+        # Keep each recorded action as long as any cooldown or notify spacing could still read it.
+        bounds = self.spec.autoscaling
+        self._memory = max(bounds.scale_up_cooldown, bounds.scale_down_cooldown, bounds.restart_cooldown,
+                           *(float(r.for_) for r in self.rules), 0.0) + self.interval
+
+    def decide(self, view: FleetView) -> Decision:
+        states = {
+            r.index: evaluate.ReplicaInfo(
+                index=r.index, ready=r.state in (SERVING, DRAINING), draining=r.state == DRAINING,
+                serving_since=r.ready_at,
+            )
+            for r in view.replicas
+        }
+        fleet = self._fleet_state(view.desired, states)
+        observations = self._observe(view.metrics, view.now)
+        decisions = evaluate.decide([fleet], observations, view.now, self.evaluation)
+        self.decisions.extend(decisions)
+        self._remember(decisions, view.now)
+        if self.spec.autoscaling.dry_run:
+            return Decision()
+        replicas = None
+        restart = []
+        for d in decisions:
+            if d.action in ("scale_up", "scale_down") and d.replicas_to is not None:
+                replicas = d.replicas_to
+            elif d.action == "restart_service" and d.replica is not None:
+                restart.append(d.replica)
+        return Decision(replicas=replicas, restart=tuple(restart))
+
+    # ----- what the operator would read -----
+
+    def _fleet_state(self, replicas: int, states: dict[int, evaluate.ReplicaInfo]) -> evaluate.FleetState:
+        return evaluate.FleetState(
+            namespace=NAMESPACE, name=self.inference, replicas=replicas, rules=self.rules,
+            autoscaling=self.spec.autoscaling, max_unavailable=self.spec.disruption.max_unavailable,
+            replica_states=states, actions=tuple(self._actions),
+        )
+
+    def _remember(self, decisions: list[evaluate.Decision], now: float) -> None:
+        """Newest first, as status.actions; old entries go once no cooldown can need them."""
+        new = [evaluate.PastAction(now, d.rule, d.action, d.target, d.dry_run) for d in decisions]
+        self._actions = [*new, *(a for a in self._actions if now - a.time <= self._memory)]
+
+    def _observe(self, store: MetricStore, now: float) -> Observations:
+        """Answer the operator's queries from the simulated scrapes, as Prometheus would."""
+        observations = Observations()
+        for query in self._queries:
+            metric = self._metric_of[query]
+            if metric not in METRICS:
+                observations.record(query, [])  # a metric the simulator does not export: no series
+                continue
+            observations.record(query, _vector(store, query, metric, now, self.inference))
+        return observations
+
+
+def _vector(store: MetricStore, query: Query, metric: str, now: float, inference: str) -> list[dict]:
+    """The instant vector ``<stat>_over_time((avg by (...) (metric))[window:step])`` at ``now``."""
+    window = query.window
+    start = now - window.seconds
+    reduce = _STATS[query.stat]
+    labels = {"namespace": NAMESPACE, "inference": inference}
+    if window.scope == "replica":
+        answer = []
+        for index in store.replicas_in(start, now):
+            values = [v for _, v in store.replica_series(metric, index, start, now)]
+            answer.append({"metric": {**labels, "replica": str(index)}, "value": [now, str(reduce(values))]})
+        return answer
+    values = [v for _, v in store.fleet_series(metric, start, now)]
+    if not values:
+        return []
+    return [{"metric": labels, "value": [now, str(reduce(values))]}]
