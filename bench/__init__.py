@@ -1,0 +1,1 @@
+"""Benchmarks; each subpackage runs with ``python -m bench.<name>`` from the repository root."""
