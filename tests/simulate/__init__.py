@@ -1,0 +1,1 @@
+"""Tests of the fleet simulator (ascend_fleet.simulate) and bench/policy."""
