@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import traceback
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,9 +203,10 @@ class LocalKubernetes(kmock.KubernetesEmulator):
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
-        # kmock has no action for PUT or deletecollection; these fallbacks serve them after the others.
-        self.fallback[kmock.method.PUT] << self._serve_replace
-        self.fallback[kmock.method.DELETE] << self._serve_delete_collection
+        # kmock's built-in fallback reactions are replaced by `_route`: kmock finds a reaction by iterating
+        # every request recorded so far, which makes each request slower than the last. Reactions that users
+        # add (fault injection, canned answers) still go through kmock's matching, and before `_route`.
+        self._payloads.clear()
         with warnings.catch_warnings():  # kmock 0.8 reads its data with a deprecated importlib call
             warnings.simplefilter("ignore", DeprecationWarning)
             self.resources.load_bundled()  # without the built-ins, kopf waits forever for namespaces and CRDs
@@ -273,15 +275,67 @@ class LocalKubernetes(kmock.KubernetesEmulator):
         await raw_response.write(json.dumps(event).encode() + b"\n")
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        # Writes are committed first and then answered by the DSL, as kmock does: a reaction that
-        # replaces the answer (fault injection) still leaves the write done ("committed, response lost").
-        if not _is_write(request):
-            return await kmock.RawHandler._handle(self, request)
-        self._outcomes[request] = self._write(request)
+        # Writes are committed before any reaction, as kmock does: a reaction that replaces the answer
+        # (fault injection) still leaves the write done ("committed, response lost").
+        if _is_write(request):
+            self._outcomes[request] = self._write(request)
         try:
-            return await kmock.RawHandler._handle(self, request)
+            response = await self._react(request, fallbacks=False)
+            if response is not None:
+                return response
+            handler = self._route(request)
+            if handler is not None:
+                return await kmock.Response(payload=handler)(request)
+            response = await self._react(request, fallbacks=True)
+            if response is not None:
+                return response
+            raise errors.not_found("", None)
         finally:
             self._outcomes.pop(request, None)
+
+    async def _react(self, request: kmock.Request, *, fallbacks: bool) -> aiohttp.web.StreamResponse | None:
+        """The answer of the first user-defined reaction that takes the request, by kmock's rules.
+
+        ``fallbacks`` selects the reactions of fallback priority (``emulator.fallback[...] << ...``): they
+        answer only what :meth:`_route` does not know, as kmock's own fallbacks would have come first.
+        """
+        for payload in _by_priority(self._payloads):
+            if _is_fallback(payload) != fallbacks or payload._disabled.is_set():
+                continue
+            if request in payload._source:
+                try:
+                    return await payload(request)
+                except rendering.ReactionMismatchError:  # the reaction is depleted
+                    payload._disabled.set()
+                except NotImplementedError:  # it only records requests (a side effect, no answer)
+                    pass
+        return None
+
+    def _route(self, request: kmock.Request) -> Callable[[kmock.Request], Awaitable[Any]] | None:
+        """What serves a request that no user reaction took; None for unknown endpoints."""
+        resource, method = request.resource, str(request.method.value)
+        if request in self._outcomes:
+            return self._serve_outcome
+        if method != "GET":
+            return None
+        if resource is None:
+            paths = {
+                "/": self._serve_root,
+                "/api": self._serve_api,
+                "/apis": self._serve_apis,
+                "/version": self._serve_server_version,
+            }
+            return paths.get(request.url.path)
+        if resource.version is None:
+            return self._serve_group
+        if resource.plural is None:
+            return self._serve_version
+        actions = {
+            kmock.action.WATCH: self._serve_watch,
+            kmock.action.LIST: self._serve_list,
+            kmock.action.FETCH: self._serve_fetch,
+        }
+        return actions.get(request.action) if request.action is not None else None
 
     # Writes ---------------------------------------------------------------------------------------
 
@@ -350,25 +404,8 @@ class LocalKubernetes(kmock.KubernetesEmulator):
             raise errors.not_found("", None)
         return served
 
-    def _outcome(self, request: kmock.Request) -> Any:
-        if request not in self._outcomes:
-            raise errors.not_found("", None)
+    async def _serve_outcome(self, request: kmock.Request) -> Any:
         return self._outcomes[request]
-
-    async def _serve_create(self, request: kmock.Request) -> Any:
-        return self._outcome(request)
-
-    async def _serve_update(self, request: kmock.Request) -> Any:
-        return self._outcome(request)
-
-    async def _serve_delete(self, request: kmock.Request) -> Any:
-        return self._outcome(request)
-
-    async def _serve_replace(self, request: kmock.Request) -> Any:
-        return self._outcome(request)
-
-    async def _serve_delete_collection(self, request: kmock.Request) -> Any:
-        return self._outcome(request)
 
     # Reads ----------------------------------------------------------------------------------------
 
@@ -487,6 +524,19 @@ class LocalKubernetes(kmock.KubernetesEmulator):
                 entry for s in sorted(served, key=lambda s: str(s.resource.plural)) for entry in _discovery(s)
             ],
         }
+
+
+def _is_fallback(payload: Any) -> bool:
+    priorities = payload.priorities
+    return bool(priorities) and priorities[0] == -math.inf
+
+
+def _by_priority(payloads: list[Any]) -> list[Any]:
+    # kmock's order: higher priorities first, compared element-wise with missing levels as 0; stable.
+    depth = max((len(payload.priorities) for payload in payloads), default=0)
+    return sorted(
+        payloads, key=lambda p: tuple(-x for x in p.priorities) + (0,) * (depth - len(p.priorities))
+    )
 
 
 def _is_write(request: kmock.Request) -> bool:
