@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import kopf
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from ascend_fleet.devcluster.testing import kopf_operator, wait_for
@@ -26,9 +27,13 @@ def widget_operator(deleted: list[str]) -> kopf.OperatorRegistry:
     return registry
 
 
-def test_kopf_handles_a_custom_resource_and_its_deletion(dev_cluster, core, custom, widgets, test_namespace):
+@pytest.mark.parametrize("namespaces", [[], ["t-*"]], ids=["clusterwide", "namespace-pattern"])
+def test_kopf_handles_a_custom_resource_and_its_deletion(
+    dev_cluster, core, custom, widgets, test_namespace, namespaces
+):
+    # With a namespace pattern, kopf also lists and watches the namespaces themselves.
     deleted: list[str] = []
-    with kopf_operator(dev_cluster.url, widget_operator(deleted)):
+    with kopf_operator(dev_cluster.url, widget_operator(deleted), namespaces=namespaces):
         create_widget(custom, test_namespace, "w", spec={"color": "teal"})
 
         def handled() -> dict | None:

@@ -11,7 +11,9 @@ emulator, DSL and fault injection (``emulator['patch pods'] << 500``), with thes
   (resourceVersions, uids, generations, selectors, PUT, subresources, finalizers, garbage collection, CRDs);
 - ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` (``kubectl get``) gets a ``Table`` with the CRD's
   printer columns, and ``as=PartialObjectMetadata[List]`` gets metadata only;
-- API errors are ``v1 Status`` bodies with the real reasons (NotFound, AlreadyExists, Conflict, Invalid...).
+- API errors are ``v1 Status`` bodies with the real reasons (NotFound, AlreadyExists, Conflict, Invalid...);
+- requests are routed directly (kmock's reaction matching costs more with every request served); reactions
+  that users add still take precedence, by kmock's rules.
 
 Kubernetes clients receive JSON; protobuf is never offered. Everything runs on the event loop that serves
 the HTTP requests; see :mod:`ascend_fleet.devcluster.store` for the threading rule.
