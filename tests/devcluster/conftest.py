@@ -9,7 +9,7 @@ import kubernetes.client
 import pytest
 
 from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.testing import KUBECTL, api_client
+from ascend_fleet.devcluster.testing import api_client
 from tests.devcluster.helpers import widget_crd
 
 
@@ -48,6 +48,3 @@ def widgets(k8s_api: kubernetes.client.ApiClient) -> str:
     """The plural of a test CRD (status + scale subresources) registered for the session."""
     kubernetes.client.ApiextensionsV1Api(k8s_api).create_custom_resource_definition(widget_crd())
     return "widgets"
-
-
-requires_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

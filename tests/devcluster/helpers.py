@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import kubernetes.client
+import pytest
+
+from ascend_fleet.devcluster.testing import KUBECTL
 
 TEST_GROUP = "test.ascendfleet.io"
 MERGE = "application/merge-patch+json"
+
+requires_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
 
 def widget_crd(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import urllib.parse
@@ -9,7 +10,6 @@ import urllib.request
 
 import kmock
 import kubernetes.watch
-import pytest
 
 from ascend_fleet.devcluster.apiserver import LocalKubernetes
 
@@ -117,8 +117,11 @@ def test_initial_events_end_with_a_bookmark(dev_cluster, core, test_namespace):
     )
 
 
-@pytest.mark.asyncio
-async def test_a_forgotten_resource_version_is_410_expired():
+def test_a_forgotten_resource_version_is_410_expired():
+    asyncio.run(_test_a_forgotten_resource_version_is_410_expired())
+
+
+async def _test_a_forgotten_resource_version_is_410_expired():
     async with LocalKubernetes(watch_history=2) as emulator, kmock.Server(emulator) as server:
         path = "/api/v1/namespaces/default/configmaps"
         async with server.client.get(path) as response:
@@ -133,8 +136,11 @@ async def test_a_forgotten_resource_version_is_410_expired():
     ]
 
 
-@pytest.mark.asyncio
-async def test_an_idle_watch_that_allows_bookmarks_gets_them():
+def test_an_idle_watch_that_allows_bookmarks_gets_them():
+    asyncio.run(_test_an_idle_watch_that_allows_bookmarks_gets_them())
+
+
+async def _test_an_idle_watch_that_allows_bookmarks_gets_them():
     async with LocalKubernetes(bookmark_interval=0.1) as emulator, kmock.Server(emulator) as server:
         params = {"watch": "1", "resourceVersion": "1", "allowWatchBookmarks": "true"}
         async with server.client.get("/api/v1/namespaces/default/configmaps", params=params) as response:

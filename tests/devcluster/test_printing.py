@@ -13,8 +13,7 @@ import yaml
 
 from ascend_fleet.devcluster import tables
 from ascend_fleet.devcluster.testing import kubectl, wait_for
-from tests.devcluster.conftest import requires_kubectl
-from tests.devcluster.helpers import TEST_GROUP, create_widget, widget_crd
+from tests.devcluster.helpers import TEST_GROUP, create_widget, requires_kubectl, widget_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import kmock
-import pytest
 
 from ascend_fleet.devcluster.apiserver import LocalKubernetes
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 
 
-@pytest.mark.asyncio
-async def test_a_reaction_replaces_the_answer_but_the_write_is_committed():
+def test_a_reaction_replaces_the_answer_but_the_write_is_committed():
+    asyncio.run(_test_a_reaction_replaces_the_answer_but_the_write_is_committed())
+
+
+async def _test_a_reaction_replaces_the_answer_but_the_write_is_committed():
     async with LocalKubernetes() as emulator, kmock.Server(emulator) as server:
         emulator[f"post {CONFIGMAPS}"] << 503
         async with server.client.post(CONFIGMAPS, json={"metadata": {"name": "a"}}) as response:
@@ -23,8 +26,11 @@ async def test_a_reaction_replaces_the_answer_but_the_write_is_committed():
         assert emulator.objects["v1/configmaps", "default", "a"]["metadata"]["name"] == "a"
 
 
-@pytest.mark.asyncio
-async def test_fallback_reactions_answer_only_what_the_api_does_not_serve():
+def test_fallback_reactions_answer_only_what_the_api_does_not_serve():
+    asyncio.run(_test_fallback_reactions_answer_only_what_the_api_does_not_serve())
+
+
+async def _test_fallback_reactions_answer_only_what_the_api_does_not_serve():
     async with LocalKubernetes() as emulator, kmock.Server(emulator) as server:
         emulator.fallback["get /openapi/v2"] << {"swagger": "2.0"}
         emulator.fallback[f"get {CONFIGMAPS}"] << {"never": "served"}
@@ -36,8 +42,11 @@ async def test_fallback_reactions_answer_only_what_the_api_does_not_serve():
             assert (response.status, (await response.json())["kind"]) == (404, "Status")
 
 
-@pytest.mark.asyncio
-async def test_requests_stay_fast_however_many_came_before():
+def test_requests_stay_fast_however_many_came_before():
+    asyncio.run(_test_requests_stay_fast_however_many_came_before())
+
+
+async def _test_requests_stay_fast_however_many_came_before():
     async with LocalKubernetes() as emulator, kmock.Server(emulator) as server:
 
         async def average_get_seconds(count: int) -> float:
