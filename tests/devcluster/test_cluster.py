@@ -63,6 +63,19 @@ def test_the_kubeconfig_reaches_the_cluster_without_credentials(tmp_path):
             }
 
 
+def test_call_runs_work_on_the_loop_that_owns_the_store():
+    with DevCluster() as cluster:
+        store = cluster.emulator.store
+        assert cluster.call(lambda: store.read_object("v1/namespaces", "default"))["kind"] == "Namespace"
+
+        async def revision() -> int:
+            return store.revision
+
+        assert cluster.call(revision()) >= 4  # the four namespaces every cluster starts with
+    with pytest.raises(RuntimeError, match="not running"):
+        cluster.call(lambda: None)
+
+
 def test_a_port_in_use_fails_the_start():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

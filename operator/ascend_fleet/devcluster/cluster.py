@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar
@@ -99,7 +99,7 @@ class DevCluster:
 
     @property
     def emulator(self) -> LocalKubernetes:
-        """The kmock emulator (for its DSL and ``objects``); touch its store only via :meth:`call`."""
+        """The kmock emulator (its DSL, ``objects``, ``store``); use the store via :meth:`call`."""
         if self._emulator is None:
             raise RuntimeError("the dev cluster is not running")
         return self._emulator
@@ -119,8 +119,13 @@ class DevCluster:
         self.kubeconfig_path = path
         return path
 
-    def call(self, coroutine: Coroutine[Any, Any, _T], timeout: float = 30.0) -> _T:
-        """Run a coroutine on the cluster's loop (where the store lives) and return its result."""
+    def call(self, work: Coroutine[Any, Any, _T] | Callable[[], _T], timeout: float = 30.0) -> _T:
+        """Run a coroutine or a plain callable on the cluster's loop and return its result.
+
+        The store is not thread-safe: this is how another thread reads or writes it directly, e.g.
+        ``cluster.call(lambda: cluster.emulator.store.read_object("v1/pods", "p", "default"))``.
+        """
+        coroutine = work if asyncio.iscoroutine(work) else _as_coroutine(work)
         if self._loop is None:
             coroutine.close()
             raise RuntimeError("the dev cluster is not running")
@@ -192,6 +197,10 @@ class DevCluster:
             finally:
                 await kubelet.stop()
                 emulator.close_watches()  # or the server waits for every open watch before closing
+
+
+async def _as_coroutine(function: Callable[[], _T]) -> _T:
+    return function()
 
 
 def serve(
