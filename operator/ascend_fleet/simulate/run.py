@@ -82,6 +82,8 @@ def fleet_config(spec: AscendInferenceSpec, engine: EngineModel | None = None,
         max_replicas=spec.autoscaling.max_replicas,
         drain_seconds=float(spec.disruption.drain_seconds),
         scrape_interval=float(settings.step),
+        # Keep every scrape the longest rule window can read, as Prometheus's retention would.
+        metric_retention=max([3600.0, *(float(r.for_) + 2 * float(settings.step) for r in spec.rules)]),
     )
 
 
