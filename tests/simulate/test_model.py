@@ -17,7 +17,7 @@ from ascend_fleet.simulate import (
 )
 from ascend_fleet.simulate.model import Result
 from ascend_fleet.simulate.run import load_spec
-from ascend_fleet.simulate.traces import BUILT_IN, HOUR, generate
+from ascend_fleet.simulate.traces import BUILT_IN, HOUR, Trace, generate
 
 from .support import Script, burst, periodic
 
@@ -122,3 +122,21 @@ def test_failed_requests_count_as_slow_and_have_no_latency():
     assert summary.failed == summary.requests == 30 and summary.slow_share == 1.0
     assert math.isnan(summary.first_token_p50)
     assert result.failures == {"no serving replica": 30}
+
+
+def test_fragmentation_slows_steps_past_its_level_then_crashes_the_engine():
+    # Fragmentation grows 0.001 per second whatever the load: 0.30 at 300 s, 0.40 (out of memory) at 400 s.
+    engine = EngineModel(max_batch=32, cold_start=100.0, fragmentation_idle_per_hour=3.6,
+                         fragmentation_busy_per_hour=3.6)
+    assert (engine.penalty_start, engine.oom_fragmentation) == (0.15, 0.40)
+    # A short request right after the scrape that saw 0.30, then one too long to finish before the crash.
+    trace = Trace("two", 600.0, [300.0, 301.0], [512, 512], [20, 100_000])
+    result = simulate(one_replica(engine), trace, StaticPolicy(1))
+
+    slowdown = 1 + (0.30 - 0.15) * engine.slowdown_per_fragmentation
+    assert result.first_token[0] == pytest.approx(CURVE.first_token(1) * slowdown)
+    crash = 405.0  # the first scrape at or past 0.40
+    assert [(life.created, life.deleted, life.end) for life in result.lives][:1] == [(0.0, crash, "out of memory")]
+    assert result.oom_crashes == 1 and result.failures == {"lost in an out-of-memory crash": 1}
+    new = result.lives[1]
+    assert (new.created, new.ready_at) == (crash, crash + engine.cold_start)

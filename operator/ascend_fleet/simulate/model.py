@@ -248,7 +248,6 @@ class _Simulation:
         self.serving: list[_Replica] = []  # in index order, so routing ties go to the lowest index
         self.desired = config.initial_replicas
         self.ended = False
-        self.now = 0.0
 
     # ----- the event loop -----
 
@@ -266,29 +265,28 @@ class _Simulation:
         while events or i < n:
             if events and events[0][0] <= next_arrival:
                 t, _, kind, replica, version = heappop(events)
-                self.now = t
                 if kind == _DONE:
                     if replica.version == version:
                         self._complete(replica, t)
                 else:
                     self._timer(kind, replica, t)
             else:
-                self.now = next_arrival
                 self._arrive(i, next_arrival)
                 i += 1
                 next_arrival = arrivals[i] if i < n else math.inf
         return self.result
 
-    def _push(self, t: float, kind: int, replica: _Replica | None, version: int = 0) -> None:
-        heappush(self.events, (t, next(self.seq), kind, replica, version))
+    def _push(self, t: float, kind: int, replica: _Replica | None) -> None:
+        heappush(self.events, (t, next(self.seq), kind, replica, 0))
 
     def _timer(self, kind: int, replica: _Replica | None, t: float) -> None:
         if kind == _READY:
             if replica is not None and self.replicas.get(replica.index) is replica and replica.state == STARTING:
                 self._start_serving(replica, t)
         elif kind == _DRAINED:
-            self._delete(replica, t, FAIL_DRAIN, "restarted" if replica.restart else "scaled in")
-            self._reconcile(t)
+            if self.replicas.get(replica.index) is replica:  # not already gone (an OOM crash mid-drain)
+                self._delete(replica, t, FAIL_DRAIN, "restarted" if replica.restart else "scaled in")
+                self._reconcile(t)
         elif kind == _SCRAPE:
             if not self.ended:
                 self._scrape(t)
@@ -340,8 +338,7 @@ class _Simulation:
             _, rid = heappop(active)
             result.end_to_end[rid] = t - arrivals[rid]
             replica.load -= 1
-        if replica.state != STARTING:
-            self._fill(replica, t)
+        self._fill(replica, t)
         self._rebatch(replica, t)
 
     def _fill(self, replica: _Replica, t: float) -> None:
