@@ -81,10 +81,11 @@ class Kube:
             config.load_incluster_config(client_configuration=configuration)
         return cls(client.ApiClient(configuration))
 
-    def _path(self, kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    def _path(self, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+        """The resource path; ``namespace=None`` is the cluster-wide collection (lists only)."""
         k = KINDS[kind]
         base = f"/api/{k.version}" if not k.group else f"/apis/{k.group}/{k.version}"
-        path = f"{base}/namespaces/{namespace}/{k.plural}"
+        path = f"{base}/{k.plural}" if namespace is None else f"{base}/namespaces/{namespace}/{k.plural}"
         if name:
             path += f"/{name}"
         if subresource:
@@ -93,21 +94,31 @@ class Kube:
 
     def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
               content_type: str = "application/json") -> dict:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
-            response = self.api.call_api(
-                path, method, query_params=query or [], body=body,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-            )
+            if hasattr(self.api, "param_serialize"):
+                # kubernetes >= 32 (OpenAPI generator 7): serialize, send, and check the status ourselves.
+                request = self.api.param_serialize(method, path, query_params=query or [], header_params=headers,
+                                                   body=body, auth_settings=["BearerToken"])
+                response = self.api.call_api(*request)
+                data = response.read()
+                if not 200 <= response.status <= 299:
+                    raise ApiException(http_resp=response)
+            else:
+                response = self.api.call_api(
+                    path, method, query_params=query or [], body=body, header_params=headers,
+                    auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                )
+                data = response.data
         except ApiException as exc:
             raise _error(exc) from None
-        data = response.data
         return json.loads(data) if data else {}
 
     def get(self, kind: str, namespace: str, name: str) -> dict:
         return self._call("GET", self._path(kind, namespace, name))
 
-    def list(self, kind: str, namespace: str, selector: dict[str, str] | None = None) -> list[dict]:
+    def list(self, kind: str, namespace: str | None, selector: dict[str, str] | None = None) -> list[dict]:
+        """Objects of a kind in a namespace, or in every namespace with ``namespace=None``."""
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
         return self._call("GET", self._path(kind, namespace), query=query).get("items", [])
 
