@@ -11,12 +11,17 @@ from dataclasses import dataclass
 from ..api import names
 from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
-from ..kube import Kube, NotFound
+from ..kube import Conflict, Kube, NotFound
 from ..render import InvalidSpec, validate
 from ..telemetry import RECONCILES, REPLICAS
 from .plan import Observed, Plan, plan, plan_invalid
 
 log = logging.getLogger(__name__)
+SETTLE_AFTER_CONFLICT = 0.5  # seconds; the watch delivers the newer object by then
+
+
+class StatusConflict(Exception):
+    """The object changed after this pass read it, so its status write was refused."""
 
 
 @dataclass
@@ -53,7 +58,13 @@ def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: Operato
         result = plan(valid.obj, valid.layout, observed, now, settings.reconcile)
         outcome = "changed" if result.writes_children else "converged"
         _export_gauges(meta, valid.layout.data, result)
-    written = _apply(kube, body, result)
+    try:
+        written = _apply(kube, body, result)
+    except StatusConflict:
+        # Another writer (the control loop) changed the object since this pass read it: look again
+        # shortly, from the newer object, instead of overwriting its status with an older one.
+        RECONCILES.labels(outcome).inc()
+        return PassResult(SETTLE_AFTER_CONFLICT, True, None)
     RECONCILES.labels(outcome).inc()
     return PassResult(result.requeue_after, result.writes_children or written is not None, written)
 
@@ -85,7 +96,14 @@ def _apply(kube: Kube, body: dict, result: Plan) -> dict | None:
         # status.actions belongs to the control loop: a merge patch without the key keeps the stored list,
         # where a copy from this pass's (possibly older) view of the object could drop its newest entries.
         status = {k: v for k, v in result.status.items() if k != "actions"}
-        return kube.patch(names.KIND, namespace, body["metadata"]["name"], {"status": status}, "status")
+        patch: dict = {"status": status}
+        version = body["metadata"].get("resourceVersion")
+        if version:  # conditions is one list with two writers: never replace a newer one with ours
+            patch["metadata"] = {"resourceVersion": version}
+        try:
+            return kube.patch(names.KIND, namespace, body["metadata"]["name"], patch, "status")
+        except Conflict:
+            raise StatusConflict from None
     return None
 
 
