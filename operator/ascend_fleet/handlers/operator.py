@@ -63,15 +63,15 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     def login(**_) -> kopf.ConnectionInfo:
         return connection_info(ctx.kube)
 
-    @kopf.index("pods", labels=child_filter, registry=registry)
+    @kopf.index("pods", labels=child_filter, registry=registry, id="engine_pods")
     def engine_pods(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
-    @kopf.index("services", labels=child_filter, registry=registry)
+    @kopf.index("services", labels=child_filter, registry=registry, id="engine_services")
     def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
-    @kopf.index("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
+    @kopf.index("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry, id="engine_pdbs")
     def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
