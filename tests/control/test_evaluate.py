@@ -165,3 +165,11 @@ def test_other_objects_are_unaffected_by_one_objects_data():
     answers = answer(empty_answers(UP), UP, 0.99, name="other")
     decisions = decide([fleet(UP), fleet(UP, name="other")], answers, NOW, POLICY)
     assert [(d.namespace, d.name) for d in decisions] == [(NS, "other")]
+
+
+def test_a_value_without_a_count_means_prometheus_was_not_scraping():
+    answers = answer(empty_answers(UP), UP, 0.99)
+    _, count = rule_queries(UP, POLICY.catalog, POLICY.step)
+    answers.series[count] = {}
+    result = evaluate(fleet(UP), answers, NOW, POLICY)
+    assert not result.decisions and result.metrics.reason == REASON_INSUFFICIENT

@@ -23,12 +23,14 @@ UTILIZATION = CATALOG.expression("npu_utilization")
 
 def test_fleet_scope_above_is_the_minimum_of_the_fleet_average_over_the_window():
     query = Query(Window(UTILIZATION, 300, "fleet"), "min")
-    assert query.promql(15) == f"min_over_time((avg by (namespace, inference) ({UTILIZATION}))[300s:15s])"
+    assert query.promql(15) == (f"min_over_time((avg by (namespace, inference) ({UTILIZATION}) "
+                                "and on () (time() - max(timestamp(up)) < 45))[300s:15s])")
 
 
 def test_replica_scope_below_is_the_maximum_per_replica():
     query = Query(Window("x", 2.5, "replica"), "max")
-    assert query.promql(0.5) == "max_over_time((avg by (namespace, inference, replica) (x))[2500ms:500ms])"
+    assert query.promql(0.5) == ("max_over_time((avg by (namespace, inference, replica) (x) "
+                                 "and on () (time() - max(timestamp(up)) < 1.5))[2500ms:500ms])")
 
 
 def test_queries_are_bounded_by_distinct_windows_not_objects():

@@ -53,5 +53,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port)
     options = RunOptions(namespaces=args.namespaces, peering=args.peering, health_port=args.health_port or None)
-    asyncio.run(run_operator(OperatorContext(settings, kube), options))
+    ctx = OperatorContext(settings, kube)
+    if settings.prometheus.url:
+        from ..control.loop import ControlLoop
+        from ..handlers.control import control_loop_hook
+
+        ctx.extra_startup.append(control_loop_hook(ControlLoop(settings, kube, namespaces=args.namespaces)))
+    else:
+        logging.getLogger(__name__).warning("no prometheus.url configured: the control loop (rules) is off")
+    asyncio.run(run_operator(ctx, options))
     return 0

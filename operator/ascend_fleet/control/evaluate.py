@@ -261,6 +261,8 @@ def _check_rule(fleet: FleetState, rule: Rule, observations: Observations, now: 
         value, samples = observations.value(extreme, key), observations.value(count, key)
         warming = since is not None and now - since < full_after
         where = "" if replica is None else f" of replica {replica}"
+        if value is not None and samples is None:
+            samples = 0.0  # Prometheus was not scraping during the window: no step counted
         if value is None or samples is None:
             if not warming:
                 problems.append((REASON_NO_DATA, f"{subject}: no series{where} in Prometheus (are the engine "

@@ -8,7 +8,16 @@ sample of the last ``for`` seconds? Prometheus answers it for every object at on
 
 The minimum over the window is above the threshold exactly when every sample is. A second query per
 window counts the samples (``count_over_time`` of the same subquery), so a window with gaps, or one
-that began before the data did, is told apart from a breach. The threshold is compared here, not in
+that began before the data did, is told apart from a breach.
+
+Prometheus bridges its own downtime: after a restart, every subquery step inside the outage still
+sees the last sample from before it (the 5-minute lookback), so an outage would pass for a full
+window. Each step is therefore kept only while Prometheus was scraping at that time, i.e. while some
+``up`` sample is at most ``FRESH_STEPS`` steps old::
+
+    ... (avg by (namespace, inference) (<expression>) and on () (time() - max(timestamp(up)) < 45)) ...
+
+Gaps of a single target are seen without this (Prometheus marks the series stale). The threshold is compared here, not in
 PromQL, so rules that differ only in threshold share their queries; the number of queries per cycle
 is bounded by the distinct (expression, window, scope) triples of all rules, never by objects or pods.
 """
@@ -26,6 +35,8 @@ from ..api.v1alpha1 import Rule, Scope
 Stat = Literal["min", "max", "count"]
 SeriesKey = tuple[str, str, int | None]  # namespace, inference, replica (None for fleet scope)
 
+# A step counts while Prometheus scraped something within this many steps (step >= scrape interval).
+FRESH_STEPS = 3
 _FUNCTIONS: dict[str, str] = {"min": "min_over_time", "max": "max_over_time", "count": "count_over_time"}
 _GROUPING: dict[str, str] = {"fleet": "namespace, inference", "replica": "namespace, inference, replica"}
 
@@ -48,7 +59,8 @@ class Query:
 
     def promql(self, step: float) -> str:
         """The query text: the window's subquery at ``step`` resolution, reduced by ``stat``."""
-        inner = f"avg by ({_GROUPING[self.window.scope]}) ({self.window.expression})"
+        inner = (f"avg by ({_GROUPING[self.window.scope]}) ({self.window.expression}) "
+                 f"and on () (time() - max(timestamp(up)) < {FRESH_STEPS * step:g})")
         return f"{_FUNCTIONS[self.stat]}(({inner})[{duration(self.window.seconds)}:{duration(step)}])"
 
 

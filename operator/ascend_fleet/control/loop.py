@@ -1,0 +1,257 @@
+"""The control loop: one per operator process, one cycle every ``control.interval``.
+
+A cycle lists every AscendInference and its engine pods (two list calls, not one per object),
+asks Prometheus the distinct window queries of all rules (bounded by distinct windows, not objects),
+lets :mod:`.evaluate` decide, and acts through the same paths as everything else:
+
+- scale: a merge patch of ``spec.parallelism.data``, as HPA does through the scale subresource; the
+  reconciler then creates or drains replicas;
+- restart: :func:`~ascend_fleet.render.drain_patch` on the replica's leader; the reconciler deletes
+  the replica after ``drainSeconds`` and recreates it;
+- every decision is recorded first, in ``status.actions`` (with the object's resourceVersion as a
+  precondition, so a concurrent writer makes us re-read instead of overwriting), then carried out,
+  then announced as an Event. Recording first means a crash between the two errs on the side of
+  the cooldown: the action may be missing, but it is never repeated early.
+
+``MetricsAvailable`` is written only when it changes, with a Warning Event when it turns False.
+Nothing the next cycle needs is kept in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..api import names
+from ..api.settings import OperatorSettings
+from ..api.times import rfc3339
+from ..kube import Conflict, Kube, KubeError, NotFound
+from ..render import InvalidSpec, drain_patch, validate
+from ..status import set_condition
+from ..status.conditions import get_condition
+from ..telemetry import DECISIONS, RULE_EVALUATION
+from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate
+from .prometheus import Prometheus
+from .queries import Observations, plan_queries
+from .state import action_record, fleet_state, updated_actions
+
+log = logging.getLogger(__name__)
+
+CONDITION = "MetricsAvailable"
+ENGINE_PODS = {names.LABEL_APP_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP_COMPONENT: "engine"}
+DRAIN_REASON = "rule restart"
+WRITE_ATTEMPTS = 3
+PARALLEL_WRITES = 4
+EVENT_REASONS = {"scale_up": "ScaleUp", "scale_down": "ScaleDown", "restart_service": "RuleRestart",
+                 "notify": "RuleNotify"}
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did, for logs and the benchmark."""
+
+    objects: int = 0
+    queries: int = 0
+    failed_queries: int = 0
+    decisions: list[Decision] = field(default_factory=list)
+    writes: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+class ControlLoop:
+    """Evaluates every object's rules each interval and acts on what held."""
+
+    def __init__(self, settings: OperatorSettings, kube: Kube, prometheus: Prometheus | None = None,
+                 namespaces: Sequence[str] = (), clock: Callable[[], float] = time.time):
+        if prometheus is None:
+            if not settings.prometheus.url:
+                raise ValueError("the control loop needs prometheus.url in the operator configuration")
+            prometheus = Prometheus(settings.prometheus.url, settings.prometheus.timeout)
+        self.settings, self.kube, self.prometheus = settings, kube, prometheus
+        self.namespaces = list(namespaces)
+        self.clock = clock
+        self.policy = Policy.from_settings(settings.control)
+
+    async def run(self) -> None:
+        """Cycle every interval until cancelled; a failing cycle is logged and the next one tries afresh."""
+        interval = float(self.settings.control.interval)
+        log.info("control loop started: every %gs against %s", interval, self.prometheus.url)
+        next_at = time.monotonic()
+        while True:
+            try:
+                report = await self.cycle()
+            except Exception:  # the loop must outlive any single cycle's surprise
+                log.exception("control-loop cycle failed")
+            else:
+                if report.decisions or report.error:
+                    log.info("control cycle: %d objects, %d queries (%d failed), %d decisions in %.2fs%s",
+                             report.objects, report.queries, report.failed_queries, len(report.decisions),
+                             report.seconds, f": {report.error}" if report.error else "")
+            # Keep a steady cadence; a cycle that overran starts the next one at once, never two at a time.
+            next_at = max(next_at + interval, time.monotonic())
+            await asyncio.sleep(next_at - time.monotonic())
+
+    async def cycle(self) -> CycleReport:
+        """One full cycle: read, query, decide, act."""
+        started, now = time.perf_counter(), self.clock()
+        report = CycleReport()
+        try:
+            bodies, pods = await asyncio.to_thread(self._read)
+        except KubeError as error:
+            report.error = f"cannot list objects: {error}"
+            return report
+        fleets: list[tuple[dict, FleetState]] = []
+        for body in bodies:
+            state = self._fleet(body, pods)
+            if state is not None:
+                fleets.append((body, state))
+        report.objects = len(fleets)
+        queries = plan_queries((rule for _, state in fleets for rule in state.rules), self.policy.catalog,
+                               self.policy.step)
+        observations = (await self.prometheus.observe(queries, self.policy.step, now)) if queries \
+            else Observations()
+        report.queries, report.failed_queries = len(queries), len(observations.failures)
+        evaluations = [(body, evaluate(state, observations, now, self.policy)) for body, state in fleets]
+        changed = [(body, ev) for body, ev in evaluations if ev.decisions or _condition_changes(body, ev.metrics)]
+        slots = asyncio.Semaphore(PARALLEL_WRITES)
+
+        async def write(body: dict, ev: Evaluation) -> list[Decision]:
+            async with slots:
+                return await asyncio.to_thread(self._write, body, ev, now)
+
+        for done in await asyncio.gather(*(write(body, ev) for body, ev in changed)):
+            report.decisions += done
+        report.writes = len(changed)
+        report.seconds = time.perf_counter() - started
+        RULE_EVALUATION.observe(report.seconds)
+        return report
+
+    # ----- reading -----
+
+    def _read(self) -> tuple[list[dict], dict[tuple[str, str], list[dict]]]:
+        bodies, pods = [], []
+        for namespace in self.namespaces or [None]:
+            bodies += self.kube.list(names.KIND, namespace)
+            pods += self.kube.list("Pod", namespace, ENGINE_PODS)
+        grouped: dict[tuple[str, str], list[dict]] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            name = (meta.get("labels") or {}).get(names.LABEL_NAME)
+            if name:
+                grouped.setdefault((meta.get("namespace", "default"), name), []).append(pod)
+        return bodies, grouped
+
+    def _fleet(self, body: dict, pods: dict[tuple[str, str], list[dict]]) -> FleetState | None:
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return None
+        body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **body}  # list items lack them
+        try:
+            valid = validate(body)
+        except InvalidSpec:
+            return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
+        uid = meta.get("uid")
+        mine = [p for p in pods.get((valid.obj.namespace, valid.obj.name), []) if _owned_by(p, uid)]
+        return fleet_state(valid, mine)
+
+    # ----- writing -----
+
+    def _write(self, listed: dict, ev: Evaluation, now: float) -> list[Decision]:
+        """Record the decisions and the condition, then act; returns the decisions carried out."""
+        fleet = ev.fleet
+        for _ in range(WRITE_ATTEMPTS):
+            try:
+                fresh = self.kube.get(names.KIND, fleet.namespace, fleet.name)
+            except NotFound:
+                return []
+            fresh = {"apiVersion": names.API_VERSION, "kind": names.KIND, **fresh}
+            # Decisions stand only on the state they were made from; if it moved, the next cycle re-decides.
+            decisions = ev.decisions if _same_basis(listed, fresh) else []
+            status = fresh.get("status") or {}
+            patch = self._status_patch(fresh, ev, decisions, now)
+            if not patch:
+                return []
+            try:
+                written = self.kube.patch(names.KIND, fleet.namespace, fleet.name,
+                                          {"metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]},
+                                           "status": patch}, "status")
+            except Conflict:
+                continue
+            except KubeError as error:
+                log.warning("cannot record control-loop status of %s/%s: %s", fleet.namespace, fleet.name, error)
+                return []
+            self._announce_condition(fresh, get_condition(status.get("conditions") or [], CONDITION), ev.metrics)
+            return [d for d in decisions if self._act(fresh, written, d, now)]
+        log.info("status of %s/%s kept changing; trying again next cycle", fleet.namespace, fleet.name)
+        return []
+
+    def _status_patch(self, fresh: dict, ev: Evaluation, decisions: list[Decision], now: float) -> dict:
+        """The status fields the control loop owns, when they differ from what is stored."""
+        status = fresh.get("status") or {}
+        patch: dict = {}
+        before = status.get("conditions") or []
+        metrics = ev.metrics
+        conditions = set_condition(before, CONDITION, metrics.available, metrics.reason, metrics.message, now,
+                                   (fresh.get("metadata") or {}).get("generation"))
+        if conditions != before:
+            patch["conditions"] = conditions
+        if decisions:
+            records = [action_record(d, now) for d in decisions]
+            patch["actions"] = updated_actions(list(status.get("actions") or []), records,
+                                               self.settings.control.actions_history, ev.fleet.autoscaling, now)
+        return patch
+
+    def _announce_condition(self, body: dict, before: dict | None, metrics: MetricsStatus) -> None:
+        was_false = before is not None and before.get("status") == "False"
+        if not metrics.available and (not was_false or before.get("reason") != metrics.reason
+                                      or before.get("message") != metrics.message):
+            self.kube.event(body, "Warning", metrics.reason, metrics.message)
+        elif metrics.available and was_false:
+            self.kube.event(body, "Normal", CONDITION, f"metrics are available again: {metrics.message}")
+
+    def _act(self, fresh: dict, written: dict, decision: Decision, now: float) -> bool:
+        """Carry out one recorded decision; False (with a Warning Event) when it could not be done."""
+        DECISIONS.labels(decision.action, str(decision.dry_run).lower()).inc()
+        reason = EVENT_REASONS[decision.action]
+        try:
+            if decision.dry_run or decision.action == "notify":
+                pass
+            elif decision.action in ("scale_up", "scale_down"):
+                # The precondition is our own status write: nobody changed the object since we recorded this.
+                self.kube.patch(names.KIND, decision.namespace, decision.name, {
+                    "metadata": {"resourceVersion": written["metadata"]["resourceVersion"]},
+                    "spec": {"parallelism": {"data": decision.replicas_to}},
+                })
+            elif decision.leader:
+                self.kube.patch("Pod", decision.namespace, decision.leader, drain_patch(rfc3339(now), DRAIN_REASON))
+        except KubeError as error:
+            self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
+            log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
+            return False
+        event_type = "Warning" if decision.action == "notify" else "Normal"
+        self.kube.event(fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message())
+        log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
+        return True
+
+
+def _owned_by(pod: dict, uid: str | None) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return uid is None or any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
+
+
+def _same_basis(listed: dict, fresh: dict) -> bool:
+    """Same spec generation and same recorded actions as the cycle decided from."""
+    return ((listed.get("metadata") or {}).get("generation") == (fresh.get("metadata") or {}).get("generation")
+            and (listed.get("status") or {}).get("actions") == (fresh.get("status") or {}).get("actions"))
+
+
+def _condition_changes(body: dict, metrics: MetricsStatus) -> bool:
+    current = get_condition((body.get("status") or {}).get("conditions") or [], CONDITION)
+    wanted = "True" if metrics.available else "False"
+    return current is None or (current.get("status"), current.get("reason"), current.get("message")) != (
+        wanted, metrics.reason, metrics.message)
+

@@ -1,0 +1,141 @@
+"""The control loop's queries against a real Prometheus scraping simulated engines (no Kubernetes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client.exposition import start_http_server
+
+from ascend_fleet.api.catalog import PRESETS, Catalog
+from ascend_fleet.api.v1alpha1 import Rule
+from ascend_fleet.control.evaluate import Policy
+from ascend_fleet.control.prometheus import Prometheus
+from ascend_fleet.control.queries import Observations, Query, Window, rule_queries
+from ascend_fleet.devcluster.engines import SimulatedEngines
+from ascend_fleet.devcluster.prometheus import PrometheusServer, free_port
+from ascend_fleet.devcluster.scenario import Scenario
+
+from .helpers import NAME, NS
+
+pytestmark = pytest.mark.prometheus
+STEP = 1.0
+POLICY = Policy(step=STEP, interval=1.0)
+
+
+def engine_pod(replica: int, ip: str, engine: str = "vllm") -> dict:
+    command = ["python", "-m", "sglang.launch_server"] if engine == "sglang" else ["vllm", "serve", "/models/q"]
+    return {
+        "metadata": {"namespace": NS, "name": f"{NAME}-{replica}", "uid": f"uid-{replica}", "labels": {
+            "inference.ascendfleet.io/name": NAME, "inference.ascendfleet.io/replica": str(replica),
+            "inference.ascendfleet.io/rank": "0", "inference.ascendfleet.io/role": "leader"}},
+        "spec": {"containers": [{"name": "engine", "command": command,
+                                 "resources": {"limits": {"huawei.com/Ascend910": "2"}}}]},
+        "status": {"podIP": ip, "phase": "Running"},
+    }
+
+
+def observe(prometheus: PrometheusServer, queries: list[Query], timeout: float = 5.0) -> Observations:
+    return asyncio.run(Prometheus(prometheus.url, timeout).observe(queries, STEP, time.time()))
+
+
+def wait_until(check, timeout: float = 20.0, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.25)
+    return result
+
+
+@pytest.fixture(scope="module")
+def prometheus(prometheus_binary):
+    with PrometheusServer(binary=prometheus_binary) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def scenario() -> Scenario:
+    return Scenario.constant(0.5)
+
+
+@pytest.fixture(scope="module")
+def engines(prometheus, scenario):
+    with SimulatedEngines(scenario, prometheus=prometheus) as served:
+        served.on_pod_running(engine_pod(0, "127.0.3.1"))
+        served.on_pod_running(engine_pod(1, "127.0.3.2", engine="sglang"))
+        prometheus.wait_for_targets(2)
+        yield served
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_catalog_entry_is_promql_prometheus_accepts(prometheus, preset):
+    catalog = Catalog.build(preset)
+    queries = [Query(Window(expression, 5, scope), stat) for expression in catalog.entries.values()
+               for scope in ("fleet", "replica") for stat in ("min", "max", "count")]
+    observations = observe(prometheus, queries)
+    assert not observations.failures
+    assert set(observations.series) == set(queries)
+
+
+def test_engine_queue_metrics_of_both_engines_map_to_replicas(engines, scenario, prometheus):
+    scenario.set(NS, NAME, queue=7)
+    queue = Rule(metric="queue_depth", threshold=5, for_="1s", action="notify", scope="replica")
+    extreme, _ = rule_queries(queue, POLICY.catalog, STEP)
+
+    def both_replicas():
+        series = observe(prometheus, [extreme]).series[extreme]
+        return series if series.get((NS, NAME, 0)) == 7 and series.get((NS, NAME, 1)) == 7 else None
+
+    wait_until(both_replicas, what="vLLM's and SGLang's queue depth per replica")
+    scenario.clear(NS, NAME)
+
+
+def test_a_bad_raw_query_fails_alone_and_a_stopped_prometheus_is_unavailable(prometheus_binary, tmp_path):
+    with PrometheusServer(binary=prometheus_binary, directory=tmp_path) as server:
+        good = Query(Window("up", 2, "fleet"), "count")
+        bad = Query(Window("sum(", 2, "fleet"), "count")
+        observations = observe(server, [good, bad])
+        assert good not in observations.failures
+        assert observations.failures[bad].reason == "QueryFailed"
+        assert "parse error" in observations.failures[bad].message
+        server.stop()
+        down = observe(server, [good], timeout=2)
+        assert down.failures[good].reason == "PrometheusUnavailable"
+        assert "unreachable" in down.failures[good].message
+
+
+def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(prometheus_binary, tmp_path):
+    registry = CollectorRegistry()
+    chip = Gauge("npu_chip_info_utilization", "AICore %", ["id", "namespace", "pod_name"], registry=registry)
+    total = Gauge("npu_chip_info_hbm_total_memory", "MB", ["id", "namespace", "pod_name"], registry=registry)
+    used = Gauge("npu_chip_info_hbm_used_memory", "MB", ["id", "namespace", "pod_name"], registry=registry)
+    pod_labels = Gauge("kube_pod_labels", "pod labels", ["namespace", "pod", "uid", "label_inference_ascendfleet_io_name",
+                                                      "label_inference_ascendfleet_io_replica"], registry=registry)
+    for chip_id, pod, percent in (("0", "qwen-0", 90), ("1", "qwen-0", 70), ("2", "qwen-1", 20), ("3", "idle", 99)):
+        chip.labels(chip_id, NS, pod).set(percent)
+        total.labels(chip_id, NS, pod).set(65536)
+        used.labels(chip_id, NS, pod).set(32768)
+    for replica in (0, 1):
+        pod_labels.labels(NS, f"qwen-{replica}", f"u{replica}", NAME, str(replica)).set(1)
+    port = free_port()
+    server_thread, _ = _serve(registry, port)
+    job = {"job_name": "npu-exporter-and-ksm", "honor_labels": True,
+           "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+    catalog = Catalog.build("npu-exporter")
+    utilization = Query(Window(catalog.expression("npu_utilization"), 1, "replica"), "max")
+    hbm = Query(Window(catalog.expression("hbm_usage"), 1, "replica"), "max")
+    with PrometheusServer(binary=prometheus_binary, directory=tmp_path, extra_scrape_configs=[job]) as server:
+        def joined():
+            observations = observe(server, [utilization, hbm])
+            return observations if len(observations.series[utilization]) == 2 else None
+
+        observations = wait_until(joined, what="npu-exporter series joined to replicas")
+    assert observations.series[utilization] == {(NS, NAME, 0): pytest.approx(0.8), (NS, NAME, 1): pytest.approx(0.2)}
+    assert observations.series[hbm] == {(NS, NAME, 0): pytest.approx(0.5), (NS, NAME, 1): pytest.approx(0.5)}
+    server_thread.shutdown()
+
+
+def _serve(registry: CollectorRegistry, port: int):
+    return start_http_server(port, addr="127.0.0.1", registry=registry)
