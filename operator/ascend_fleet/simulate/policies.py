@@ -39,7 +39,7 @@ class HpaPolicy:
     stabilization: float = 300.0
     interval: float = 15.0
     name: str = "hpa"
-    _history: deque[tuple[float, int]] = field(default_factory=deque, repr=False)
+    _history: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
 
     def decide(self, view: FleetView) -> Decision:
         current = view.desired

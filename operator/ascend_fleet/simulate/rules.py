@@ -24,8 +24,8 @@ from .model import DRAINING, SERVING, Decision, FleetView
 
 NAMESPACE = "simulated"
 
-# Prometheus aggregates per-replica series with avg by (namespace, inference[, replica]); the simulated
-# exporter already has one series per replica, so the replica-level value is the sample itself.
+# How each query of a window reduces its samples (``min_over_time``, ``max_over_time``, ``count_over_time``).
+# The simulated exporter has one series per replica, so ``avg by (..., replica)`` is the sample itself.
 _STATS = {
     "min": min,
     "max": max,
@@ -42,8 +42,8 @@ class RulesPolicy:
     restarts: bool = True
     settings: ControlSettings = field(default_factory=ControlSettings)
     inference: str = "simulated"
-    decisions: list[evaluate.Decision] = field(default_factory=list, repr=False)
-    _actions: list[evaluate.PastAction] = field(default_factory=list, repr=False)
+    decisions: list[evaluate.Decision] = field(default_factory=list, init=False, repr=False)
+    _actions: list[evaluate.PastAction] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.evaluation = evaluate.Policy.from_settings(self.settings)
