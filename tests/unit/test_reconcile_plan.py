@@ -8,7 +8,7 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.api.settings import ReconcileSettings
-from ascend_fleet.api.times import rfc3339
+from ascend_fleet.api.times import rfc3339, rfc3339_ms
 from ascend_fleet.reconcile.plan import Observed, backoff_delay, plan, plan_invalid
 from ascend_fleet.render import render_pdb, render_replica, render_services, validate
 
@@ -80,7 +80,7 @@ def test_failed_rank_recreates_the_whole_gang():
     result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert sorted(d.name for d in result.deletes) == ["llm-0", "llm-0-1"]
     assert [e.reason for e in result.events] == ["ReplicaRestart"]
-    assert result.status["groupRestarts"] == [{"replica": 0, "count": 1, "lastTime": rfc3339(NOW)}]
+    assert result.status["groupRestarts"] == [{"replica": 0, "count": 1, "lastTime": rfc3339_ms(NOW)}]
 
 
 def test_missing_rank_recreates_the_whole_gang():

@@ -17,3 +17,8 @@ def parse_rfc3339(text: str | None) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def rfc3339_ms(epoch: float) -> str:
+    """Millisecond precision, for the operator's own timers (a drain measured in whole seconds ends early)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"

@@ -101,13 +101,16 @@ def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, s
     """The per-object loop: pass, then wait for a wake-up, a timer or the resync interval."""
     flag = ctx.wakeups.flag(namespace, name)
     error_delay = ERROR_BACKOFF[0]
-    stale_rv, written = None, None
+    written: dict | None = None  # our last status write, until the watch has delivered it
     try:
         while not stopped:
             flag.clear()
             current = _snapshot(body)
-            if written is not None and current["metadata"].get("resourceVersion") == stale_rv:
-                current = written  # the watch has not delivered our own status write yet
+            if written is not None:
+                if _caught_up(current, written):
+                    written = None
+                else:  # the watch has not delivered our own status write yet: do not act on old status
+                    current["status"] = written.get("status", {})
             key = (namespace, name)
             observed = observed_children(current["metadata"].get("uid", ""), _values(pods, key),
                                          _values(services, key), _values(pdbs, key))
@@ -120,12 +123,25 @@ def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, s
                 continue
             error_delay = ERROR_BACKOFF[0]
             if result.written is not None:
-                stale_rv, written = current["metadata"].get("resourceVersion"), result.written
+                written = result.written
             wait = min(result.requeue_after or ctx.settings.reconcile.resync_interval,
                        ctx.settings.reconcile.resync_interval)
             _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
     finally:
         ctx.wakeups.forget(namespace, name)
+
+
+def _caught_up(current: dict, written: dict) -> bool:
+    """Whether ``current`` is at least as new as ``written``.
+
+    resourceVersions are opaque by contract, but etcd (and the local API) issue increasing integers;
+    where they are not integers, only an exact match counts.
+    """
+    have, want = current["metadata"].get("resourceVersion"), written["metadata"].get("resourceVersion")
+    try:
+        return int(have) >= int(want)
+    except (TypeError, ValueError):
+        return have == want
 
 
 def _wait(stopped, flag: threading.Event, seconds: float, settle: float) -> None:

@@ -90,8 +90,22 @@ def _apply(kube: Kube, body: dict, result: Plan) -> dict | None:
             log.info("%s %s/%s vanished before it could be patched", patch.kind, namespace, patch.name)
     for delete in result.deletes:
         kube.delete(delete.kind, namespace, delete.name)
-    for event in result.events:
+    try:
+        written = _write_status(kube, body, result)
+    except StatusConflict:
+        _record(kube, body, [e for e in result.events if not e.with_status])
+        raise
+    _record(kube, body, result.events)
+    return written
+
+
+def _record(kube: Kube, body: dict, events: list) -> None:
+    for event in events:
         kube.event(body, event.type, event.reason, event.message)
+
+
+def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
+    namespace = body["metadata"]["namespace"]
     if result.status and result.status != (body.get("status") or {}):
         # status.actions belongs to the control loop: a merge patch without the key keeps the stored list,
         # where a copy from this pass's (possibly older) view of the object could drop its newest entries.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..api import names
 from ..api.settings import ReconcileSettings
-from ..api.times import parse_rfc3339, rfc3339
+from ..api.times import parse_rfc3339, rfc3339_ms
 from ..api.v1alpha1 import AscendInference
 from ..layout import Layout
 from ..render import (
@@ -51,6 +51,9 @@ class Event:
     type: str  # Normal | Warning
     reason: str
     message: str
+    # Reports a status transition (not a child write): recorded only once that status is stored,
+    # so a pass whose status write loses a conflict does not report it twice.
+    with_status: bool = False
 
 
 @dataclass
@@ -131,7 +134,7 @@ def plan(
             _restore_serving(group, result)
 
     for group in sorted(outdated, key=lambda g: g.index, reverse=True)[: max(budget, 0)]:
-        result.patches.append(Patch("Pod", group.leader.name, drain_patch(rfc3339(now), "rollout")))
+        result.patches.append(Patch("Pod", group.leader.name, drain_patch(rfc3339_ms(now), "rollout")))
         result.events.append(Event("Normal", "RolloutStep",
                                    f"replica {group.index}: draining for revision {rev} "
                                    f"({spec.disruption.drain_seconds}s)"))
@@ -190,7 +193,7 @@ def _create_replica(obj, layout, owner, index, rev, restarts, now, settings, res
 def _restart_gang(group: ReplicaState, restarts: dict, now: float, settings: ReconcileSettings, result: Plan) -> None:
     previous = restarts.get(group.index)
     count = (previous["count"] if previous else 0) + 1
-    restarts[group.index] = {"replica": group.index, "count": count, "lastTime": rfc3339(now)}
+    restarts[group.index] = {"replica": group.index, "count": count, "lastTime": rfc3339_ms(now)}
     delay = backoff_delay(count, settings)
     failed = [p.name for p in group.pods if p.failed] or ["a missing rank"]
     _delete_group(group, result, Event(
@@ -208,7 +211,7 @@ def _drain_then_delete(group: ReplicaState, reason: str, drain_seconds: int, now
         _delete_group(group, result, Event("Normal", "DeletedReplica", f"replica {group.index}: deleted ({reason})"))
         return
     if leader.drain_started is None:
-        result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339(now), reason)))
+        result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339_ms(now), reason)))
         result.events.append(Event("Normal", "Draining",
                                    f"replica {group.index}: left the Service, deleting in {drain_seconds}s ({reason})"))
         result.later(drain_seconds)
@@ -317,7 +320,7 @@ def plan_invalid(obj: dict, problems: list[str], now: float) -> Plan:
     before = get_condition(conditions, "Ready")
     conditions = set_condition(conditions, "Ready", False, "InvalidSpec", message, now, generation)
     if not before or before.get("reason") != "InvalidSpec" or before.get("message") != message:
-        result.events.append(Event("Warning", "InvalidSpec", message))
+        result.events.append(Event("Warning", "InvalidSpec", message, with_status=True))
     result.status = {**previous, "conditions": conditions}
     if generation is not None:
         result.status["observedGeneration"] = generation

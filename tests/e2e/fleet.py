@@ -1,0 +1,81 @@
+"""A test's view of one namespace: apply AscendInferences and read their children, via the API only."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import yaml
+
+from ascend_fleet.api import names
+from ascend_fleet.kube import Kube
+from tests.support.paths import ROOT
+
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 20.0, what: str = "the condition") -> T:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = condition()
+            if result:
+                return result
+        except Exception as error:  # "not yet"
+            last = error
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last
+
+
+def example(name: str, **spec_changes) -> dict:
+    doc = yaml.safe_load((ROOT / "examples" / name).read_text())
+    for key, value in spec_changes.items():
+        doc["spec"][key] = value
+    return doc
+
+
+class Fleet:
+    def __init__(self, kube: Kube, namespace: str):
+        self.kube, self.namespace = kube, namespace
+
+    def apply(self, doc: dict) -> dict:
+        doc = copy.deepcopy(doc)
+        doc["metadata"]["namespace"] = self.namespace
+        return self.kube._call("POST", self.kube._path(names.KIND, self.namespace), body=doc)
+
+    def get(self, name: str) -> dict:
+        return self.kube.get(names.KIND, self.namespace, name)
+
+    def patch_spec(self, name: str, spec: dict) -> dict:
+        return self.kube.patch(names.KIND, self.namespace, name, {"spec": spec})
+
+    def scale(self, name: str, replicas: int) -> dict:
+        return self.kube.patch(names.KIND, self.namespace, name, {"spec": {"replicas": replicas}}, "scale")
+
+    def pods(self, name: str) -> list[dict]:
+        return sorted(self.kube.list("Pod", self.namespace, {names.LABEL_NAME: name}),
+                      key=lambda p: p["metadata"]["name"])
+
+    def pod_names(self, name: str) -> list[str]:
+        return [p["metadata"]["name"] for p in self.pods(name) if not p["metadata"].get("deletionTimestamp")]
+
+    def condition(self, name: str, type_: str) -> dict:
+        return next((c for c in self.get(name).get("status", {}).get("conditions", []) if c["type"] == type_), {})
+
+    def ready(self, name: str, replicas: int) -> dict | None:
+        obj = self.get(name)
+        status = obj.get("status", {})
+        done = (status.get("readyReplicas") == replicas and status.get("updatedReplicas") == replicas
+                and status.get("replicas") == replicas
+                and status.get("observedGeneration") == obj["metadata"].get("generation"))
+        return obj if done else None
+
+    def wait_ready(self, name: str, replicas: int, timeout: float = 20.0) -> dict:
+        return wait_for(lambda: self.ready(name, replicas), timeout, f"{name} with {replicas} ready replicas")
+
+    def events(self, reason: str | None = None) -> list[dict]:
+        items = self.kube._call("GET", f"/api/v1/namespaces/{self.namespace}/events").get("items", [])
+        return [e for e in items if reason is None or e.get("reason") == reason]
