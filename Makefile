@@ -33,6 +33,9 @@ demo: setup
 	@echo "a kubelet simulator with simulated engines, a real Prometheus and the operator, then apply"
 	@echo "examples/demo.yaml. Until then: $(BIN)/ascend-fleet plan examples/qwen-7b-tp4-pp2-dp2.yaml"
 
+bench: setup
+	$(BIN)/python -m bench.policy
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 

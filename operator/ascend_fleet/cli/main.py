@@ -101,10 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_runtime_commands(sub: argparse._SubParsersAction) -> None:
-    """Commands that start long-running processes; their modules load only when used."""
+    """Commands that run the operator, the local cluster or the simulator; heavy imports load only when used."""
+    from ..simulate.cli import register as register_simulate
     from . import runtime
 
     runtime.register(sub)
+    register_simulate(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     run.set_defaults(handler=cmd_run)
 
+    dev = sub.add_parser("dev-cluster", help="Serve a local Kubernetes API with a kubelet simulator.",
+                         description="Serve a local Kubernetes API (no auth, 127.0.0.1) with a kubelet simulator "
+                         "that runs created pods; writes a kubeconfig for kubectl, helm and `ascend-fleet run`.")
+    dev.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    dev.add_argument("--kubeconfig", default="~/.kube/ascend-fleet-dev.yaml", metavar="PATH",
+                     help="where to write the kubeconfig (default: %(default)s)")
+    dev.add_argument("--pod-start-seconds", type=float, default=1.0, help="Pending -> Running delay")
+    dev.add_argument("--pod-ready-seconds", type=float, default=1.0, help="Running -> Ready delay")
+    dev.set_defaults(handler=cmd_dev_cluster)
+
+
+def cmd_dev_cluster(args: argparse.Namespace) -> int:
+    from ..devcluster.cluster import serve
+
+    serve("127.0.0.1", args.port, args.kubeconfig, args.pod_start_seconds, args.pod_ready_seconds)
+    return 0
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
