@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test lint unit crds demo bench images clean
+.PHONY: setup test lint crds demo prometheus bench images clean
 
 setup: $(STAMP)
 
@@ -28,10 +28,20 @@ test: lint
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
 
-demo: setup
-	@echo "The embedded demo (ascend-fleet dev) is not built yet. It will start a local Kubernetes API,"
-	@echo "a kubelet simulator with simulated engines, a real Prometheus and the operator, then apply"
-	@echo "examples/demo.yaml. Until then: $(BIN)/ascend-fleet plan examples/qwen-7b-tp4-pp2-dp2.yaml"
+# The embedded default: local API + simulated engines + real Prometheus + the operator, about two minutes.
+demo: setup prometheus
+	$(BIN)/ascend-fleet dev
+
+# Debian's prometheus when it is missing and this user may install it; otherwise one sentence saying how.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing Prometheus (Debian package) for the demo's metrics ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "The demo needs a Prometheus server: install it with 'sudo apt-get install prometheus' (Debian/Ubuntu) or put the upstream release's prometheus binary on PATH, then run make demo again."; \
+	    exit 1; \
+	  fi; }
 
 bench: setup
 	$(BIN)/python -m bench.policy

@@ -37,6 +37,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     dev.add_argument("--pod-ready-seconds", type=float, default=1.0, help="Running -> Ready delay")
     dev.set_defaults(handler=cmd_dev_cluster)
 
+    demo = sub.add_parser(
+        "dev", help="Run the whole system on this machine and show a scale-up, a restart and a scale-down.",
+        description="Start a local Kubernetes API with simulated engines, a real Prometheus and the operator; "
+        "apply the demo fleet and show it live until scale_up, restart_service and scale_down have happened.")
+    demo.add_argument("-f", "--file", help="the AscendInference to run (default: the packaged examples/demo.yaml)")
+    demo.add_argument("--scenario", help="a load scenario YAML file (default: the packaged demo scenario)")
+    demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    demo.add_argument("--keep", action="store_true", help="keep everything running afterwards, for kubectl")
+    demo.add_argument("--kubeconfig", default="~/.kube/ascend-fleet-dev.yaml", metavar="PATH",
+                      help="where to write the kubeconfig (default: %(default)s)")
+    demo.set_defaults(handler=cmd_dev)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..demo.runner import DEMO_FILE, DemoOptions, run_demo
+
+    logging.basicConfig(level=logging.ERROR)  # the live view is the output; the parts' logs would drown it
+    options = DemoOptions(file=Path(args.file) if args.file else DEMO_FILE,
+                          scenario=Path(args.scenario) if args.scenario else None,
+                          timeout=args.timeout, keep=args.keep, kubeconfig=Path(args.kubeconfig))
+    return run_demo(options)
+
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
     from ..devcluster.cluster import serve

@@ -142,6 +142,13 @@ class Kube:
         except NotFound:
             return False
 
+    def create_crd(self, crd: dict) -> dict | None:
+        """Create a CustomResourceDefinition; None when it exists already."""
+        try:
+            return self._call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+        except Conflict:
+            return None
+
     def event(self, regarding: dict, type_: str, reason: str, message: str, component: str = "ascend-fleet") -> None:
         """Record a core/v1 Event about an object; failures are logged, never raised (events are best effort)."""
         meta = regarding["metadata"]

@@ -1,0 +1,297 @@
+"""Run the whole system on one machine and tell the demo's story live.
+
+Every part is real except the hardware: a local Kubernetes API with a kubelet simulator, simulated
+engines serving the same metrics a real engine + exporter would, a real Prometheus scraping them,
+and the operator with its control loop, talking to the API over HTTP like in a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+
+from ..api import names
+from ..api.catalog import Catalog
+from ..api.crd import crd
+from ..api.settings import OperatorSettings
+from ..api.times import parse_rfc3339
+from ..control.loop import ControlLoop
+from ..devcluster.cluster import DevCluster
+from ..devcluster.engines import SimulatedEngines
+from ..devcluster.prometheus import (
+    PrometheusError,
+    PrometheusNotFound,
+    PrometheusServer,
+    find_prometheus_binary,
+)
+from ..devcluster.scenario import Scenario, ScenarioError
+from ..handlers.control import control_loop_hook
+from ..handlers.operator import OperatorContext, OperatorThread
+from ..kube import Kube, KubeError
+from ..render import InvalidSpec, validate
+from . import view
+
+HERE = Path(__file__).resolve().parent
+DEMO_FILE = HERE / "demo.yaml"  # the same document as examples/demo.yaml (a test keeps them equal)
+EXIT_OK, EXIT_INCOMPLETE, EXIT_SETUP = 0, 1, 2
+ROW_METRICS = {"utilization": "npu_utilization", "fragmentation": "mem_fragmentation", "queue": "queue_depth"}
+
+
+@dataclass
+class DemoOptions:
+    file: Path = DEMO_FILE
+    scenario: Path | None = None
+    timeout: float = 300.0
+    keep: bool = False
+    kubeconfig: Path = Path("~/.kube/ascend-fleet-dev.yaml")
+    tick: float = 1.0
+    linger: float = 5.0  # seconds shown after the story completes
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+
+
+def demo_settings(prometheus_url: str) -> OperatorSettings:
+    """The operator's configuration for the demo: the same code, with timers in seconds."""
+    return OperatorSettings.model_validate({
+        "prometheus": {"url": prometheus_url, "timeout": "5s"},
+        "control": {"interval": "2s", "step": "1s"},
+        "reconcile": {"backoffInitial": "5s", "backoffMax": "30s", "resyncInterval": "5s"},
+    })
+
+
+class Setup(Exception):
+    """Something the demo needs is missing; the message says how to get it."""
+
+
+def run_demo(options: DemoOptions) -> int:
+    """Run the demo to the end of its story (or the timeout); the exit code says whether it completed."""
+    out = options.out
+    try:
+        doc, scenario = _load(options)
+        find_prometheus_binary()
+    except PrometheusNotFound as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_SETUP
+    except Setup as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_SETUP
+    stop = _stop_on_signals()
+    name = doc["metadata"]["name"]
+    print(f"Starting a local Kubernetes API, a real Prometheus, simulated engines and the operator "
+          f"for {name} ...", file=out, flush=True)
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(DevCluster(start_seconds=0.5, ready_seconds=1.0,
+                                                 kubeconfig=options.kubeconfig.expanduser()))
+        prometheus = stack.enter_context(PrometheusServer(scrape_interval="1s"))
+        engines = stack.enter_context(SimulatedEngines(scenario, prometheus=prometheus, start_scenario=False))
+        cluster.kubelet.add_listener(engines)
+        kube = Kube.connect(str(cluster.kubeconfig_path))
+        kube.create_crd(crd())
+        settings = demo_settings(prometheus.url)
+        context = OperatorContext(settings, kube)
+        context.extra_startup.append(control_loop_hook(ControlLoop(settings, kube)))
+        stack.enter_context(OperatorThread(context))
+        print(f"Applying {options.file} (rules: {'; '.join(_rules(doc))})", file=out, flush=True)
+        scenario.start(time.time())
+        kube.create(doc)
+        story = Story(kube, prometheus, doc, Catalog.build(), out)
+        completed = story.run(options, stop)
+        for line in view.summary(story.decisions, story.elapsed(), story.npu_minutes, story.last):
+            print(line, file=out)
+        if options.keep and not stop.is_set():
+            print(f"\nStill running. In another shell:\n  export KUBECONFIG={cluster.kubeconfig_path}\n"
+                  f"  kubectl get ainf,pods\nPress Ctrl+C to stop.", file=out, flush=True)
+            stop.wait()
+        print("Stopping the operator, Prometheus, simulated engines and the local API ...", file=out, flush=True)
+    return EXIT_OK if completed else EXIT_INCOMPLETE
+
+
+def _load(options: DemoOptions) -> tuple[dict, Scenario]:
+    try:
+        doc = yaml.safe_load(Path(options.file).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise Setup(f"cannot read {options.file}: {error}") from None
+    doc.setdefault("metadata", {}).setdefault("namespace", "default")
+    try:
+        validate(doc)
+    except InvalidSpec as error:
+        raise Setup(f"{options.file} is not a valid AscendInference: {'; '.join(error.problems)}") from None
+    try:
+        scenario = Scenario.from_file(options.scenario) if options.scenario else Scenario.demo()
+    except ScenarioError as error:
+        raise Setup(str(error)) from None
+    return doc, scenario
+
+
+def _rules(doc: dict) -> list[str]:
+    return [rule.describe() for rule in validate(doc).obj.spec.rules]
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+class Story:
+    """Watches the fleet through the API and Prometheus, as a user would, and reports it."""
+
+    def __init__(self, kube: Kube, prometheus: PrometheusServer, doc: dict, catalog: Catalog, out: TextIO):
+        self.kube, self.prometheus, self.catalog, self.out = kube, prometheus, catalog, out
+        self.name, self.namespace = doc["metadata"]["name"], doc["metadata"]["namespace"]
+        self.started = time.time()
+        self.decisions: list[view.Decision] = []
+        self.npu_minutes = 0.0
+        self.last: view.Snapshot | None = None
+        self._held: dict[str, float] = {}
+        self._seen_actions: set[tuple[str, str, str]] = set()
+        self._last_tick = time.monotonic()
+        self._tty = out.isatty()
+        self._last_line = 0.0
+
+    def elapsed(self) -> float:
+        return time.time() - self.started
+
+    def run(self, options: DemoOptions, stop: threading.Event) -> bool:
+        complete_at: float | None = None
+        while not stop.is_set() and self.elapsed() < options.timeout:
+            self.tick()
+            if complete_at is None and view.story_complete(self.decisions):
+                complete_at = time.monotonic()
+            if complete_at is not None and time.monotonic() - complete_at >= options.linger:
+                return True
+            stop.wait(options.tick)
+        return view.story_complete(self.decisions)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        dt, self._last_tick = now - self._last_tick, now
+        try:
+            obj = self.kube.get(names.KIND, self.namespace, self.name)
+            pods = self.kube.list("Pod", self.namespace, {names.LABEL_NAME: self.name})
+        except KubeError as error:
+            print(f"[{view.clock(self.elapsed())}] API error: {error}", file=self.out, flush=True)
+            return
+        self.npu_minutes += _running_npus(pods) * dt / 60.0
+        values = self._metrics()
+        snapshot = self._snapshot(obj, pods, values, dt)
+        self.last = snapshot
+        new = self._new_decisions(obj)
+        self._show(snapshot, new)
+
+    def _metrics(self) -> dict[str, dict[int, float]]:
+        """Per-replica values of the row metrics, from Prometheus (what the control loop sees)."""
+        values: dict[str, dict[int, float]] = {}
+        for key, metric in ROW_METRICS.items():
+            expression = self.catalog.expression(metric)
+            values[key] = {}
+            try:
+                series = self.prometheus.query(expression) if expression else []
+            except PrometheusError:
+                continue
+            for item in series:
+                labels = item.get("metric", {})
+                if labels.get("namespace") == self.namespace and labels.get("inference") == self.name:
+                    with contextlib.suppress(KeyError, ValueError):
+                        values[key][int(labels["replica"])] = float(item["value"][1])
+        return values
+
+    def _snapshot(self, obj: dict, pods: list[dict], values: dict, dt: float) -> view.Snapshot:
+        spec, status = obj.get("spec", {}), obj.get("status", {})
+        rows: dict[int, view.ReplicaRow] = {}
+        for pod in pods:
+            labels = pod["metadata"].get("labels", {})
+            replica = int(labels.get(names.LABEL_REPLICA, -1))
+            row = rows.setdefault(replica, view.ReplicaRow(replica, 0, 0, values["utilization"].get(replica),
+                                                           values["fragmentation"].get(replica),
+                                                           values["queue"].get(replica)))
+            row.pods += 1
+            row.ready += _is_ready(pod)
+            row.draining |= labels.get(names.LABEL_SERVING) == "false"
+        conditions = {c["type"]: f"{c['status']}({c['reason']})" for c in status.get("conditions", [])}
+        return view.Snapshot(
+            elapsed=self.elapsed(), name=self.name, desired=spec.get("parallelism", {}).get("data", 0),
+            ready=status.get("readyReplicas", 0), conditions=conditions,
+            rows=[rows[k] for k in sorted(rows)], rules=self._progress(obj, values, dt),
+            npu_minutes=self.npu_minutes)
+
+    def _progress(self, obj: dict, values: dict, dt: float) -> list[view.RuleProgress]:
+        try:
+            rules = validate(obj).obj.spec.rules
+        except InvalidSpec:
+            return []
+        progress = []
+        for rule in rules:
+            key = next((k for k, m in ROW_METRICS.items() if m == rule.metric), None)
+            per_replica = list(values.get(key, {}).values()) if key else []
+            value = None
+            if per_replica:
+                if rule.scope == "replica":
+                    value = max(per_replica) if rule.comparison in (">", ">=") else min(per_replica)
+                else:
+                    value = sum(per_replica) / len(per_replica)
+            holds = value is not None and _compare(value, rule.comparison, rule.threshold)
+            label = rule.display_name()
+            self._held[label] = self._held.get(label, 0.0) + dt if holds else 0.0
+            progress.append(view.RuleProgress(label, self._held[label], float(rule.for_), value))
+        return progress
+
+    def _new_decisions(self, obj: dict) -> list[view.Decision]:
+        new = []
+        for action in reversed(obj.get("status", {}).get("actions", [])):
+            key = (action.get("time", ""), action.get("action", ""), action.get("target", ""))
+            if key in self._seen_actions:
+                continue
+            self._seen_actions.add(key)
+            at = parse_rfc3339(action.get("time")) or time.time()
+            decision = view.Decision(at - self.started, action.get("action", "?"), action.get("rule", "?"),
+                                     action.get("target", "?"), action.get("value"), action.get("result", ""),
+                                     bool(action.get("dryRun")))
+            self.decisions.append(decision)
+            new.append(decision)
+        return new
+
+    def _show(self, snapshot: view.Snapshot, new: list[view.Decision]) -> None:
+        if self._tty:
+            recent = [view.decision_line(d) for d in self.decisions[-6:]]
+            lines = view.frame(snapshot) + ["", "decisions:"] + (recent or ["  (none yet)"])
+            self.out.write("\x1b[H\x1b[2J" + "\n".join(lines) + "\n")
+            self.out.flush()
+            return
+        for decision in new:
+            print(view.decision_line(decision), file=self.out, flush=True)
+        if time.monotonic() - self._last_line >= 5.0:
+            print(view.status_line(snapshot), file=self.out, flush=True)
+            self._last_line = time.monotonic()
+
+
+def _compare(value: float, comparison: str, threshold: float) -> bool:
+    return {">": value > threshold, ">=": value >= threshold, "<": value < threshold,
+            "<=": value <= threshold}[comparison]
+
+
+def _is_ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions", []))
+
+
+def _running_npus(pods: list[dict]) -> int:
+    """NPUs held by running pods (what a cluster would bill)."""
+    total = 0
+    for pod in pods:
+        if pod.get("status", {}).get("phase") != "Running":
+            continue
+        for container in pod["spec"].get("containers", []):
+            for resource, amount in container.get("resources", {}).get("limits", {}).items():
+                if resource.startswith("huawei.com/"):
+                    total += int(amount)
+    return total

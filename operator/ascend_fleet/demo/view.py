@@ -1,0 +1,142 @@
+"""Pure presentation of the demo: the live table, decision lines, rule progress and the summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..api.units import format_duration
+
+
+@dataclass
+class ReplicaRow:
+    replica: int
+    pods: int
+    ready: int
+    utilization: float | None
+    fragmentation: float | None
+    queue: float | None
+    draining: bool = False
+
+
+@dataclass
+class RuleProgress:
+    """How long a rule's condition has held so far, against its window."""
+
+    rule: str
+    held: float
+    window: float
+    value: float | None
+
+
+@dataclass
+class Snapshot:
+    """Everything one frame of the live view shows."""
+
+    elapsed: float
+    name: str
+    desired: int
+    ready: int
+    conditions: dict[str, str]  # type -> "True (Reason)"
+    rows: list[ReplicaRow] = field(default_factory=list)
+    rules: list[RuleProgress] = field(default_factory=list)
+    npu_minutes: float = 0.0
+
+
+@dataclass
+class Decision:
+    """One status.actions entry as the demo reports it."""
+
+    elapsed: float
+    action: str
+    rule: str
+    target: str
+    value: float | None
+    result: str
+    dry_run: bool = False
+
+
+def clock(seconds: float) -> str:
+    minutes, rest = divmod(int(max(seconds, 0)), 60)
+    return f"{minutes}:{rest:02d}"
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:5.1f}%"
+
+
+def _bar(fraction: float, width: int = 12) -> str:
+    filled = max(0, min(width, round(fraction * width)))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def frame(snapshot: Snapshot) -> list[str]:
+    """The live view, as lines (the caller redraws them in place on a terminal)."""
+    lines = [
+        f"ascend-fleet dev  {clock(snapshot.elapsed)}   {snapshot.name}: {snapshot.ready}/{snapshot.desired} "
+        f"replicas ready   NPU-minutes {snapshot.npu_minutes:.1f}",
+        "conditions: " + ", ".join(f"{k}={v}" for k, v in snapshot.conditions.items()),
+        "",
+        f"{'REPLICA':<8}{'PODS':<6}{'READY':<7}{'NPU UTIL':>9}{'FRAG':>9}{'QUEUE':>7}  STATE",
+    ]
+    for row in snapshot.rows:
+        queue = "-" if row.queue is None else f"{row.queue:.0f}"
+        state = "draining" if row.draining else ("serving" if row.ready == row.pods and row.pods else "starting")
+        lines.append(f"{row.replica:<8}{row.pods:<6}{row.ready:<7}{_percent(row.utilization):>9}"
+                     f"{_percent(row.fragmentation):>9}{queue:>7}  {state}")
+    if snapshot.rules:
+        lines += ["", "rule windows:"]
+        for progress in snapshot.rules:
+            shown = "" if progress.value is None else f" (now {_percent(progress.value).strip()})"
+            lines.append(f"  {_bar(progress.held / progress.window if progress.window else 0)} "
+                         f"{min(progress.held, progress.window):4.0f}/{progress.window:.0f}s  "
+                         f"{progress.rule}{shown}")
+    return lines
+
+
+def status_line(snapshot: Snapshot) -> str:
+    """One line for a log (stdout that is not a terminal)."""
+    cells = " ".join(
+        f"r{row.replica}={_percent(row.utilization).strip()}/{_percent(row.fragmentation).strip()}"
+        + ("(drain)" if row.draining else "")
+        for row in snapshot.rows
+    )
+    return (f"[{clock(snapshot.elapsed)}] {snapshot.ready}/{snapshot.desired} ready; util/frag {cells}; "
+            f"NPU-min {snapshot.npu_minutes:.1f}")
+
+
+def _value(value: float) -> str:
+    return f"{value * 100:.1f}%" if 0.0 <= value <= 1.0 else f"{value:g}"
+
+
+def decision_line(decision: Decision) -> str:
+    value = "" if decision.value is None else f" at {_value(decision.value)}"
+    dry = " (dry run)" if decision.dry_run else ""
+    return (f"[{clock(decision.elapsed)}] {decision.action} on {decision.target}{dry}: "
+            f"{decision.rule}{value} -> {decision.result}")
+
+
+REQUIRED = ("scale_up", "restart_service", "scale_down")
+
+
+def story_complete(decisions: list[Decision]) -> bool:
+    """The demo's story is told once each of scale_up, restart_service and scale_down happened."""
+    seen = {d.action for d in decisions if not d.dry_run}
+    return all(action in seen for action in REQUIRED)
+
+
+def summary(decisions: list[Decision], elapsed: float, npu_minutes: float, final: Snapshot | None) -> list[str]:
+    """The closing report: every decision with its rule, time to each kind of action, NPU-minutes."""
+    lines = ["", f"Summary after {format_duration(round(elapsed))}:", "  decisions:"]
+    lines += [f"    {decision_line(d)}" for d in decisions] or ["    none"]
+    lines.append("  time to first:")
+    for action in REQUIRED:
+        first = next((d for d in decisions if d.action == action and not d.dry_run), None)
+        shown = clock(first.elapsed) if first else "never"
+        rule = f"  ({first.rule})" if first else ""
+        lines.append(f"    {action:<16}{shown}{rule}")
+    lines.append(f"  NPU-minutes used: {npu_minutes:.1f}")
+    if final is not None:
+        lines.append(f"  final: {final.ready}/{final.desired} replicas ready")
+    lines.append("  story: " + ("complete (scale_up, restart_service and scale_down all happened)"
+                                if story_complete(decisions) else "INCOMPLETE: see which action never came"))
+    return lines
