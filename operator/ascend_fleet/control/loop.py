@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from ..api import names
 from ..api.settings import OperatorSettings
-from ..api.times import rfc3339
+from ..api.times import rfc3339_ms
 from ..kube import Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
@@ -59,6 +59,8 @@ class CycleReport:
     decisions: list[Decision] = field(default_factory=list)
     writes: int = 0
     seconds: float = 0.0
+    read_seconds: float = 0.0  # listing objects and pods
+    query_seconds: float = 0.0  # Prometheus
     error: str | None = None
 
 
@@ -104,6 +106,7 @@ class ControlLoop:
         except KubeError as error:
             report.error = f"cannot list objects: {error}"
             return report
+        report.read_seconds = time.perf_counter() - started
         fleets: list[tuple[dict, FleetState]] = []
         for body in bodies:
             state = self._fleet(body, pods)
@@ -112,8 +115,10 @@ class ControlLoop:
         report.objects = len(fleets)
         queries = plan_queries((rule for _, state in fleets for rule in state.rules), self.policy.catalog,
                                self.policy.step)
+        asked = time.perf_counter()
         observations = (await self.prometheus.observe(queries, self.policy.step, now)) if queries \
             else Observations()
+        report.query_seconds = time.perf_counter() - asked
         report.queries, report.failed_queries = len(queries), len(observations.failures)
         evaluations = [(body, evaluate(state, observations, now, self.policy)) for body, state in fleets]
         changed = [(body, ev) for body, ev in evaluations if ev.decisions or _condition_changes(body, ev.metrics)]
@@ -142,7 +147,7 @@ class ControlLoop:
             meta = pod.get("metadata") or {}
             name = (meta.get("labels") or {}).get(names.LABEL_NAME)
             if name:
-                grouped.setdefault((meta.get("namespace", "default"), name), []).append(pod)
+                grouped.setdefault((meta.get("namespace", "default"), name), []).append(_slim(pod))
         return bodies, grouped
 
     def _fleet(self, body: dict, pods: dict[tuple[str, str], list[dict]]) -> FleetState | None:
@@ -227,7 +232,7 @@ class ControlLoop:
                     "spec": {"parallelism": {"data": decision.replicas_to}},
                 })
             elif decision.leader:
-                self.kube.patch("Pod", decision.namespace, decision.leader, drain_patch(rfc3339(now), DRAIN_REASON))
+                self.kube.patch("Pod", decision.namespace, decision.leader, drain_patch(rfc3339_ms(now), DRAIN_REASON))
         except KubeError as error:
             self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
             log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
@@ -236,6 +241,16 @@ class ControlLoop:
         self.kube.event(fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message())
         log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
         return True
+
+
+def _slim(pod: dict) -> dict:
+    """The parts of a pod the loop reads; pod specs are large and a cycle holds thousands of pods."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences",
+                                          "deletionTimestamp") if k in meta},
+        "status": {k: status[k] for k in ("phase", "conditions", "containerStatuses", "startTime") if k in status},
+    }
 
 
 def _owned_by(pod: dict, uid: str | None) -> bool:

@@ -1,0 +1,7 @@
+"""Entry point of ``python -m bench.control``."""
+
+import sys
+
+from .run import main
+
+sys.exit(main())

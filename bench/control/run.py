@@ -1,0 +1,189 @@
+"""Benchmark of the control loop: a synthetic fleet in a real Prometheus and a local Kubernetes API.
+
+What it builds (defaults: 1,000 objects x 4 pods in 10 namespaces):
+
+- a local Kubernetes API (``DevCluster``) holding the AscendInference objects and their engine pods as
+  the renderer makes them; the kubelet simulator runs the pods to Ready;
+- a real Prometheus scraping one synthetic endpoint that exports, for every pod, NPU utilization,
+  memory fragmentation and the vLLM queue, labelled as the engines' scrape labels them;
+- 1 % of the objects run hot (utilization above the scale-up threshold), so cycles also write.
+
+Then, for each count of distinct rule windows (1, 2, 4, 8 by default), every object gets two rules
+(``npu_utilization > 85%`` at fleet scope, ``mem_fragmentation > 15%`` at replica scope) whose window is
+one of that many lengths, and a fresh operator process runs the real control loop for a few cycles.
+It prints queries per cycle, cycle time, the operator's CPU per cycle and its memory.
+
+Usage: ``python -m bench.control [--objects 1000] [--pods 4] [--windows 1,2,4,8] [--cycles 4]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import kubernetes.client
+import yaml
+
+from ascend_fleet.api import names
+from ascend_fleet.devcluster.cluster import DevCluster
+from ascend_fleet.devcluster.prometheus import PrometheusServer
+from ascend_fleet.kube import Kube
+from ascend_fleet.render import Owner, render_replica, validate
+
+from .exporter import FleetShape, SyntheticExporter
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = ROOT / "crds" / "inference.ascendfleet.io_ascendinferences.yaml"
+WRITERS = 8  # concurrent API writes while building the fleet
+SCRAPE = "2s"  # a scrape of the whole fleet's series must finish within it on a busy 2-core machine
+
+
+def window_lengths(count: int, base: float, spacing: float) -> list[float]:
+    return [base + spacing * index for index in range(count)]
+
+
+def rules_for(window: float) -> list[dict]:
+    return [
+        {"metric": "npu_utilization", "threshold": "85%", "for": f"{window:g}s", "action": "scale_up"},
+        {"metric": "mem_fragmentation", "threshold": "15%", "for": f"{window:g}s", "action": "restart_service"},
+    ]
+
+
+def inference(namespace: str, name: str, replicas: int, window: float) -> dict:
+    return {
+        "apiVersion": names.API_VERSION, "kind": names.KIND,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "model": {"name": name, "path": "/models/m"},
+            "engine": {"type": "vllm-ascend"},
+            "parallelism": {"tensor": 1, "pipeline": 1, "data": replicas},
+            "rules": rules_for(window),
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 8, "scaleUpCooldown": "10m", "restartCooldown": "10m"},
+        },
+    }
+
+
+def build_fleet(kube: Kube, core: kubernetes.client.CoreV1Api, shape: FleetShape, window: float) -> None:
+    """Create the namespaces, the objects and each object's pods (as the reconciler would)."""
+    for index in range(shape.namespaces):
+        core.create_namespace({"metadata": {"name": f"bench-{index}"}})
+
+    def create(item: tuple[str, str, int]) -> None:
+        namespace, name, _ = item
+        kube.create(inference(namespace, name, shape.replicas, window))
+        body = kube.get(names.KIND, namespace, name)
+        valid = validate(body)
+        for replica in range(shape.replicas):
+            for pod in render_replica(valid.obj.spec, Owner.of(valid.obj), replica, valid.layout):
+                kube.create(pod)
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(create, shape.objects_of()))
+
+
+def set_windows(kube: Kube, shape: FleetShape, windows: list[float]) -> None:
+    """Give object i rules over the (i mod len(windows))-th window."""
+    def patch(item: tuple[str, str, int]) -> None:
+        namespace, name, index = item
+        kube.patch(names.KIND, namespace, name, {"spec": {"rules": rules_for(windows[index % len(windows)])}})
+
+    with ThreadPoolExecutor(WRITERS) as pool:
+        list(pool.map(patch, shape.objects_of()))
+
+
+def ready_pods(kube: Kube) -> int:
+    return sum(1 for pod in kube.list("Pod", None)
+               if any(c.get("type") == "Ready" and c.get("status") == "True"
+                      for c in (pod.get("status") or {}).get("conditions") or []))
+
+
+def run_operator(api: str, prometheus: str, cycles: int, interval: float, step: float) -> tuple[list[dict], dict]:
+    command = [sys.executable, "-m", "bench.control.operator_side", "--api", api, "--prometheus", prometheus,
+               "--cycles", str(cycles), "--interval", str(interval), "--step", str(step)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return lines[:-1], lines[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Control-loop benchmark against a synthetic fleet.")
+    parser.add_argument("--objects", type=int, default=1000, help="AscendInference objects (default 1000)")
+    parser.add_argument("--pods", type=int, default=4, help="pods (replicas of one pod) per object (default 4)")
+    parser.add_argument("--namespaces", type=int, default=10)
+    parser.add_argument("--windows", default="1,2,4,8", help="distinct rule-window counts to measure")
+    parser.add_argument("--cycles", type=int, default=4, help="cycles per measurement (the first writes status)")
+    parser.add_argument("--interval", type=float, default=3.0, help="seconds between cycles")
+    parser.add_argument("--step", type=float, default=2.0, help="subquery step, seconds")
+    parser.add_argument("--base-window", type=float, default=20.0, help="shortest rule window, seconds")
+    args = parser.parse_args(argv)
+    counts = [int(c) for c in args.windows.split(",")]
+    shape = FleetShape(namespaces=max(1, min(args.namespaces, args.objects)), objects=args.objects,
+                       replicas=args.pods, hot=max(1, args.objects // 100))
+    longest = window_lengths(max(counts), args.base_window, 5.0)[-1]
+
+    print(f"fleet: {shape.objects} objects x {shape.replicas} pods in {shape.namespaces} namespaces, "
+          f"{shape.hot} hot; step {args.step:g}s, scrape {SCRAPE}, windows {args.base_window:g}s + 5s each",
+          flush=True)
+    exporter = SyntheticExporter(shape)
+    job = {"job_name": "bench-fleet", "honor_labels": True, "scrape_interval": SCRAPE, "scrape_timeout": SCRAPE,
+           "static_configs": [{"targets": [exporter.address]}]}
+    with PrometheusServer(extra_scrape_configs=[job]) as prometheus, \
+            DevCluster(start_seconds=0.1, ready_seconds=0.1) as cluster:
+        scraping_since = time.monotonic()
+        client = kubernetes.client.ApiClient(_configuration(cluster.url))
+        kubernetes.client.ApiextensionsV1Api(client).create_custom_resource_definition(
+            yaml.safe_load(CRD_FILE.read_text()))
+        kube = Kube(client)
+        started = time.monotonic()
+        build_fleet(kube, kubernetes.client.CoreV1Api(client), shape, args.base_window)
+        pods = shape.objects * shape.replicas
+        while ready_pods(kube) < pods:
+            time.sleep(1.0)
+        print(f"built {shape.objects} objects and {pods} Ready pods in {time.monotonic() - started:.0f}s", flush=True)
+        series = prometheus.query('count({job="bench-fleet"})')
+        print(f"Prometheus holds {int(float(series[0]['value'][1])) if series else 0} fleet series", flush=True)
+        # Every window must be full of samples, or the loop only reports InsufficientSamples.
+        time.sleep(max(0.0, longest + 3 * args.step - (time.monotonic() - scraping_since)))
+
+        rows = []
+        for count in counts:
+            windows = window_lengths(count, args.base_window, 5.0)
+            set_windows(kube, shape, windows)
+            cycles, summary = run_operator(cluster.url, prometheus.url, args.cycles, args.interval, args.step)
+            steady = cycles[1:] or cycles
+            rows.append({
+                "windows": count, "queries": cycles[-1]["queries"], "objects": cycles[-1]["objects"],
+                "first": cycles[0]["seconds"], "first_writes": cycles[0]["writes"],
+                "cycle": statistics.median(c["seconds"] for c in steady),
+                "cycle_max": max(c["seconds"] for c in steady),
+                "cpu": statistics.median(c["cpu_seconds"] for c in steady),
+                "decisions": sum(c["decisions"] for c in cycles),
+                "failed": sum(c["failed_queries"] for c in cycles),
+                "rss": cycles[-1]["rss_mib"], "idle": summary["idle_rss_mib"], "peak": summary["peak_rss_mib"],
+            })
+            print(f"  {count} distinct windows measured", flush=True)
+    exporter.close()
+
+    print()
+    print("distinct windows | queries/cycle | objects | cycle s (median, max) | operator CPU s/cycle | "
+          "first cycle s (writes) | decisions | operator RSS MiB (idle -> after, peak)")
+    for r in rows:
+        print(f"{r['windows']:>16} | {r['queries']:>13} | {r['objects']:>7} | {r['cycle']:>9.2f}, {r['cycle_max']:<9.2f}"
+              f" | {r['cpu']:>19.2f} | {r['first']:>14.2f} ({r['first_writes']:>4}) | {r['decisions']:>9} |"
+              f" {r['idle']:.0f} -> {r['rss']:.0f}, {r['peak']:.0f}"
+              + (f"  ({r['failed']} failed queries)" if r["failed"] else ""))
+    print("queries per cycle = 2 rules x (extreme + sample count) x distinct windows; "
+          f"one per object would be {shape.objects * 2}, one per pod {pods * 2}")
+    return 0
+
+
+def _configuration(url: str) -> kubernetes.client.Configuration:
+    configuration = kubernetes.client.Configuration()
+    configuration.host = url
+    return configuration
