@@ -32,7 +32,7 @@ from ..api.catalog import Catalog
 from ..api.settings import ControlSettings
 from ..api.units import format_duration, format_threshold
 from ..api.v1alpha1 import Action, Autoscaling, Rule
-from .queries import Observations, Query, extreme_stat, required_samples, rule_queries
+from .queries import Observations, Query, extreme_stat, plan_queries, required_samples, rule_queries
 
 FLEET = "fleet"
 
@@ -275,11 +275,8 @@ def _check_rule(fleet: FleetState, rule: Rule, observations: Observations, now: 
             continue
         if _compare(value, rule.comparison, rule.threshold):
             held.append(_Held(rule, target, replica, value))
-    if rule.scope == "replica" and rule.action == "scale_down":
-        # Scaling in on a replica-scoped rule needs every evaluated replica to agree.
-        evaluated = [t for t in _targets(fleet, rule)]
-        if len(held) < len(evaluated):
-            return []
+    if rule.scope == "replica" and rule.action == "scale_down" and len(held) < len(_targets(fleet, rule)):
+        return []  # scaling in on a replica-scoped rule needs every ready replica to agree
     return held
 
 
@@ -391,7 +388,5 @@ def _notify(fleet: FleetState, held: list[_Held], now: float, policy: Policy, re
 
 
 def queries_for(fleets: Sequence[FleetState], policy: Policy) -> list[Query]:
-    """The distinct queries a cycle needs for ``fleets`` (objects with unknown metrics still share the rest)."""
-    from .queries import plan_queries
-
+    """The distinct queries a cycle needs to evaluate ``fleets``: one per window and statistic, not per object."""
     return plan_queries((rule for fleet in fleets for rule in fleet.rules), policy.catalog, policy.step)

@@ -33,9 +33,9 @@ from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
 from ..status.conditions import get_condition
 from ..telemetry import DECISIONS, RULE_EVALUATION
-from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate
+from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate, queries_for
 from .prometheus import Prometheus
-from .queries import Observations, plan_queries
+from .queries import Observations
 from .state import action_record, fleet_state, updated_actions
 
 log = logging.getLogger(__name__)
@@ -113,8 +113,7 @@ class ControlLoop:
             if state is not None:
                 fleets.append((body, state))
         report.objects = len(fleets)
-        queries = plan_queries((rule for _, state in fleets for rule in state.rules), self.policy.catalog,
-                               self.policy.step)
+        queries = queries_for([state for _, state in fleets], self.policy)
         asked = time.perf_counter()
         observations = (await self.prometheus.observe(queries, self.policy.step, now)) if queries \
             else Observations()
