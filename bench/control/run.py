@@ -163,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 "cycle": statistics.median(c["seconds"] for c in steady),
                 "cycle_max": max(c["seconds"] for c in steady),
                 "cpu": statistics.median(c["cpu_seconds"] for c in steady),
+                "read": statistics.median(c["read_seconds"] for c in steady),
+                "query": statistics.median(c["query_seconds"] for c in steady),
                 "decisions": sum(c["decisions"] for c in cycles),
                 "failed": sum(c["failed_queries"] for c in cycles),
                 "rss": cycles[-1]["rss_mib"], "idle": summary["idle_rss_mib"], "peak": summary["peak_rss_mib"],
@@ -171,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     exporter.close()
 
     print()
-    print("distinct windows | queries/cycle | objects | cycle s (median, max) | operator CPU s/cycle | "
-          "first cycle s (writes) | decisions | operator RSS MiB (idle -> after, peak)")
+    print("distinct windows | queries/cycle | objects | cycle s (median, max) | of which API, Prometheus s | "
+          "operator CPU s/cycle | first cycle s (writes) | decisions | operator RSS MiB (idle -> after, peak)")
     for r in rows:
         print(f"{r['windows']:>16} | {r['queries']:>13} | {r['objects']:>7} | {r['cycle']:>9.2f}, {r['cycle_max']:<9.2f}"
-              f" | {r['cpu']:>19.2f} | {r['first']:>14.2f} ({r['first_writes']:>4}) | {r['decisions']:>9} |"
-              f" {r['idle']:.0f} -> {r['rss']:.0f}, {r['peak']:.0f}"
+              f" | {r['read']:>14.2f}, {r['query']:<10.2f} | {r['cpu']:>19.2f} | {r['first']:>14.2f} "
+              f"({r['first_writes']:>4}) | {r['decisions']:>9} | {r['idle']:.0f} -> {r['rss']:.0f}, {r['peak']:.0f}"
               + (f"  ({r['failed']} failed queries)" if r["failed"] else ""))
     print("queries per cycle = 2 rules x (extreme + sample count) x distinct windows; "
           f"one per object would be {shape.objects * 2}, one per pod {pods * 2}")
