@@ -9,9 +9,9 @@ when the previous pass asked to look again (drain and backoff timers), and at le
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -64,41 +64,48 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         return connection_info(ctx.kube)
 
     @kopf.index("pods", labels=child_filter, registry=registry, id="engine_pods")
-    def engine_pods(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+    async def engine_pods(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
     @kopf.index("services", labels=child_filter, registry=registry, id="engine_services")
-    def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+    async def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
     @kopf.index("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry, id="engine_pdbs")
-    def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+    async def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
     @kopf.on.event("pods", labels=child_filter, registry=registry)
     @kopf.on.event("services", labels=child_filter, registry=registry)
     @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
-    def child_changed(namespace: str, labels: dict, **_) -> None:
+    async def child_changed(namespace: str, labels: dict, **_) -> None:
         ctx.wakeups.wake(namespace, labels[names.LABEL_NAME])
 
     @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
-    def object_changed(namespace: str, name: str, **_) -> None:
+    async def object_changed(namespace: str, name: str, **_) -> None:
         ctx.wakeups.wake(namespace, name)
 
     @kopf.daemon(names.GROUP, names.VERSION, names.PLURAL, registry=registry,
                  cancellation_timeout=10.0, initial_delay=0)
-    def reconciler(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str, name: str,
-                   engine_pods: kopf.Index, engine_services: kopf.Index, engine_pdbs: kopf.Index,
-                   logger: logging.Logger, **_) -> None:
-        run_reconciler(ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs, logger)
+    async def reconciler(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str, name: str,
+                         engine_pods: kopf.Index, engine_services: kopf.Index, engine_pdbs: kopf.Index,
+                         logger: logging.Logger, **_) -> None:
+        await run_reconciler(ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs,
+                             logger)
 
     for hook in ctx.extra_startup:
         hook(registry)
     return registry
 
 
-def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, services, pdbs, logger) -> None:
-    """The per-object loop: pass, then wait for a wake-up, a timer or the resync interval."""
+async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, services, pdbs,
+                         logger) -> None:
+    """The per-object loop: pass, then wait for a wake-up, a timer or the resync interval.
+
+    It is a coroutine on kopf's loop and runs each pass (blocking HTTP) in a worker thread only for the
+    pass's duration: a sync daemon would hold one of kopf's executor threads for the object's lifetime,
+    and a few dozen objects would starve every other handler.
+    """
     flag = ctx.wakeups.flag(namespace, name)
     error_delay = ERROR_BACKOFF[0]
     written: dict | None = None  # our last status write, until the watch has delivered it
@@ -115,10 +122,10 @@ def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, s
             observed = observed_children(current["metadata"].get("uid", ""), _values(pods, key),
                                          _values(services, key), _values(pdbs, key))
             try:
-                result = reconcile_once(ctx.kube, current, observed, ctx.settings)
+                result = await asyncio.to_thread(reconcile_once, ctx.kube, current, observed, ctx.settings)
             except KubeError as error:
                 logger.warning("reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error)
-                _wait(stopped, flag, error_delay, settle=error_delay)
+                await _wait(stopped, flag, error_delay, settle=error_delay)
                 error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
                 continue
             error_delay = ERROR_BACKOFF[0]
@@ -126,7 +133,7 @@ def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, s
                 written = result.written
             wait = min(result.requeue_after or ctx.settings.reconcile.resync_interval,
                        ctx.settings.reconcile.resync_interval)
-            _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
+            await _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
     finally:
         ctx.wakeups.forget(namespace, name)
 
@@ -144,15 +151,19 @@ def _caught_up(current: dict, written: dict) -> bool:
         return have == want
 
 
-def _wait(stopped, flag: threading.Event, seconds: float, settle: float) -> None:
+async def _wait(stopped, flag: asyncio.Event, seconds: float, settle: float) -> None:
     """Sleep up to ``seconds``; a wake-up ends it early, but never before ``settle`` has passed."""
-    deadline = time.monotonic() + seconds
-    earliest = time.monotonic() + min(settle, seconds)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    if settle > 0:
+        await asyncio.sleep(min(settle, seconds))
     while not stopped:
-        now = time.monotonic()
-        if now >= deadline or (flag.is_set() and now >= earliest):
+        remaining = deadline - loop.time()
+        if remaining <= 0 or flag.is_set():
             return
-        flag.wait(min(0.25, deadline - now))
+        # Short slices, so a stop request is noticed promptly too.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(flag.wait(), min(remaining, 0.5))
 
 
 def _snapshot(body) -> dict:

@@ -1,30 +1,29 @@
-"""Per-object wake-up flags: a watch event about an object or its children cuts the reconciler's wait short."""
+"""Per-object wake-up flags: a watch event about an object or its children cuts the reconciler's wait short.
+
+All flags live on kopf's event loop: the handlers that set them and the daemons that wait on them
+are coroutines on that loop, so no locking is needed.
+"""
 
 from __future__ import annotations
 
-import threading
+import asyncio
 
 
 class Wakeups:
-    """Thread-safe registry of one Event per (namespace, name)."""
+    """One asyncio.Event per (namespace, name)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._events: dict[tuple[str, str], threading.Event] = {}
+        self._events: dict[tuple[str, str], asyncio.Event] = {}
 
-    def flag(self, namespace: str, name: str) -> threading.Event:
-        with self._lock:
-            return self._events.setdefault((namespace, name), threading.Event())
+    def flag(self, namespace: str, name: str) -> asyncio.Event:
+        return self._events.setdefault((namespace, name), asyncio.Event())
 
     def wake(self, namespace: str, name: str) -> None:
         self.flag(namespace, name).set()
 
     def wake_all(self) -> None:
-        with self._lock:
-            flags = list(self._events.values())
-        for flag in flags:
+        for flag in self._events.values():
             flag.set()
 
     def forget(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._events.pop((namespace, name), None)
+        self._events.pop((namespace, name), None)
