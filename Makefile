@@ -27,6 +27,7 @@ test: lint
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
+	cp $(CRD) charts/ascend-fleet/crds/
 
 # The embedded default: local API + simulated engines + real Prometheus + the operator, about two minutes.
 demo: setup prometheus

@@ -191,7 +191,9 @@ def test_config_file_carries_the_values(releases):
     defaults = settings_of(releases["defaults"])
     assert defaults.prometheus.url is None  # empty URL: the control loop is off
     assert defaults.images == {"vllm-ascend": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0",
-                               "sglang": "ghcr.io/ascend-fleet/sglang:0.1.0"}
+                               "sglang": "ghcr.io/ascend-fleet/sglang:0.1.0",
+                               "vllm-ascend/ascend910_93": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0-a3",
+                               "sglang/ascend910_93": "ghcr.io/ascend-fleet/sglang:0.1.0-a3"}
     everything = settings_of(releases["everything"])
     assert everything.prometheus.url == "http://prometheus-operated.monitoring.svc:9090"
     assert (everything.control.interval, everything.control.min_samples_fraction) == (30.0, 0.9)
@@ -199,7 +201,8 @@ def test_config_file_carries_the_values(releases):
     assert everything.control.catalog["ttft_p95"].startswith("histogram_quantile(0.95, sum by (namespace")
     assert (everything.reconcile.backoff_initial, everything.reconcile.backoff_max) == (10.0, 300.0)
     # An engine whose repository is empty falls back to the operator's built-in image.
-    assert everything.images == {"vllm-ascend": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1"}
+    assert everything.images == {"vllm-ascend": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1",
+                                 "vllm-ascend/ascend910_93": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1-a3"}
 
 
 # The Deployment -----------------------------------------------------------------------------------------

@@ -148,7 +148,8 @@ def test_config_values_are_exactly_the_operator_settings():
     config_schema = SCHEMA["properties"]["config"]
     chart_keys = set(schema_leaves(config_schema))
     assert chart_keys == settings_keys(OperatorSettings) - {"images"}
-    assert set(SCHEMA["properties"]["engineImages"]["properties"]) == {"vllm-ascend", "sglang"}
+    assert set(SCHEMA["properties"]["engineImages"]["properties"]) == {
+        "vllm-ascend", "sglang", "vllm-ascend/ascend910_93", "sglang/ascend910_93"}
 
 
 def test_catalog_presets_and_names_are_the_operators():

@@ -96,7 +96,7 @@ Its keys are exactly those of the operator's settings schema; a chart test valid
 {{- $images := dict }}
 {{- range $engine, $image := .Values.engineImages }}
 {{- if $image.repository }}
-{{- $_ := set $images $engine (printf "%s:%s" $image.repository (default $.Chart.AppVersion $image.tag)) }}
+{{- $_ := set $images $engine (printf "%s:%s" $image.repository (default (printf "%s%s" $.Chart.AppVersion (default "" $image.suffix)) $image.tag)) }}
 {{- end }}
 {{- end }}
 {{- $settings := deepCopy .Values.config }}

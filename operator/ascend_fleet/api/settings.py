@@ -51,7 +51,8 @@ class OperatorSettings(Model):
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     images: dict[str, str] = Field(
         default_factory=dict,
-        description="Default engine images by engine type (vllm-ascend, sglang) for specs that name none.",
+        description="Default engine images for specs that name none, keyed by engine type (vllm-ascend, sglang) "
+        "or engine/chip (vllm-ascend/ascend910_93); the more specific key wins.",
     )
 
     @classmethod

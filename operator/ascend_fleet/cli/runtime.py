@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="watch only this namespace (repeatable; default: cluster-wide)")
     run.add_argument("--peering", metavar="NAME",
                      help="coordinate several operator replicas through kopf peering NAME (default: standalone)")
+    run.add_argument("--priority", type=int, default=0,
+                     help="peering priority: with several replicas, give each a different one (highest acts)")
     run.add_argument("--health-port", type=int, default=8081, help="liveness endpoint port (/healthz; 0 = off)")
     run.add_argument("--metrics-port", type=int, default=8080, help="operator metrics port (/metrics; 0 = off)")
     run.add_argument("--prometheus-url", help="Prometheus for the control loop (overrides the config file)")
@@ -93,7 +95,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     if args.metrics_port:
         start_http_server(args.metrics_port)
-    options = RunOptions(namespaces=args.namespaces, peering=args.peering, health_port=args.health_port or None)
+    options = RunOptions(namespaces=args.namespaces, peering=args.peering, priority=args.priority,
+                         health_port=args.health_port or None)
     ctx = OperatorContext(settings, kube)
     if settings.prometheus.url:
         from ..control.loop import ControlLoop

@@ -194,6 +194,7 @@ def connection_info(kube: Kube) -> kopf.ConnectionInfo:
 class RunOptions:
     namespaces: list[str] = field(default_factory=list)  # empty: cluster-wide
     peering: str | None = None
+    priority: int = 0  # among peered operators the highest priority acts; equal ones pause each other
     health_port: int | None = None
     metrics_port: int | None = None
 
@@ -208,6 +209,7 @@ async def run_operator(ctx: OperatorContext, options: RunOptions, stop_flag=None
         namespaces=options.namespaces,
         standalone=options.peering is None,
         peering_name=options.peering,
+        priority=options.priority,
         liveness_endpoint=liveness,
         stop_flag=stop_flag,
         ready_flag=ready_flag,

@@ -34,9 +34,16 @@ class PassResult:
 
 
 def with_default_image(body: dict, settings: OperatorSettings) -> dict:
-    """The object with the operator's configured default image filled in where the spec names none."""
-    engine = (body.get("spec") or {}).get("engine") or {}
-    default = settings.images.get(engine.get("type", ""))
+    """The object with the operator's configured default image filled in where the spec names none.
+
+    ``images`` keys are ``<engine>/<chip>`` (e.g. ``vllm-ascend/ascend910_93`` for A3 builds) or just
+    ``<engine>``; the more specific key wins.
+    """
+    spec = body.get("spec") or {}
+    engine = spec.get("engine") or {}
+    chip = (spec.get("hardware") or {}).get("chip", "ascend910b")
+    kind = engine.get("type", "")
+    default = settings.images.get(f"{kind}/{chip}") or settings.images.get(kind)
     if not default or engine.get("image"):
         return body
     body = copy.deepcopy(body)
