@@ -107,11 +107,8 @@ class ControlLoop:
             report.error = f"cannot list objects: {error}"
             return report
         report.read_seconds = time.perf_counter() - started
-        fleets: list[tuple[dict, FleetState]] = []
-        for body in bodies:
-            state = self._fleet(body, pods)
-            if state is not None:
-                fleets.append((body, state))
+        # Parsing a thousand objects takes a while: keep it (and the evaluation) off kopf's event loop.
+        fleets = await asyncio.to_thread(self._fleets, bodies, pods)
         report.objects = len(fleets)
         queries = queries_for([state for _, state in fleets], self.policy)
         asked = time.perf_counter()
@@ -119,7 +116,8 @@ class ControlLoop:
             else Observations()
         report.query_seconds = time.perf_counter() - asked
         report.queries, report.failed_queries = len(queries), len(observations.failures)
-        evaluations = [(body, evaluate(state, observations, now, self.policy)) for body, state in fleets]
+        evaluations = await asyncio.to_thread(
+            lambda: [(body, evaluate(state, observations, now, self.policy)) for body, state in fleets])
         changed = [(body, ev) for body, ev in evaluations if ev.decisions or _condition_changes(body, ev.metrics)]
         slots = asyncio.Semaphore(PARALLEL_WRITES)
 
@@ -148,6 +146,14 @@ class ControlLoop:
             if name:
                 grouped.setdefault((meta.get("namespace", "default"), name), []).append(_slim(pod))
         return bodies, grouped
+
+    def _fleets(self, bodies: list[dict], pods: dict[tuple[str, str], list[dict]]) -> list[tuple[dict, FleetState]]:
+        fleets = []
+        for body in bodies:
+            state = self._fleet(body, pods)
+            if state is not None:
+                fleets.append((body, state))
+        return fleets
 
     def _fleet(self, body: dict, pods: dict[tuple[str, str], list[dict]]) -> FleetState | None:
         meta = body.get("metadata") or {}
