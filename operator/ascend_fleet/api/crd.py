@@ -29,6 +29,10 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         rest = {k: v for k, v in schema.items() if k != "anyOf"}
         return _structural({**branches[0], **rest}, defs)
     out: dict[str, Any] = {}
+    if schema.pop("x-crd-default", False) and "default" in schema:
+        out["default"] = schema["default"]
+    if schema.pop("x-crd-default-object", False):
+        out["default"] = {}  # so the fields' own defaults apply when the whole object is left out
     for key, value in schema.items():
         if key in _DROP:
             continue

@@ -183,13 +183,22 @@ class Engine(Model):
         return self
 
 
+# Marks a field whose default the CRD declares too, so the API server stores it: the parallel layout,
+# which printer columns and the scale subresource read. Other defaults stay out of the CRD (pydantic
+# fills them in), which keeps what users wrote, and their GitOps diffs, unchanged.
+CRD_DEFAULT = {"x-crd-default": True}
+
+
 class Parallelism(Model):
     """The hybrid parallel layout: tensor x pipeline NPUs per replica, data replicas."""
 
-    tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size (never crosses a node).")
-    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel stages per replica.")
+    tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size (never crosses a node).",
+                        json_schema_extra=CRD_DEFAULT)
+    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel stages per replica.",
+                          json_schema_extra=CRD_DEFAULT)
     data: int = Field(
-        default=1, ge=0, le=1024, description="Number of replicas; the scale subresource changes this field."
+        default=1, ge=0, le=1024, description="Number of replicas; the scale subresource changes this field.",
+        json_schema_extra=CRD_DEFAULT,
     )
 
 
@@ -403,7 +412,7 @@ class AscendInferenceSpec(Model):
 
     model: ModelSource
     engine: Engine
-    parallelism: Parallelism = Field(default_factory=Parallelism)
+    parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra={"x-crd-default-object": True})
     hardware: Hardware = Field(default_factory=Hardware)
     batching: Batching = Field(default_factory=Batching)
     memory: Memory = Field(default_factory=Memory)

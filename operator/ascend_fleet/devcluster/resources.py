@@ -114,6 +114,7 @@ class ServedResource:
     scale: ScaleSpec | None = None
     custom: bool = False
     list_kind: str = ""
+    schema: Mapping[str, Any] | None = None  # a custom resource's openAPIV3Schema, for defaulting
 
     @property
     def api_version(self) -> str:
@@ -231,6 +232,7 @@ def served_resources(crd: Mapping[str, Any]) -> list[ServedResource]:
                 else None,
                 custom=True,
                 list_kind=names.get("listKind") or f"{names['kind']}List",
+                schema=(version.get("schema") or {}).get("openAPIV3Schema"),
             )
         )
     return served
@@ -269,3 +271,22 @@ def version_priority(version: str) -> tuple[int, int, int, str]:
 def preferred_version(versions: Iterable[str]) -> str:
     """The version discovery announces as preferred for a group."""
     return sorted(versions, key=version_priority)[0]
+
+
+def apply_schema_defaults(schema: Mapping[str, Any] | None, value: Any) -> Any:
+    """Fill in the structural schema's ``default`` values, as the API server does on every write.
+
+    Defaults apply to fields missing from objects that are present; an absent parent stays absent
+    (unless it has a default of its own), exactly the API server's rule.
+    """
+    if not schema:
+        return value
+    if isinstance(value, dict):
+        for key, child in (schema.get("properties") or {}).items():
+            if key not in value and "default" in child:
+                value[key] = copy.deepcopy(child["default"])
+            if key in value:
+                value[key] = apply_schema_defaults(child, value[key])
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [apply_schema_defaults(schema["items"], item) for item in value]
+    return value

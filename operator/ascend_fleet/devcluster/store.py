@@ -43,6 +43,7 @@ from ascend_fleet.devcluster.resources import (
     CRD_RESOURCE,
     NAMESPACES,
     ServedResource,
+    apply_schema_defaults,
     builtin,
     crd_problems,
     established_status,
@@ -513,6 +514,8 @@ class ObjectStore:
             self._default_service(obj.setdefault("spec", {}))
         elif served.storage == CRD_RESOURCE:
             obj["status"] = established_status(obj, now_timestamp())
+        elif served.custom:
+            apply_schema_defaults(served.schema, obj)
 
     def _default_service(self, spec: dict[str, Any]) -> None:
         spec.setdefault("type", "ClusterIP")
@@ -548,6 +551,8 @@ class ObjectStore:
         if wanted and str(wanted) != current["metadata"]["resourceVersion"]:
             raise errors.conflict(served.group_resource, key[2], **_details(served))
         new = _merged(served, current, desired, scope)
+        if served.custom:
+            apply_schema_defaults(served.schema, new)
         if new == current or dry_run:
             return new
         metadata = new["metadata"]
