@@ -15,6 +15,7 @@ import argparse
 import collections
 import logging
 import time
+from pathlib import Path
 
 import yaml
 
@@ -25,8 +26,8 @@ from ascend_fleet.devcluster.cluster import DevCluster
 from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread
 from ascend_fleet.kube import Kube
-from tests.support.paths import ROOT
 
+ROOT = Path(__file__).resolve().parents[2]
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 
 

@@ -29,6 +29,7 @@ from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
 from tests.support.paths import CRD_FILE
+from tests.support.rbac import HARNESS, record_operator_requests
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e]
 
@@ -56,7 +57,9 @@ def env(prometheus_binary) -> Iterator[Env]:
         client = api_client(cluster.url)
         kubernetes.client.ApiextensionsV1Api(client).create_custom_resource_definition(
             yaml.safe_load(CRD_FILE.read_text()))
-        yield Env(cluster, prometheus, scenario, Kube(client), kubernetes.client.CoreV1Api(client))
+        yield Env(cluster, prometheus, scenario, Kube(client, user_agent=HARNESS),
+                  kubernetes.client.CoreV1Api(client))
+        record_operator_requests(cluster)
 
 
 @pytest.fixture()

@@ -20,6 +20,7 @@ from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
 from tests.e2e.fleet import Fleet
+from tests.support.rbac import HARNESS, record_operator_requests
 
 REAL_CLUSTER = os.environ.get("ASCEND_FLEET_E2E_KUBECONFIG")
 
@@ -41,6 +42,7 @@ def cluster():
 
     with DevCluster(start_seconds=0.2, ready_seconds=0.3) as local:
         yield local
+        record_operator_requests(local)
 
 
 @pytest.fixture
@@ -56,7 +58,7 @@ def kube(cluster) -> Kube:
         return Kube.connect(REAL_CLUSTER)
     from ascend_fleet.devcluster.testing import api_client
 
-    client = Kube(api_client(cluster.url))
+    client = Kube(api_client(cluster.url), user_agent=HARNESS)
     client._call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd())
     return client
 
@@ -77,9 +79,14 @@ def settings() -> OperatorSettings:
 
 
 @pytest.fixture
-def operator(kube, settings):
-    """A running operator; ``operator.restart()`` replaces it with a fresh process-equivalent."""
-    handle = OperatorHandle(kube, settings)
+def operator(cluster, kube, settings):
+    """A running operator with its own client; ``operator.restart()`` replaces it with a fresh one."""
+    if cluster is None:
+        handle = OperatorHandle(Kube.connect(REAL_CLUSTER), settings)
+    else:
+        from ascend_fleet.devcluster.testing import api_client
+
+        handle = OperatorHandle(Kube(api_client(cluster.url)), settings)
     yield handle
     handle.stop()
 

@@ -205,3 +205,15 @@ def test_deleting_the_object_deletes_its_children(fleet):
     fleet.kube.delete(names.KIND, fleet.namespace, "qwen-1-5b")
     wait_for(lambda: not fleet.pods("qwen-1-5b") and not fleet.kube.list("Service", fleet.namespace), 15,
              "children garbage-collected")
+
+
+def test_drifted_children_are_patched_back(fleet):
+    fleet.apply(example("sglang-small.yaml"))
+    fleet.wait_ready("qwen-1-5b", 1)
+    fleet.kube.patch("Service", fleet.namespace, "qwen-1-5b", {"spec": {"selector": {"app": "hijacked"}}})
+    wait_for(lambda: fleet.kube.get("Service", fleet.namespace, "qwen-1-5b")["spec"]["selector"].get(
+        names.LABEL_SERVING) == "true", 10, "the serving selector restored")
+    fleet.patch_spec("qwen-1-5b", {"disruption": {"maxUnavailable": 2}})
+    wait_for(lambda: fleet.kube.get("PodDisruptionBudget", fleet.namespace, "qwen-1-5b")["spec"][
+        "maxUnavailable"] == 2, 10, "the PDB following spec.disruption")
+    assert fleet.pod_names("qwen-1-5b") == ["qwen-1-5b-0"]  # neither change restarts an engine

@@ -21,6 +21,7 @@ from ..api import names
 
 log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
+USER_AGENT = "ascend-fleet-operator"
 
 
 class KubeError(Exception):
@@ -66,8 +67,10 @@ KINDS = {
 class Kube:
     """Namespaced CRUD by kind name, raw JSON in and out."""
 
-    def __init__(self, api_client: client.ApiClient):
+    def __init__(self, api_client: client.ApiClient, user_agent: str = USER_AGENT):
         self.api = api_client
+        # Identifies the operator's traffic in API server audit logs (and in the RBAC test).
+        self.api.user_agent = user_agent
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
