@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
@@ -17,3 +19,16 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked ``after_all`` read what the other suites recorded, so they run last."""
     items.sort(key=lambda item: item.get_closest_marker("after_all") is not None)
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> str:
+    """The binary, or a skip on a developer machine without it; CI installs it, so there it must exist."""
+    from ascend_fleet.devcluster.prometheus import PrometheusNotFound, find_prometheus_binary
+
+    try:
+        return find_prometheus_binary()
+    except PrometheusNotFound as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must provide prometheus: {err}")
+        pytest.skip(str(err))

@@ -33,17 +33,6 @@ NS = "team-a"
 
 
 @pytest.fixture
-def prometheus_binary() -> str:
-    """The binary, or a skip on a developer machine without it; CI installs it, so there it must exist."""
-    try:
-        return find_prometheus_binary()
-    except PrometheusNotFound as err:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must provide prometheus: {err}")
-        pytest.skip(str(err))
-
-
-@pytest.fixture
 def prometheus(prometheus_binary):
     with PrometheusServer(binary=prometheus_binary) as server:
         yield server
