@@ -59,7 +59,7 @@ def env(prometheus_binary) -> Iterator[Env]:
             yaml.safe_load(CRD_FILE.read_text()))
         yield Env(cluster, prometheus, scenario, Kube(client, user_agent=HARNESS),
                   kubernetes.client.CoreV1Api(client))
-        record_operator_requests(cluster)
+        record_operator_requests(cluster, "control")
 
 
 @pytest.fixture()

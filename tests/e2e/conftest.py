@@ -28,7 +28,7 @@ REAL_CLUSTER = os.environ.get("ASCEND_FLEET_E2E_KUBECONFIG")
 def fast_settings() -> OperatorSettings:
     """Timers in seconds so the suite runs quickly."""
     return OperatorSettings.model_validate(
-        {"reconcile": {"backoffInitial": "2s", "backoffMax": "8s", "resyncInterval": "5s"}}
+        {"reconcile": {"backoffInitial": "2s", "backoffMax": "8s", "resyncInterval": "5s", "watchTimeout": "3s"}}
     )
 
 
@@ -42,7 +42,7 @@ def cluster():
 
     with DevCluster(start_seconds=0.2, ready_seconds=0.3) as local:
         yield local
-        record_operator_requests(local)
+        record_operator_requests(local, "e2e")
 
 
 @pytest.fixture

@@ -217,3 +217,42 @@ def test_drifted_children_are_patched_back(fleet):
     wait_for(lambda: fleet.kube.get("PodDisruptionBudget", fleet.namespace, "qwen-1-5b")["spec"][
         "maxUnavailable"] == 2, 10, "the PDB following spec.disruption")
     assert fleet.pod_names("qwen-1-5b") == ["qwen-1-5b-0"]  # neither change restarts an engine
+
+
+def test_operator_metrics_count_reconciles_and_replicas(fleet):
+    from prometheus_client import REGISTRY, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fleet.apply(example("sglang-small.yaml", parallelism={"tensor": 2, "data": 2}))
+    fleet.wait_ready("qwen-1-5b", 2)
+
+    def samples():
+        families = text_string_to_metric_families(generate_latest(REGISTRY).decode())
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+    def replicas(state):
+        return samples().get(("ascend_fleet_operator_replicas",
+                              (("inference", "qwen-1-5b"), ("namespace", fleet.namespace), ("state", state))))
+
+    wait_for(lambda: replicas("ready") == 2, 10, "the ready gauge")
+    assert replicas("desired") == 2 and replicas("draining") == 0
+    current = samples()
+    assert current[("ascend_fleet_operator_reconciles_total", (("result", "changed"),))] >= 1
+    assert current[("ascend_fleet_operator_reconciles_total", (("result", "converged"),))] >= 1
+
+
+def test_converges_after_the_pod_watch_expires(fleet, local_cluster):
+    emulator = local_cluster.emulator
+    fleet.apply(example("sglang-small.yaml"))
+    fleet.wait_ready("qwen-1-5b", 1)
+    # The next pod watch (kopf resumes them every watchTimeout, 3 s here) answers 410 Gone, as an API server
+    # does once the resourceVersion it resumes from has been compacted away.
+    pod_watches = emulator[kmock.method.GET, kmock.resource("v1/pods"), kmock.params(watch="true")]
+    before = len(pod_watches)
+    pod_watches[:1] << 410
+    wait_for(lambda: len(pod_watches) > before, 10, "the watch resumed (and answered 410)")
+    local_cluster.kubelet.crash(fleet.namespace, "qwen-1-5b-0")
+    fleet.scale("qwen-1-5b", 2)
+    fleet.wait_ready("qwen-1-5b", 2, timeout=40)
+    status = fleet.get("qwen-1-5b")["status"]
+    assert [r["count"] for r in status["groupRestarts"]] == [1], (status, [e["message"] for e in fleet.events()])

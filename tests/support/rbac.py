@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 HARNESS = "ascend-fleet-tests"
 OPERATOR_AGENTS = ("kopf/", "ascend-fleet-operator")
 OBSERVED: set[tuple[str, str, str]] = set()
+SUITES: set[str] = set()  # which suites recorded: the "nothing unused" check needs all of them
 
 
 def rbac_triple(method: str, url: str) -> tuple[str, str, str] | None:
@@ -36,8 +37,9 @@ def rbac_triple(method: str, url: str) -> tuple[str, str, str] | None:
     return group, resource, verb
 
 
-def record_operator_requests(cluster) -> None:
+def record_operator_requests(cluster, suite: str) -> None:
     """Add the operator's requests served by ``cluster`` (a DevCluster) to OBSERVED."""
+    SUITES.add(suite)
     for request in list(cluster.emulator._requests):
         agent = {k.lower(): v for k, v in (request.headers or {}).items()}.get("user-agent", "")
         if agent.startswith(OPERATOR_AGENTS):

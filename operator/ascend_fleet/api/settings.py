@@ -41,6 +41,9 @@ class ReconcileSettings(Model):
     backoff_initial: Duration = Field(default=30.0, description="First delay before recreating a failed replica.")
     backoff_max: Duration = Field(default=600.0, description="Cap of the doubling replica-restart backoff.")
     resync_interval: Duration = Field(default=30.0, description="Periodic reconcile even without changes.")
+    watch_timeout: Duration = Field(
+        default=300.0, description="Server-side timeout of each watch; kopf then resumes it (or relists on 410)."
+    )
 
 
 class OperatorSettings(Model):

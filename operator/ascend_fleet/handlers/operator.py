@@ -56,7 +56,7 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=names.GROUP, key="last-handled-configuration")
         settings.posting.level = logging.WARNING  # events are written by the reconciler itself
-        settings.watching.server_timeout = 300
+        settings.watching.server_timeout = max(1, round(ctx.settings.reconcile.watch_timeout))  # whole seconds
         settings.networking.error_backoffs = [1, 2, 5, 10]
 
     @kopf.on.login(registry=registry)

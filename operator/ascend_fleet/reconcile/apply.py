@@ -13,6 +13,8 @@ from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import Conflict, Kube, NotFound
 from ..render import InvalidSpec, validate
+from ..status import replica_states
+from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
 from .plan import Observed, Plan, plan, plan_invalid
 
@@ -64,7 +66,7 @@ def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: Operato
     else:
         result = plan(valid.obj, valid.layout, observed, now, settings.reconcile)
         outcome = "changed" if result.writes_children else "converged"
-        _export_gauges(meta, valid.layout.data, result)
+        _export_gauges(meta, valid.layout.data, result, observed)
     try:
         written = _apply(kube, body, result)
     except StatusConflict:
@@ -111,24 +113,49 @@ def _record(kube: Kube, body: dict, events: list) -> None:
         kube.event(body, event.type, event.reason, event.message)
 
 
+# Condition types this reconciler writes; the control loop owns MetricsAvailable (and status.actions).
+OWN_CONDITIONS = frozenset({"Ready", "Progressing", "Degraded"})
+
+
 def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
-    namespace = body["metadata"]["namespace"]
-    if result.status and result.status != (body.get("status") or {}):
-        # status.actions belongs to the control loop: a merge patch without the key keeps the stored list,
-        # where a copy from this pass's (possibly older) view of the object could drop its newest entries.
-        status = {k: v for k, v in result.status.items() if k != "actions"}
-        patch: dict = {"status": status}
-        version = body["metadata"].get("resourceVersion")
-        if version:  # conditions is one list with two writers: never replace a newer one with ours
-            patch["metadata"] = {"resourceVersion": version}
-        try:
-            return kube.patch(names.KIND, namespace, body["metadata"]["name"], patch, "status")
-        except Conflict:
-            raise StatusConflict from None
-    return None
+    """Write the pass's status, guarded by the resourceVersion it was computed from.
+
+    On a conflict (the control loop wrote in between) the write is retried once on the fresh object,
+    keeping that object's conditions of other owners: this pass's children writes have happened, and
+    the status that records them (a gang restart's backoff above all) must not be lost.
+    """
+    if not result.status or result.status == (body.get("status") or {}):
+        return None
+    # status.actions belongs to the control loop: a merge patch without the key keeps the stored list.
+    status = {k: v for k, v in result.status.items() if k != "actions"}
+    meta = body["metadata"]
+    try:
+        return _patch_status(kube, meta, status, meta.get("resourceVersion"))
+    except Conflict:
+        pass
+    try:
+        fresh = kube.get(names.KIND, meta["namespace"], meta["name"])
+    except NotFound:
+        return None
+    theirs = [c for c in (fresh.get("status") or {}).get("conditions", []) if c.get("type") not in OWN_CONDITIONS]
+    ours = [c for c in status.get("conditions", []) if c.get("type") in OWN_CONDITIONS]
+    status = {**status, "conditions": sort_conditions(theirs + ours)}
+    try:
+        return _patch_status(kube, meta, status, fresh["metadata"].get("resourceVersion"))
+    except Conflict:
+        raise StatusConflict from None
 
 
-def _export_gauges(meta: dict, desired: int, result: Plan) -> None:
+def _patch_status(kube: Kube, meta: dict, status: dict, version: str | None) -> dict:
+    patch: dict = {"status": status}
+    if version:  # conditions is one list with two writers: never replace a newer one with ours
+        patch["metadata"] = {"resourceVersion": version}
+    return kube.patch(names.KIND, meta["namespace"], meta["name"], patch, "status")
+
+
+def _export_gauges(meta: dict, desired: int, result: Plan, observed: Observed) -> None:
     labels = (meta.get("namespace", ""), meta.get("name", ""))
     REPLICAS.labels(*labels, "desired").set(desired)
     REPLICAS.labels(*labels, "ready").set(result.status.get("readyReplicas", 0))
+    draining = sum(1 for group in replica_states(observed.pods).values() if group.draining)
+    REPLICAS.labels(*labels, "draining").set(draining)

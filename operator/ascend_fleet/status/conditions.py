@@ -25,7 +25,12 @@ def set_condition(
     if generation is not None:
         condition["observedGeneration"] = generation
     rest = [c for c in conditions if c.get("type") != type_]
-    return sorted([*rest, condition], key=_order)
+    return sort_conditions([*rest, condition])
+
+
+def sort_conditions(conditions: list[dict]) -> list[dict]:
+    """The project's one order of conditions (stable output means no rewrite for order alone)."""
+    return sorted(conditions, key=_order)
 
 
 def _order(condition: dict) -> tuple[int, str]:
