@@ -35,12 +35,12 @@ def test_a_minimum_at_the_threshold_does_not_hold_for_greater_than():
 
 
 def test_a_window_with_too_few_samples_is_not_a_breach():
-    # 5 s at 1 s steps is 5 samples; 80 % of them is 4.
-    result = evaluate(fleet(UP), answer(empty_answers(UP), UP, 0.99, samples=3), NOW, POLICY)
+    # 5 s at 1 s steps spans 6 samples (one at or before the window's start); 80 % of them is 5.
+    result = evaluate(fleet(UP), answer(empty_answers(UP), UP, 0.99, samples=4), NOW, POLICY)
     assert not result.decisions
     assert (result.metrics.available, result.metrics.reason) == (False, REASON_INSUFFICIENT)
-    assert "3 samples in the last 5s, 4 needed" in result.metrics.message
-    assert decide([fleet(UP)], answer(empty_answers(UP), UP, 0.99, samples=4), NOW, POLICY)
+    assert "4 samples in the last 5s, 5 needed" in result.metrics.message
+    assert decide([fleet(UP)], answer(empty_answers(UP), UP, 0.99, samples=5), NOW, POLICY)
 
 
 def test_no_series_for_the_object_is_no_data_and_no_action():

@@ -217,8 +217,11 @@ def test_fragmented_replicas_are_recreated_one_at_a_time_and_the_others_untouche
         inference(env, namespace, "leaky", 4, [FRAGMENTED])
         ready_and_scraped(env, namespace, "leaky", 4)
         before = {i: p["metadata"]["uid"] for i, p in leaders(env, namespace, "leaky").items()}
+        # Replica 1 first, by more than a scrape and a cycle, so its window is the first to fill whichever
+        # target Prometheus happens to scrape first.
+        env.scenario.set(namespace, "leaky", 1, fragmentation=0.5)
+        time.sleep(SCRAPE + INTERVAL)
         env.scenario.set(namespace, "leaky", 0, fragmentation=0.3)
-        env.scenario.set(namespace, "leaky", 1, fragmentation=0.5)  # worse: goes first
         most_out, recreated = 0, set()
         deadline = time.monotonic() + 40
         while recreated != {0, 1} and time.monotonic() < deadline:

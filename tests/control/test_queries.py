@@ -24,13 +24,13 @@ UTILIZATION = CATALOG.expression("npu_utilization")
 def test_fleet_scope_above_is_the_minimum_of_the_fleet_average_over_the_window():
     query = Query(Window(UTILIZATION, 300, "fleet"), "min")
     assert query.promql(15) == (f"min_over_time((avg by (namespace, inference) ({UTILIZATION}) "
-                                "and on () (time() - max(timestamp(up)) < 45))[300s:15s])")
+                                "and on () (time() - max(timestamp(up)) < 45))[315s:15s])")
 
 
 def test_replica_scope_below_is_the_maximum_per_replica():
     query = Query(Window("x", 2.5, "replica"), "max")
     assert query.promql(0.5) == ("max_over_time((avg by (namespace, inference, replica) (x) "
-                                 "and on () (time() - max(timestamp(up)) < 1.5))[2500ms:500ms])")
+                                 "and on () (time() - max(timestamp(up)) < 1.5))[3s:500ms])")
 
 
 def test_queries_are_bounded_by_distinct_windows_not_objects():
@@ -62,7 +62,8 @@ def test_unknown_metrics_issue_no_query_and_raw_queries_do():
 
 
 @pytest.mark.parametrize(("window", "step", "fraction", "expected", "required"), [
-    (300, 15, 0.8, 20, 16), (5, 1, 0.8, 5, 4), (3, 1, 1.0, 3, 3), (1, 15, 0.8, 1, 1), (10, 3, 0.5, 3, 2)])
+    (300, 15, 0.8, 21, 17), (5, 1, 0.8, 6, 5), (3, 1, 1.0, 4, 4), (1, 15, 0.8, 1, 1), (10, 3, 0.5, 4, 2),
+    (0, 15, 0.8, 1, 1)])
 def test_sample_counts(window, step, fraction, expected, required):
     assert expected_samples(window, step) == expected
     assert required_samples(window, step, fraction) == required

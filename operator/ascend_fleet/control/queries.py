@@ -3,8 +3,8 @@
 A rule is a question about a *window*: did ``<expression> <comparison> <threshold>`` hold at every
 sample of the last ``for`` seconds? Prometheus answers it for every object at once with a subquery:
 
-    min_over_time((avg by (namespace, inference) (<expression>))[5m:15s])    # fleet scope, > or >=
-    max_over_time((avg by (namespace, inference, replica) (<expression>))[5m:15s])  # replica scope, < or <=
+    min_over_time((avg by (namespace, inference) (<expression>))[315s:15s])    # fleet scope, > or >=
+    max_over_time((avg by (namespace, inference, replica) (<expression>))[315s:15s])  # replica scope, < or <=
 
 The minimum over the window is above the threshold exactly when every sample is. A second query per
 window counts the samples (``count_over_time`` of the same subquery), so a window with gaps, or one
@@ -61,7 +61,11 @@ class Query:
         """The query text: the window's subquery at ``step`` resolution, reduced by ``stat``."""
         inner = (f"avg by ({_GROUPING[self.window.scope]}) ({self.window.expression}) "
                  f"and on () (time() - max(timestamp(up)) < {FRESH_STEPS * step:g})")
-        return f"{_FUNCTIONS[self.stat]}(({inner})[{duration(self.window.seconds)}:{duration(step)}])"
+        # One step more than the window: subquery points are aligned to multiples of the step, and only a
+        # range of for + step is sure to include a point at or before now - for. Without it a condition
+        # could "hold for 5m" after up to one step less.
+        span = duration(self.window.seconds + step)
+        return f"{_FUNCTIONS[self.stat]}(({inner})[{span}:{duration(step)}])"
 
 
 def duration(seconds: float) -> str:
@@ -113,8 +117,8 @@ def plan_queries(rules: Iterable[Rule], catalog: Catalog, step: float) -> list[Q
 
 
 def expected_samples(window_seconds: float, step: float) -> int:
-    """Samples a full window holds: the subquery evaluates once per step (aligned to the step)."""
-    return max(1, math.floor(window_seconds / step + 1e-9))
+    """Samples a full window holds: one per step over ``for + step`` (see :meth:`Query.promql`)."""
+    return math.floor(window_seconds / step + 1e-9) + 1
 
 
 def required_samples(window_seconds: float, step: float, min_fraction: float) -> int:
