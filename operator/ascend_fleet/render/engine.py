@@ -47,7 +47,7 @@ def engine_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Fl
 
 
 def _vllm_flags(spec: AscendInferenceSpec, layout: Layout) -> list[Flag]:
-    batching, memory = spec.batching, spec.memory
+    memory = spec.memory
     flags = [
         Flag("--served-model-name", spec.model.name, "spec.model.name"),
         Flag("--host", "0.0.0.0", "the operator"),
@@ -61,18 +61,7 @@ def _vllm_flags(spec: AscendInferenceSpec, layout: Layout) -> list[Flag]:
             "spec.memory.staticFraction + dynamicFraction",
         ),
     ]
-    if spec.precision == "int8":
-        flags.append(Flag("--quantization", "ascend", "spec.precision"))
-    else:
-        flags.append(Flag("--dtype", VLLM_DTYPE[spec.precision], "spec.precision"))
-    if batching.max_batch_size:
-        flags.append(Flag("--max-num-seqs", str(batching.max_batch_size), "spec.batching.maxBatchSize"))
-    if batching.max_batch_tokens:
-        flags.append(
-            Flag("--max-num-batched-tokens", str(batching.max_batch_tokens), "spec.batching.maxBatchTokens")
-        )
-    if spec.model.max_model_len:
-        flags.append(Flag("--max-model-len", str(spec.model.max_model_len), "spec.model.maxModelLen"))
+    flags += _shared_flags(spec, VLLM_SPELLING)
     if spec.scheduling.priority:
         flags.append(Flag("--scheduling-policy", "priority", "spec.scheduling.priority"))
     if layout.multi_pod:
@@ -81,7 +70,6 @@ def _vllm_flags(spec: AscendInferenceSpec, layout: Layout) -> list[Flag]:
 
 
 def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
-    batching = spec.batching
     flags = [
         Flag("--model-path", spec.model.path, "spec.model.path"),
         Flag("--served-model-name", spec.model.name, "spec.model.name"),
@@ -95,16 +83,7 @@ def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[F
         Flag("--mem-fraction-static", _fraction(spec.memory.static_fraction), "spec.memory.staticFraction"),
         Flag("--enable-metrics", None, "the operator"),
     ]
-    if spec.precision == "int8":
-        flags.append(Flag("--quantization", "modelslim", "spec.precision"))
-    else:
-        flags.append(Flag("--dtype", VLLM_DTYPE[spec.precision], "spec.precision"))
-    if batching.max_batch_size:
-        flags.append(Flag("--max-running-requests", str(batching.max_batch_size), "spec.batching.maxBatchSize"))
-    if batching.max_batch_tokens:
-        flags.append(Flag("--max-prefill-tokens", str(batching.max_batch_tokens), "spec.batching.maxBatchTokens"))
-    if spec.model.max_model_len:
-        flags.append(Flag("--context-length", str(spec.model.max_model_len), "spec.model.maxModelLen"))
+    flags += _shared_flags(spec, SGLANG_SPELLING)
     if spec.scheduling.priority:
         flags.append(Flag("--enable-priority-scheduling", None, "spec.scheduling.priority"))
         flags.append(Flag("--schedule-policy", "priority", "spec.scheduling.priority"))
@@ -114,6 +93,35 @@ def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[F
             Flag("--node-rank", str(at.rank), "the pod's rank"),
             Flag("--dist-init-addr", f"$(LEADER_ADDRESS):{SGLANG_DIST_PORT}", "the replica's leader"),
         ]
+    return flags
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How one engine spells the settings both engines have."""
+
+    quantization: str  # the --quantization value for ModelSlim int8 weights
+    max_batch_size: str
+    max_batch_tokens: str
+    max_model_len: str
+
+
+VLLM_SPELLING = Spelling("ascend", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len")
+SGLANG_SPELLING = Spelling("modelslim", "--max-running-requests", "--max-prefill-tokens", "--context-length")
+
+
+def _shared_flags(spec: AscendInferenceSpec, spelling: Spelling) -> list[Flag]:
+    """Precision, batching limits and context length, in each engine's spelling."""
+    if spec.precision == "int8":
+        flags = [Flag("--quantization", spelling.quantization, "spec.precision")]
+    else:
+        flags = [Flag("--dtype", VLLM_DTYPE[spec.precision], "spec.precision")]
+    optional = (
+        (spelling.max_batch_size, spec.batching.max_batch_size, "spec.batching.maxBatchSize"),
+        (spelling.max_batch_tokens, spec.batching.max_batch_tokens, "spec.batching.maxBatchTokens"),
+        (spelling.max_model_len, spec.model.max_model_len, "spec.model.maxModelLen"),
+    )
+    flags += [Flag(name, str(value), source) for name, value, source in optional if value]
     return flags
 
 
