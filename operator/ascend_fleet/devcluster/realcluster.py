@@ -20,7 +20,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Self
 
-from ascend_fleet.devcluster.controlplane import ControlPlane
+from ascend_fleet.devcluster.controlplane import ControlPlane, ensure_binary
 from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY
 from ascend_fleet.devcluster.nodeagent import NodeAgent
 
@@ -107,6 +107,8 @@ def serve(
     npus_per_node: int = 8,
     resource_name: str = "huawei.com/Ascend910",
     workdir: str | None = None,
+    start_seconds: float = 1.0,
+    ready_seconds: float = 1.0,
 ) -> None:
     """Run a real control plane with simulated nodes until SIGINT/SIGTERM (``ascend-fleet dev-cluster --real``)."""
     stopping = threading.Event()
@@ -116,6 +118,7 @@ def serve(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        ensure_binary(progress=lambda line: print(line, file=sys.stderr, flush=True))
         print(
             "Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ...",
             file=sys.stderr,
@@ -127,6 +130,8 @@ def serve(
             nodes=nodes,
             npus_per_node=npus_per_node,
             resource_name=resource_name,
+            start_seconds=start_seconds,
+            ready_seconds=ready_seconds,
         ) as cluster:
             print(f"Kubernetes API (real kube-apiserver, RBAC on): {cluster.url}", flush=True)
             print(
