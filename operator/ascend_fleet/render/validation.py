@@ -6,20 +6,16 @@ same messages offline and in the cluster.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from ..api.catalog import unknown_metric_message
+from ..api.checks import name_problem
 from ..api.v1alpha1 import AscendInference
 from ..layout import Layout, LayoutError, plan
 from .engine import arg_conflicts
-
-# A pod's hostname is "<name>-<replica>-<rank>" and must stay a 63-character DNS label.
-MAX_NAME_LENGTH = 52
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class InvalidSpec(ValueError):
@@ -86,12 +82,8 @@ def _check_name(metadata: dict) -> list[str]:
     name = metadata.get("name")
     if not name:
         return ["metadata.name is missing"]
-    if not DNS_1035.match(str(name)) or len(name) > MAX_NAME_LENGTH:
-        return [
-            f"metadata.name {name!r} must be a DNS label of at most {MAX_NAME_LENGTH} characters (lower-case "
-            "letters, digits and '-', starting with a letter), because pod and Service names derive from it"
-        ]
-    return []
+    problem = name_problem(str(name))
+    return [problem] if problem else []
 
 
 def format_errors(error: ValidationError) -> list[str]:
