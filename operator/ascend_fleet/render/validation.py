@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from ..api.catalog import unknown_metric_message
-from ..api.checks import name_problem
+from ..api.checks import MAX_WINDOW_SECONDS, name_problem, window_sentence
 from ..api.v1alpha1 import AscendInference
 from ..layout import Layout, LayoutError, plan
 from .engine import arg_conflicts
@@ -35,10 +35,13 @@ class Valid:
     warnings: list[str] = field(default_factory=list)
 
 
-def validate(doc: dict, known_metrics: Collection[str] | None = None) -> Valid:
+def validate(
+    doc: dict, known_metrics: Collection[str] | None = None, max_window: float = MAX_WINDOW_SECONDS
+) -> Valid:
     """Parse and check one document, or raise InvalidSpec listing every problem.
 
-    With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too.
+    With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too;
+    a rule whose window is longer than ``max_window`` seconds (the operator's control.maxWindow) is one as well.
     """
     problems = _check_kind(doc)
     problems += _check_name(doc.get("metadata") or {})
@@ -53,6 +56,7 @@ def validate(doc: dict, known_metrics: Collection[str] | None = None) -> Valid:
     problems += arg_conflicts(obj.spec, layout)
     if known_metrics is not None:
         problems += unknown_metrics(obj, known_metrics)
+    problems += long_windows(obj, max_window)
     if problems:
         raise InvalidSpec(problems)
     return Valid(obj, layout)
@@ -64,6 +68,15 @@ def unknown_metrics(obj: AscendInference, known: Collection[str]) -> list[str]:
         f"spec.rules[{index}].metric: {unknown_metric_message(rule.metric, frozenset(known))}"
         for index, rule in enumerate(obj.spec.rules)
         if rule.metric is not None and rule.metric not in known
+    ]
+
+
+def long_windows(obj: AscendInference, max_window: float) -> list[str]:
+    """One problem per rule whose window is longer than the operator allows."""
+    return [
+        f"spec.rules[{index}].for: {window_sentence(max_window)}"
+        for index, rule in enumerate(obj.spec.rules)
+        if rule.for_ > max_window
     ]
 
 
