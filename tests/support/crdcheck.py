@@ -23,7 +23,8 @@ def _to_jsonschema(node: dict[str, Any]) -> dict[str, Any]:
     for key, value in node.items():
         if key == "properties":
             out[key] = {k: _to_jsonschema(v) for k, v in value.items()}
-            # The API server prunes unknown fields; pydantic forbids them. Mirror the stricter one here.
+            # What `kubectl apply` is told: its default strict field validation refuses unknown fields (other
+            # clients get them pruned with a warning; tests/realapi shows both). pydantic forbids them too.
             out["additionalProperties"] = False
         elif key in ("items", "additionalProperties") and isinstance(value, dict):
             out[key] = _to_jsonschema(value)
