@@ -215,9 +215,9 @@ def test_drifted_children_are_patched_back(fleet):
     fleet.kube.patch("Service", fleet.namespace, "qwen-1-5b", {"spec": {"selector": {"app": "hijacked"}}})
     wait_for(lambda: fleet.kube.get("Service", fleet.namespace, "qwen-1-5b")["spec"]["selector"].get(
         names.LABEL_SERVING) == "true", 10, "the serving selector restored")
-    fleet.patch_spec("qwen-1-5b", {"disruption": {"maxUnavailable": 2}})
+    fleet.kube.patch("PodDisruptionBudget", fleet.namespace, "qwen-1-5b", {"spec": {"minAvailable": 5}})
     wait_for(lambda: fleet.kube.get("PodDisruptionBudget", fleet.namespace, "qwen-1-5b")["spec"][
-        "maxUnavailable"] == 2, 10, "the PDB following spec.disruption")
+        "minAvailable"] == 0, 10, "the PDB restored (1 pod - maxUnavailable 1)")
     assert fleet.pod_names("qwen-1-5b") == ["qwen-1-5b-0"]  # neither change restarts an engine
 
 
