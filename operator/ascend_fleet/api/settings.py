@@ -26,16 +26,20 @@ class PrometheusSettings(Model):
 
 class ControlSettings(Model):
     interval: Duration = Field(default=15.0, description="Seconds between control-loop cycles.")
-    step: Duration = Field(default=15.0, description="Subquery resolution: one sample per step in a rule window.")
+    step: Duration = Field(
+        default=15.0, description="Subquery resolution: one sample per step in a rule window."
+    )
     min_samples_fraction: float = Field(
         default=0.8, gt=0, le=1, description="Share of a window's samples that must exist for a rule to hold."
     )
     actions_history: int = Field(default=20, ge=1, le=200, description="Decisions kept in status.actions.")
     catalog_preset: Literal["ascend-fleet", "npu-exporter"] = Field(
-        default="ascend-fleet", description="Default metric names: the project's exporter or Huawei's npu-exporter."
+        default="ascend-fleet",
+        description="Default metric names: the project's exporter or Huawei's npu-exporter.",
     )
     catalog: dict[str, str] = Field(
-        default_factory=dict, description="Extra or replaced catalog entries: logical name -> PromQL template."
+        default_factory=dict,
+        description="Extra or replaced catalog entries: logical name -> PromQL template.",
     )
     max_window: Duration = Field(
         default=MAX_WINDOW_SECONDS,
@@ -56,11 +60,14 @@ class ControlSettings(Model):
 
 
 class ReconcileSettings(Model):
-    backoff_initial: Duration = Field(default=30.0, description="First delay before recreating a failed replica.")
+    backoff_initial: Duration = Field(
+        default=30.0, description="First delay before recreating a failed replica."
+    )
     backoff_max: Duration = Field(default=600.0, description="Cap of the doubling replica-restart backoff.")
     resync_interval: Duration = Field(default=30.0, description="Periodic reconcile even without changes.")
     watch_timeout: Duration = Field(
-        default=300.0, description="Server-side timeout of each watch; kopf then resumes it (or relists on 410)."
+        default=300.0,
+        description="Server-side timeout of each watch; kopf then resumes it (or relists on 410).",
     )
 
 

@@ -63,7 +63,7 @@ Threshold = Annotated[
     WithJsonSchema(
         {
             "x-kubernetes-preserve-unknown-fields": True,
-            "description": "A number such as 0.85 or 12, or a percentage string such as \"85%\".",
+            "description": 'A number such as 0.85 or 12, or a percentage string such as "85%".',
             "pattern": THRESHOLD_PATTERN,
             "minimum": 0,
         }
@@ -126,12 +126,20 @@ class ModelSource(Model):
         description="Where the volume is mounted; path must lie under it when a volume is given.",
     )
     num_attention_heads: int | None = Field(
-        default=None, ge=1, le=MAX_MODEL_DIMENSION, description="Optional: lets the planner check that tensor divides the heads."
+        default=None,
+        ge=1,
+        le=MAX_MODEL_DIMENSION,
+        description="Optional: lets the planner check that tensor divides the heads.",
     )
     num_layers: int | None = Field(
-        default=None, ge=1, le=MAX_MODEL_DIMENSION, description="Optional: lets the planner check that pipeline fits the layers."
+        default=None,
+        ge=1,
+        le=MAX_MODEL_DIMENSION,
+        description="Optional: lets the planner check that pipeline fits the layers.",
     )
-    max_model_len: int | None = Field(default=None, ge=1, description="Maximum context length, if not the model's.")
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Maximum context length, if not the model's."
+    )
 
     @model_validator(mode="after")
     def _path_under_mount(self) -> ModelSource:
@@ -171,7 +179,10 @@ class Engine(Model):
         default=None, description="Engine image; defaults to the upstream image for the engine and chip."
     )
     port: int | None = Field(
-        default=None, ge=1, le=65535, description="HTTP port of the OpenAI API (default 8000 vLLM, 30000 SGLang)."
+        default=None,
+        ge=1,
+        le=65535,
+        description="HTTP port of the OpenAI API (default 8000 vLLM, 30000 SGLang).",
     )
     args: list[str] = Field(
         default_factory=list,
@@ -205,12 +216,25 @@ CRD_DEFAULT = {"x-crd-default": True}
 class Parallelism(Model):
     """The hybrid parallel layout: tensor x pipeline NPUs per replica, data replicas."""
 
-    tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size (never crosses a node).",
-                        json_schema_extra=CRD_DEFAULT)
-    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel stages per replica.",
-                          json_schema_extra=CRD_DEFAULT)
+    tensor: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Tensor-parallel size (never crosses a node).",
+        json_schema_extra=CRD_DEFAULT,
+    )
+    pipeline: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pipeline-parallel stages per replica.",
+        json_schema_extra=CRD_DEFAULT,
+    )
     data: int = Field(
-        default=1, ge=0, le=1024, description="Number of replicas; the scale subresource changes this field.",
+        default=1,
+        ge=0,
+        le=1024,
+        description="Number of replicas; the scale subresource changes this field.",
         json_schema_extra=CRD_DEFAULT,
     )
 
@@ -295,7 +319,9 @@ class Memory(Model):
 class Scheduling(Model):
     """Request scheduling in the engine and pod placement in the cluster."""
 
-    priority: bool = Field(default=False, description="Priority request scheduling (requests carry `priority`).")
+    priority: bool = Field(
+        default=False, description="Priority request scheduling (requests carry `priority`)."
+    )
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -323,7 +349,9 @@ class Autoscaling(Model):
     max_replicas: int = Field(default=8, ge=1)
     scale_up_cooldown: Duration = Field(default=180.0, description="Quiet time after a scale-up.")
     scale_down_cooldown: Duration = Field(default=600.0, description="Quiet time after a scale-down.")
-    restart_cooldown: Duration = Field(default=600.0, description="Quiet time between rule restarts of one replica.")
+    restart_cooldown: Duration = Field(
+        default=600.0, description="Quiet time between rule restarts of one replica."
+    )
     dry_run: bool = Field(default=False, description="Record decisions without acting on them.")
 
     @model_validator(mode="after")
@@ -421,9 +449,14 @@ def default_rules() -> list[Rule]:
 class Disruption(Model):
     """How many replicas may be out of service at once, and how long a drain lasts."""
 
-    max_unavailable: int = Field(default=1, ge=1, description="Replicas out of service at once (rollouts, restarts).")
+    max_unavailable: int = Field(
+        default=1, ge=1, description="Replicas out of service at once (rollouts, restarts)."
+    )
     drain_seconds: int = Field(
-        default=30, ge=0, le=3600, description="In-flight requests get this long after a leader leaves the Service."
+        default=30,
+        ge=0,
+        le=3600,
+        description="In-flight requests get this long after a leader leaves the Service.",
     )
 
 
@@ -432,11 +465,15 @@ class AscendInferenceSpec(Model):
 
     model: ModelSource
     engine: Engine
-    parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra={"x-crd-default-object": True})
+    parallelism: Parallelism = Field(
+        default_factory=Parallelism, json_schema_extra={"x-crd-default-object": True}
+    )
     hardware: Hardware = Field(default_factory=Hardware)
     batching: Batching = Field(default_factory=Batching)
     memory: Memory = Field(default_factory=Memory)
-    precision: Precision = Field(default="bf16", description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
+    precision: Precision = Field(
+        default="bf16", description="bf16, fp16, or int8 (ModelSlim-quantized weights)."
+    )
     scheduling: Scheduling = Field(default_factory=Scheduling)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     rules: list[Rule] = Field(
@@ -488,7 +525,9 @@ class ActionRecord(Model):
     value: float | None = None
     action: Action
     target: str = Field(description="fleet, or replica-N.")
-    result: str = Field(default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'.")
+    result: str = Field(
+        default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'."
+    )
     dry_run: bool = False
 
 

@@ -15,7 +15,9 @@ from .documents import Document, DocumentError, load
 EXIT_OK, EXIT_INVALID = 0, 2
 
 
-def _checked(paths: list[str], namespace: str | None = None) -> tuple[list[tuple[Document, Valid]], list[str]]:
+def _checked(
+    paths: list[str], namespace: str | None = None
+) -> tuple[list[tuple[Document, Valid]], list[str]]:
     """Validate every document; return the good ones and every problem as ``source: message`` lines."""
     good, problems = [], []
     for doc in load(paths):
@@ -40,13 +42,35 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     good, problems = _checked(args.files)
-    header = ("NAME", "ENGINE", "CHIP", "TP", "PP", "DP", "PODS/REPLICA", "NPUS/POD", "NPUS/REPLICA", "TOTAL NPUS")
+    header = (
+        "NAME",
+        "ENGINE",
+        "CHIP",
+        "TP",
+        "PP",
+        "DP",
+        "PODS/REPLICA",
+        "NPUS/POD",
+        "NPUS/REPLICA",
+        "TOTAL NPUS",
+    )
     rows = [header]
     for _, valid in good:
         spec, layout = valid.obj.spec, valid.layout
-        rows.append((valid.obj.name, spec.engine.type, spec.hardware.chip, layout.tensor, layout.pipeline,
-                     layout.data, layout.pods_per_replica, layout.npus_per_pod, layout.npus_per_replica,
-                     layout.total_npus))
+        rows.append(
+            (
+                valid.obj.name,
+                spec.engine.type,
+                spec.hardware.chip,
+                layout.tensor,
+                layout.pipeline,
+                layout.data,
+                layout.pods_per_replica,
+                layout.npus_per_pod,
+                layout.npus_per_replica,
+                layout.total_npus,
+            )
+        )
     if good:
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
         for row in rows:
@@ -82,17 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, handler: Callable[[argparse.Namespace], int], help_text: str
+    ) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text)
         command.set_defaults(handler=handler)
         return command
 
     files_help = "AscendInference YAML files (several documents each are fine; - reads stdin)"
     add("validate", cmd_validate, "Check AscendInference files; exit 2 listing every problem.").add_argument(
-        "files", nargs="+", metavar="FILE", help=files_help)
+        "files", nargs="+", metavar="FILE", help=files_help
+    )
     add("plan", cmd_plan, "Show how each AscendInference's layout maps onto pods and NPUs.").add_argument(
-        "files", nargs="+", metavar="FILE", help=files_help)
-    render = add("render", cmd_render, "Print every child object as a YAML stream (for GitOps, like helm template).")
+        "files", nargs="+", metavar="FILE", help=files_help
+    )
+    render = add(
+        "render", cmd_render, "Print every child object as a YAML stream (for GitOps, like helm template)."
+    )
     render.add_argument("files", nargs="+", metavar="FILE", help=files_help)
     render.add_argument("-n", "--namespace", help="namespace for documents that name none (default: default)")
     add("crd", cmd_crd, "Print the AscendInference CustomResourceDefinition.")

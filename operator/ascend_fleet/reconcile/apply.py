@@ -53,14 +53,18 @@ def with_default_image(body: dict, settings: OperatorSettings) -> dict:
     return body
 
 
-def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: OperatorSettings,
-                   now: float | None = None) -> PassResult:
+def reconcile_once(
+    kube: Kube, body: dict, observed: Observed, settings: OperatorSettings, now: float | None = None
+) -> PassResult:
     """Bring one AscendInference's children to its spec and report what was done."""
     now = time.time() if now is None else now
     meta = body["metadata"]
     try:
-        valid = validate(with_default_image(body, settings), known_metrics=known_metrics(settings.control),
-                         max_window=settings.control.max_window)
+        valid = validate(
+            with_default_image(body, settings),
+            known_metrics=known_metrics(settings.control),
+            max_window=settings.control.max_window,
+        )
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
         outcome = "invalid"
@@ -138,7 +142,9 @@ def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
         fresh = kube.get(names.KIND, meta["namespace"], meta["name"])
     except NotFound:
         return None
-    theirs = [c for c in (fresh.get("status") or {}).get("conditions", []) if c.get("type") not in OWN_CONDITIONS]
+    theirs = [
+        c for c in (fresh.get("status") or {}).get("conditions", []) if c.get("type") not in OWN_CONDITIONS
+    ]
     ours = [c for c in status.get("conditions", []) if c.get("type") in OWN_CONDITIONS]
     status = {**status, "conditions": sort_conditions(theirs + ours)}
     try:

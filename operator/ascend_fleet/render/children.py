@@ -92,20 +92,28 @@ def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None)
     (autoscaling, rules, disruption) do not change a pod, so they do not change the revision.
     """
     layout = layout or plan(spec)
-    pods = [_pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "") for rank in
-            range(layout.pods_per_replica)]
+    pods = [
+        _pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "")
+        for rank in range(layout.pods_per_replica)
+    ]
     digest = hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
 
 def render_replica(
-    spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout | None = None, rev: str | None = None
+    spec: AscendInferenceSpec,
+    owner: Owner,
+    replica: int,
+    layout: Layout | None = None,
+    rev: str | None = None,
 ) -> list[dict]:
     """The pods of one replica (a gang): the leader first, then the workers by rank."""
     layout = layout or plan(spec)
     rev = rev or revision(spec, owner.name, layout)
-    return [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
-            for rank in range(layout.pods_per_replica)]
+    return [
+        _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
+        for rank in range(layout.pods_per_replica)
+    ]
 
 
 def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
@@ -184,8 +192,11 @@ def _probes(spec: AscendInferenceSpec) -> dict:
     period = 10
     return {
         # Model loading takes minutes; the startup probe holds liveness off until then.
-        "startupProbe": {**health, "periodSeconds": period,
-                         "failureThreshold": max(1, math.ceil(spec.engine.startup_timeout / period))},
+        "startupProbe": {
+            **health,
+            "periodSeconds": period,
+            "failureThreshold": max(1, math.ceil(spec.engine.startup_timeout / period)),
+        },
         "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4, "timeoutSeconds": 5},
     }
@@ -196,7 +207,9 @@ def _volumes(spec: AscendInferenceSpec) -> list[dict]:
     if spec.model.volume:
         volumes.append({"name": "model", **copy.deepcopy(spec.model.volume)})
     if not spec.hardware.ascend_runtime:
-        volumes += [{"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS]
+        volumes += [
+            {"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS
+        ]
     return volumes
 
 
@@ -223,10 +236,13 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
             "ports": [{"name": "http", "port": spec.engine.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
-    group_ports = [{"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}]
+    group_ports = [
+        {"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}
+    ]
     if spec.engine.exporter:
-        group_ports.append({"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT,
-                            "protocol": "TCP"})
+        group_ports.append(
+            {"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT, "protocol": "TCP"}
+        )
     headless = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -269,7 +285,9 @@ def render_all(obj: AscendInference) -> list[dict]:
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
-    pods = [pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)]
+    pods = [
+        pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)
+    ]
     return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *pods]
 
 
@@ -282,6 +300,9 @@ def drain_patch(now_rfc3339: str, reason: str) -> dict:
     return {
         "metadata": {
             "labels": {names.LABEL_SERVING: "false"},
-            "annotations": {names.ANNOTATION_DRAIN_STARTED: now_rfc3339, names.ANNOTATION_DRAIN_REASON: reason},
+            "annotations": {
+                names.ANNOTATION_DRAIN_STARTED: now_rfc3339,
+                names.ANNOTATION_DRAIN_REASON: reason,
+            },
         }
     }
