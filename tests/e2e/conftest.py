@@ -25,7 +25,7 @@ from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
 from tests.e2e.fleet import Fleet
-from tests.support.rbac import HARNESS, record_operator_requests
+from tests.support.rbac import HARNESS, SUITES, record_operator_requests
 
 REAL_CLUSTER = os.environ.get("ASCEND_FLEET_E2E_KUBECONFIG")
 BACKEND = os.environ.get("ASCEND_FLEET_E2E_BACKEND", "real")
@@ -194,6 +194,7 @@ def operator_client(request: pytest.FixtureRequest, cluster) -> Kube:
         from ascend_fleet.devcluster.testing import api_client
 
         return Kube(api_client(cluster.url))
+    SUITES.add("e2e")  # the API server's audit log records what the operator asked for
     return Kube.connect(str(request.getfixturevalue("operator_kubeconfig")))
 
 

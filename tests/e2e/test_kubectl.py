@@ -116,7 +116,7 @@ def test_kubectl_apply_get_and_scale_against_the_dev_cluster(dev_cluster):
             kubectl(dev_cluster, "apply", "-f", "-", input=MODEL_VOLUME)
         kubectl(dev_cluster, "apply", *validation, "-f", "examples/sglang-small.yaml")
         wait_for(
-            lambda: "qwen-1-5b-0" in kubectl(dev_cluster, "get", "pods", "-o", "name"), 30, "the engine pod"
+            lambda: "qwen-1-5b-0" in kubectl(dev_cluster, "get", "pods", "-o", "name"), 90, "the engine pod"
         )
         table = wait_for(
             lambda: (

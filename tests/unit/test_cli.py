@@ -13,8 +13,14 @@ SEED = ROOT / "examples" / "vllm-tp4-pp2-dp2.yaml"
 
 
 def cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "ascend_fleet.cli.main", *args], input=stdin,
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "ascend_fleet.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def test_plan_shows_the_seed_layout():
@@ -56,7 +62,9 @@ def test_validate_lists_every_problem_and_exits_2():
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert any(line.startswith("-#1 (first): spec.parallelism:") and "tensor must divide 8" in line for line in lines)
+    assert any(
+        line.startswith("-#1 (first): spec.parallelism:") and "tensor must divide 8" in line for line in lines
+    )
     assert any("-#2 (second): spec.memory: memory fractions add up to 1.30" in line for line in lines)
     assert any("-#2 (second): spec.rules.0.threshold: '120%' is out of range" in line for line in lines)
 

@@ -19,11 +19,15 @@ SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
 def make(data=2, tensor=8, pipeline=1, image=None, max_unavailable=1, drain=30, status=None):
     engine = {"type": "vllm-ascend", **({"image": image} if image else {})}
     doc = {
-        "apiVersion": names.API_VERSION, "kind": names.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "metadata": {"name": "llm", "namespace": "ai", "uid": "uid-1", "generation": 3},
-        "spec": {"model": {"name": "m", "path": "/models/m"}, "engine": engine,
-                 "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
-                 "disruption": {"maxUnavailable": max_unavailable, "drainSeconds": drain}},
+        "spec": {
+            "model": {"name": "m", "path": "/models/m"},
+            "engine": engine,
+            "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
+            "disruption": {"maxUnavailable": max_unavailable, "drainSeconds": drain},
+        },
     }
     if status:
         doc["status"] = status
@@ -35,7 +39,9 @@ def running(pod, ready=True, restarts=0):
     pod["status"] = {
         "phase": "Running",
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        "containerStatuses": [{"name": "engine", "ready": ready, "restartCount": restarts, "state": {"running": {}}}],
+        "containerStatuses": [
+            {"name": "engine", "ready": ready, "restartCount": restarts, "state": {"running": {}}}
+        ],
     }
     return pod
 
@@ -45,8 +51,11 @@ def fleet(valid, replicas=None, **pod_state):
     from ascend_fleet.render import Owner
 
     owner = Owner.of(obj)
-    pods = [running(p, **pod_state) for r in (replicas if replicas is not None else range(layout.data))
-            for p in render_replica(obj.spec, owner, r, layout)]
+    pods = [
+        running(p, **pod_state)
+        for r in (replicas if replicas is not None else range(layout.data))
+        for p in render_replica(obj.spec, owner, r, layout)
+    ]
     services = {s["metadata"]["name"]: s for s in render_services(obj.spec, owner, layout)}
     return Observed(pods=pods, services=services, pdb=render_pdb(obj.spec, owner, layout))
 
@@ -56,7 +65,12 @@ def test_empty_cluster_creates_every_child():
     result = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
     kinds = sorted(o["kind"] for o in result.creates)
     assert kinds == ["Pod"] * 4 + ["PodDisruptionBudget", "Service", "Service"]
-    assert result.status["layout"] == {"npusPerReplica": 16, "podsPerReplica": 2, "npusPerPod": 8, "totalNpus": 32}
+    assert result.status["layout"] == {
+        "npusPerReplica": 16,
+        "podsPerReplica": 2,
+        "npusPerPod": 8,
+        "totalNpus": 32,
+    }
     ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["message"]) == ("False", "0 of 2 replicas ready")
 
@@ -117,8 +131,10 @@ def test_scale_in_drains_the_highest_replica_first_then_deletes():
     assert not result.deletes
     drained = copy.deepcopy(observed)
     drained.pods[1]["metadata"]["labels"][names.LABEL_SERVING] = "false"
-    drained.pods[1]["metadata"]["annotations"] = {names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW),
-                                                  names.ANNOTATION_DRAIN_REASON: "scale-in"}
+    drained.pods[1]["metadata"]["annotations"] = {
+        names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW),
+        names.ANNOTATION_DRAIN_REASON: "scale-in",
+    }
     waiting = plan(valid.obj, valid.layout, drained, NOW + 10, SETTINGS)
     assert not waiting.deletes and waiting.requeue_after == pytest.approx(20)
     done = plan(valid.obj, valid.layout, drained, NOW + 31, SETTINGS)
@@ -155,7 +171,9 @@ def test_invalid_spec_touches_nothing_and_reports_once():
     ready = first.status["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
     assert [e.reason for e in first.events] == ["InvalidSpec"]
-    again = plan_invalid({**doc, "status": first.status}, ["spec.parallelism: tensor 3 does not fit"], NOW + 5)
+    again = plan_invalid(
+        {**doc, "status": first.status}, ["spec.parallelism: tensor 3 does not fit"], NOW + 5
+    )
     assert not again.events and again.status == first.status
 
 
@@ -182,8 +200,11 @@ def test_a_pdb_with_max_unavailable_is_replaced_by_min_available():
     valid = make(data=2, tensor=8, pipeline=2)
     observed = fleet(valid)
     observed.pdb = {**observed.pdb, "spec": {"maxUnavailable": 1, **observed.pdb["spec"]}}
-    (patch,) = [p for p in plan(valid.obj, valid.layout, observed, NOW, SETTINGS).patches
-                if p.kind == "PodDisruptionBudget"]
+    (patch,) = [
+        p
+        for p in plan(valid.obj, valid.layout, observed, NOW, SETTINGS).patches
+        if p.kind == "PodDisruptionBudget"
+    ]
     # A merge patch: null removes the field, which the API server refuses beside minAvailable.
     assert patch.body["spec"]["maxUnavailable"] is None
     assert patch.body["spec"]["minAvailable"] == 3

@@ -26,7 +26,9 @@ def test_render_matches_golden_file(example, update_golden):
     if update_golden:
         golden.write_text(rendered)
     assert golden.exists(), f"no golden file for {example.name}; run pytest --update-golden"
-    assert rendered == golden.read_text(), f"render of {example.name} changed; review, then pytest --update-golden"
+    assert rendered == golden.read_text(), (
+        f"render of {example.name} changed; review, then pytest --update-golden"
+    )
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
@@ -37,8 +39,12 @@ def test_every_rendered_object_is_valid_kubernetes(example):
 
 def spec_doc(**spec):
     base = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "vllm-ascend"}}
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "llm", "uid": "u-1"},
-            "spec": {**base, **spec}}
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": "llm", "uid": "u-1"},
+        "spec": {**base, **spec},
+    }
 
 
 def pods(**spec):
@@ -54,8 +60,11 @@ def flag(command, name):
 
 
 def test_vllm_single_pod_flags_come_from_the_spec():
-    (pod,) = pods(parallelism={"tensor": 4, "pipeline": 2}, batching={"maxBatchSize": 32, "maxBatchTokens": 4096},
-                  scheduling={"priority": True})
+    (pod,) = pods(
+        parallelism={"tensor": 4, "pipeline": 2},
+        batching={"maxBatchSize": 32, "maxBatchTokens": 4096},
+        scheduling={"priority": True},
+    )
     command = argv(pod)
     assert command[:3] == ["vllm", "serve", "/models/m"]
     assert flag(command, "--tensor-parallel-size") == "4"
@@ -134,9 +143,13 @@ def test_driver_mounts_without_the_ascend_runtime():
 def test_revision_tracks_the_pod_template_only():
     obj = validate(spec_doc(parallelism={"tensor": 2})).obj
     base = revision(obj.spec, "llm")
-    more_replicas = obj.spec.model_copy(update={"parallelism": obj.spec.parallelism.model_copy(update={"data": 5})})
+    more_replicas = obj.spec.model_copy(
+        update={"parallelism": obj.spec.parallelism.model_copy(update={"data": 5})}
+    )
     assert revision(more_replicas, "llm") == base
-    new_image = validate(spec_doc(parallelism={"tensor": 2}, engine={"type": "vllm-ascend", "image": "x:2"})).obj
+    new_image = validate(
+        spec_doc(parallelism={"tensor": 2}, engine={"type": "vllm-ascend", "image": "x:2"})
+    ).obj
     assert revision(new_image.spec, "llm") != base
     replica = render_replica(obj.spec, Owner("llm", "default", "u-1"), 3)
     assert replica[0]["metadata"]["labels"][names.LABEL_REVISION] == base
@@ -148,22 +161,30 @@ def test_children_are_owned_and_services_select_the_right_pods():
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == "u-1" for o in objs)
     services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
     assert services["llm"]["spec"]["selector"] == {
-        names.LABEL_NAME: "llm", names.LABEL_ROLE: "leader", names.LABEL_SERVING: "true"}
+        names.LABEL_NAME: "llm",
+        names.LABEL_ROLE: "leader",
+        names.LABEL_SERVING: "true",
+    }
     assert services["llm-pods"]["spec"]["clusterIP"] == "None"
     (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
     assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {names.LABEL_NAME: "llm"}}}
 
 
-@pytest.mark.parametrize(("data", "pipeline", "max_unavailable", "min_available"), [
-    (2, 4, 1, 7),   # 2 replicas x 4 whole-node pods: one pod (so one replica) out at a time
-    (2, 4, 2, 6),
-    (3, 1, 1, 2),   # single-pod replicas: pods are replicas
-    (1, 1, 3, 0),   # never negative
-    (0, 1, 1, 0),
-])
+@pytest.mark.parametrize(
+    ("data", "pipeline", "max_unavailable", "min_available"),
+    [
+        (2, 4, 1, 7),  # 2 replicas x 4 whole-node pods: one pod (so one replica) out at a time
+        (2, 4, 2, 6),
+        (3, 1, 1, 2),  # single-pod replicas: pods are replicas
+        (1, 1, 3, 0),  # never negative
+        (0, 1, 1, 0),
+    ],
+)
 def test_pdb_counts_pods_not_replicas(data, pipeline, max_unavailable, min_available):
-    doc = spec_doc(parallelism={"tensor": 8, "pipeline": pipeline, "data": data},
-                   disruption={"maxUnavailable": max_unavailable})
+    doc = spec_doc(
+        parallelism={"tensor": 8, "pipeline": pipeline, "data": data},
+        disruption={"maxUnavailable": max_unavailable},
+    )
     obj = AscendInference.model_validate(doc)
     pdb = render_pdb(obj.spec, Owner.of(obj))
     assert pdb["spec"]["minAvailable"] == min_available
@@ -182,8 +203,16 @@ def test_offline_render_has_no_owner_references():
         ({"metadata": {"name": "Bad_Name"}}, "must be a DNS label"),
         ({"metadata": {"name": "x" * 53}}, "at most 52 characters"),
         ({"kind": "Deployment"}, "kind is 'Deployment'"),
-        ({"spec": {"model": {"name": "m", "path": "/m"}, "engine": {"type": "vllm-ascend"},
-                   "parallelism": {"tensor": 3, "pipeline": 3}}}, "spec.parallelism: a replica of 9 NPUs"),
+        (
+            {
+                "spec": {
+                    "model": {"name": "m", "path": "/m"},
+                    "engine": {"type": "vllm-ascend"},
+                    "parallelism": {"tensor": 3, "pipeline": 3},
+                }
+            },
+            "spec.parallelism: a replica of 9 NPUs",
+        ),
     ],
 )
 def test_validate_reports_every_problem(doc_change, message):
