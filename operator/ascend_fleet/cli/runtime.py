@@ -96,6 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     demo.add_argument("--keep", action="store_true", help="keep everything running afterwards, for kubectl")
     demo.add_argument(
+        "--real",
+        action="store_true",
+        help="on the real control plane (built from Go modules on first use) instead of the emulator",
+    )
+    demo.add_argument(
         "--kubeconfig",
         default="~/.kube/ascend-fleet-dev.yaml",
         metavar="PATH",
