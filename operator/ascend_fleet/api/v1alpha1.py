@@ -30,6 +30,7 @@ from .checks import (
     window_sentence,
     window_validations,
 )
+from .k8s import EnvVarSource, ResourceRequirements, Size, Toleration, VolumeSource, env_name_problem
 from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
 
 _DURATION_SCHEMA = {
@@ -114,9 +115,8 @@ class ModelSource(Model):
         pattern=r"^/",
         description="Absolute path of the weights inside the engine container.",
     )
-    volume: dict[str, Any] | None = Field(
+    volume: VolumeSource | None = Field(
         default=None,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
         description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, hostPath, nfs), "
         "mounted read-only at mountPath.",
     )
@@ -164,11 +164,18 @@ def _parent(path: str) -> str:
 class EnvVar(Model):
     """An environment variable: a literal value or a Kubernetes valueFrom source."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=256)
     value: str | None = None
-    value_from: dict[str, Any] | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
-    )
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _valid_for_a_container(self) -> EnvVar:
+        problem = env_name_problem(self.name)
+        if problem:
+            raise ValueError(problem)
+        if self.value and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
 
 
 class Engine(Model):
@@ -189,16 +196,16 @@ class Engine(Model):
         description="Extra engine arguments, appended; one that repeats a generated flag is rejected.",
     )
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment; a name set here wins.")
-    resources: dict[str, Any] | None = Field(
-        default=None,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
-        description="CPU/memory requests and limits (the NPU resource is set from the layout).",
+    resources: ResourceRequirements | None = Field(
+        default=None, description="CPU/memory requests and limits (the NPU resource is set from the layout)."
     )
     exporter: bool = Field(default=True, description="Run the project's NPU exporter inside the engine.")
     startup_timeout: Duration = Field(
         default=1800.0, description="How long model loading may take before the startup probe gives up."
     )
-    shm_size: str = Field(default="16Gi", description="Size limit of the in-memory /dev/shm.")
+    shm_size: Size = Field(
+        default="16Gi", description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi."
+    )
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Engine:
@@ -323,10 +330,7 @@ class Scheduling(Model):
         default=False, description="Priority request scheduling (requests carry `priority`)."
     )
     node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(
-        default_factory=list,
-        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
     scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
     priority_class_name: str | None = None
 
