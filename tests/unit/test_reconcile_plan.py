@@ -16,7 +16,7 @@ NOW = 1_800_000_000.0
 SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
 
 
-def make(data=2, tensor=8, pipeline=1, image=None, max_unavailable=1, drain=30, status=None):
+def make(data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None):
     engine = {"type": "vllm-ascend", **({"image": image} if image else {})}
     doc = {
         "apiVersion": names.API_VERSION, "kind": names.KIND,

@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from .images import DEFAULT_IMAGES
 from .units import DURATION_PATTERN, PERCENT_PATTERN, format_duration, parse_duration, parse_threshold
 
 Duration = Annotated[
@@ -58,6 +59,7 @@ Threshold = Annotated[
 """A plain number; percentages are converted to ratios (``"85%"`` -> 0.85)."""
 
 EngineType = Literal["vllm-ascend", "sglang"]
+MultiNode = Literal["ray", "native"]
 Chip = Literal["ascend910a", "ascend910b", "ascend910_93"]
 Precision = Literal["bf16", "fp16", "int8"]
 Action = Literal["scale_up", "scale_down", "restart_service", "notify"]
@@ -66,16 +68,6 @@ Scope = Literal["fleet", "replica"]
 
 DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
 DEFAULT_NPUS_PER_NODE: dict[str, int] = {"ascend910a": 8, "ascend910b": 8, "ascend910_93": 16}
-# Upstream images per engine and chip (ENGINES.md); the Helm chart can point them at the project's
-# engine images, which add the NPU exporter on top of these.
-DEFAULT_IMAGES: dict[tuple[str, str], str] = {
-    ("vllm-ascend", "ascend910a"): "quay.io/ascend/vllm-ascend:v0.11.0",
-    ("vllm-ascend", "ascend910b"): "quay.io/ascend/vllm-ascend:v0.11.0",
-    ("vllm-ascend", "ascend910_93"): "quay.io/ascend/vllm-ascend:v0.11.0-a3",
-    ("sglang", "ascend910a"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
-    ("sglang", "ascend910b"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
-    ("sglang", "ascend910_93"): "lmsysorg/sglang:v0.5.5-cann8.5.0-a3",
-}
 
 
 class Model(BaseModel):
@@ -104,7 +96,8 @@ class ModelSource(Model):
     volume: dict[str, Any] | None = Field(
         default=None,
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
-        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, hostPath, nfs), "
+        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
+        "where the operator configuration allows it), "
         "mounted read-only at mountPath.",
     )
     mount_path: str = Field(
@@ -175,6 +168,11 @@ class Engine(Model):
         default=1800.0, description="How long model loading may take before the startup probe gives up."
     )
     shm_size: str = Field(default="16Gi", description="Size limit of the in-memory /dev/shm.")
+    multi_node: MultiNode | None = Field(
+        default=None,
+        description="vLLM replicas spanning pods: native (--nnodes/--node-rank/--master-addr, --headless on "
+        "non-leaders; vLLM 0.23+) or ray; default native where the image's vLLM has it, else ray.",
+    )
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Engine:
@@ -422,9 +420,9 @@ class AscendInferenceSpec(Model):
     rules: list[Rule] = Field(default_factory=default_rules, description="Control-loop rules; [] disables them.")
     disruption: Disruption = Field(default_factory=Disruption)
 
-    def image(self) -> str:
-        """The engine image to run: the user's, or the upstream one for the engine and chip."""
-        return self.engine.image or DEFAULT_IMAGES[(self.engine.type, self.hardware.chip)]
+    def image(self) -> str | None:
+        """The engine image to run: the user's, or the upstream one for the engine and chip (None: no image)."""
+        return self.engine.image or DEFAULT_IMAGES.get((self.engine.type, self.hardware.chip))
 
 
 # ----- status -----

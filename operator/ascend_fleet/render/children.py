@@ -9,11 +9,28 @@ import math
 from dataclasses import dataclass
 
 from ..api import names
+from ..api.units import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..layout import Layout, plan
-from .engine import EXPORTER_PORT, RAY_PORT, SGLANG_DIST_PORT, Rank, command, engine_env
+from .engine import (
+    EXPORTER_PORT,
+    RAY_PORT,
+    SGLANG_DIST_PORT,
+    VLLM_MASTER_PORT,
+    Rank,
+    command,
+    engine_env,
+    exporter_enabled,
+    multi_node_mode,
+)
 
 ENGINE_CONTAINER = "engine"
+# Default host resources per NPU of a pod (engine.resources overrides each key): tokenizers, the HTTP
+# server, host-side KV swap and weight loading need CPU and memory beside the NPUs; without requests a pod
+# is BestEffort, the first one evicted under node pressure.
+CPU_PER_NPU = 4
+MEMORY_PER_NPU_GI = 32
+ENGINE_UID = 1000  # HwHiAiUser, whom the Ascend driver grants its device nodes to; the project's images run as it
 TERMINATION_GRACE_SECONDS = 60
 DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these from the host
     ("ascend-driver", "/usr/local/Ascend/driver", "Directory"),
@@ -125,6 +142,15 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         "subdomain": headless_service_name(name),
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # Engines never call the Kubernetes API.
+        "automountServiceAccountToken": False,
+        # Pod Security "restricted": the device plugin hands NPUs to unprivileged containers.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": ENGINE_UID,
+            "runAsGroup": ENGINE_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [_container(spec, layout, name, at)],
         "volumes": _volumes(spec),
     }
@@ -145,11 +171,35 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
     }
 
 
-def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -> dict:
+def default_resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
+    """CPU and memory for one pod, from its NPUs; memory covers the in-memory /dev/shm too.
+
+    The memory limit equals the request, so an engine that outgrows it restarts rather than pressing the
+    node; CPU has no limit, since throttling a serving engine costs latency for nothing.
+    """
+    try:
+        shm_gi = parse_quantity(spec.engine.shm_size) / 2**30
+    except ValueError:  # a malformed size is the spec check's to report, not the renderer's
+        shm_gi = 0.0
+    memory = f"{math.ceil(MEMORY_PER_NPU_GI * layout.npus_per_pod + shm_gi)}Gi"
+    return {
+        "requests": {"cpu": str(CPU_PER_NPU * layout.npus_per_pod), "memory": memory},
+        "limits": {"memory": memory},
+    }
+
+
+def _resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
     npus = {spec.hardware.resource_name: str(layout.npus_per_pod)}
-    resources = copy.deepcopy(spec.engine.resources or {})
-    resources["requests"] = {**resources.get("requests", {}), **npus}
-    resources["limits"] = {**resources.get("limits", {}), **npus}
+    defaults = default_resources(spec, layout)
+    user = spec.engine.resources or {}
+    resources = {}
+    for part in ("requests", "limits"):
+        resources[part] = {**defaults[part], **copy.deepcopy(user.get(part) or {}), **npus}
+    return resources
+
+
+def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -> dict:
+    resources = _resources(spec, layout)
     container: dict = {
         "name": ENGINE_CONTAINER,
         "image": spec.image(),
@@ -159,6 +209,10 @@ def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
         "ports": _ports(spec, layout, at),
         "resources": resources,
         "volumeMounts": _mounts(spec),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     if at.leader:  # only leaders run the HTTP server; workers hold pipeline stages
         container.update(_probes(spec))
@@ -169,11 +223,13 @@ def _ports(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[dict]:
     ports = []
     if at.leader:
         ports.append({"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"})
-    if spec.engine.exporter:
+    if exporter_enabled(spec):
         ports.append({"name": "npu-metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"})
     if layout.multi_pod and at.leader:
-        if spec.engine.type == "vllm-ascend":
+        if spec.engine.type == "vllm-ascend" and multi_node_mode(spec) == "ray":
             ports.append({"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"})
+        elif spec.engine.type == "vllm-ascend":
+            ports.append({"name": "dist-init", "containerPort": VLLM_MASTER_PORT, "protocol": "TCP"})
         else:
             ports.append({"name": "dist-init", "containerPort": SGLANG_DIST_PORT, "protocol": "TCP"})
     return ports
@@ -224,7 +280,7 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
         },
     }
     group_ports = [{"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}]
-    if spec.engine.exporter:
+    if exporter_enabled(spec):
         group_ports.append({"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT,
                             "protocol": "TCP"})
     headless = {
