@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test lint crds demo prometheus bench images clean
+.PHONY: setup test test-engines lint crds demo prometheus bench images clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,21 @@ lint: setup
 
 test: lint
 	$(BIN)/pytest
+
+# Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images.
+# Their packages live in a cached environment under .cache/engines/, keyed by the requirements file's hash.
+ENGINES_REQUIREMENTS := tests/engines/requirements.txt
+ENGINES_VENV := .cache/engines/$(shell sha256sum $(ENGINES_REQUIREMENTS) 2>/dev/null | cut -c1-16)
+
+$(ENGINES_VENV)/.installed: $(ENGINES_REQUIREMENTS)
+	rm -rf $(ENGINES_VENV)
+	$(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_VENV)/bin/pip install -q --upgrade pip
+	$(ENGINES_VENV)/bin/pip install -q --no-deps -r $(ENGINES_REQUIREMENTS)
+	touch $@
+
+test-engines: setup $(ENGINES_VENV)/.installed
+	ASCEND_FLEET_ENGINES_PYTHON=$(CURDIR)/$(ENGINES_VENV)/bin/python $(BIN)/pytest tests/engines -q
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
@@ -48,7 +63,7 @@ bench: setup
 	$(BIN)/python -m bench.policy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache/engines
 
 # The operator and engine images (images/*/Dockerfile), tagged with the package version. Where no Docker
 # engine answers, say so and succeed: `make test` checks the Dockerfiles without one.
