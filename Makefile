@@ -30,11 +30,12 @@ test: lint
 ENGINES_REQUIREMENTS := tests/engines/requirements.txt
 ENGINES_VENV := .cache/engines/$(shell sha256sum $(ENGINES_REQUIREMENTS) 2>/dev/null | cut -c1-16)
 
-$(ENGINES_VENV)/.installed: $(ENGINES_REQUIREMENTS)
-	rm -rf $(ENGINES_VENV)
-	$(PYTHON) -m venv $(ENGINES_VENV)
+$(ENGINES_VENV)/.installed: $(ENGINES_REQUIREMENTS) pyproject.toml
+	[ -x $(ENGINES_VENV)/bin/python ] || $(PYTHON) -m venv $(ENGINES_VENV)
 	$(ENGINES_VENV)/bin/pip install -q --upgrade pip
 	$(ENGINES_VENV)/bin/pip install -q --no-deps -r $(ENGINES_REQUIREMENTS)
+	# This project without its dependencies: the engines' plugin loaders must find its entry points.
+	$(ENGINES_VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
 test-engines: setup $(ENGINES_VENV)/.installed
@@ -65,9 +66,11 @@ bench: setup
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .cache/engines
 
-# The operator and engine images (images/*/Dockerfile), tagged with the package version. Where no Docker
-# engine answers, say so and succeed: `make test` checks the Dockerfiles without one.
-# REGISTRY=registry.example.com/ai tags them for another registry (nothing is pushed).
+# The operator and engine images (images/*/Dockerfile), tagged with the package version, for linux/arm64 (Ascend
+# servers) and linux/amd64 through buildx. Where no Docker engine answers, say so and succeed: `make test`
+# checks the Dockerfiles without one. REGISTRY=registry.example.com/ai tags them for another registry;
+# PUSH=1 pushes the multi-platform result (a local image store holds one platform only); PLATFORMS overrides.
+PLATFORMS ?= linux/arm64,linux/amd64
 images:
 	@if ! docker info >/dev/null 2>&1; then \
 	  echo "No Docker engine is reachable (docker info failed), so no images were built; make test still checks the Dockerfiles."; \
@@ -76,7 +79,8 @@ images:
 	set -e; \
 	version=$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml); \
 	registry=$${REGISTRY:-ghcr.io/ascend-fleet}; \
+	output=$$([ -n "$(PUSH)" ] && echo --push || echo); \
 	for image in operator vllm-ascend sglang; do \
-	  echo "docker build -f images/$$image/Dockerfile -t $$registry/$$image:$$version ."; \
-	  DOCKER_BUILDKIT=1 docker build -f images/$$image/Dockerfile -t $$registry/$$image:$$version .; \
+	  echo "docker buildx build --platform $(PLATFORMS) -f images/$$image/Dockerfile -t $$registry/$$image:$$version $$output ."; \
+	  docker buildx build --platform $(PLATFORMS) -f images/$$image/Dockerfile -t $$registry/$$image:$$version $$output .; \
 	done

@@ -287,3 +287,18 @@ def test_underscore_rule_matches_vllm():
         answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
         outcome[engine] = answer["results"][0]["ok"]
     assert outcome == {"vllm": UNDERSCORES["vllm-ascend"], "sglang": UNDERSCORES["sglang"]}
+
+
+def test_the_engines_plugin_loaders_find_the_exporter():
+    """vLLM's and SGLang's own loaders discover the project's entry points and can call them."""
+    script = (
+        "import sglang.srt.plugins as s, vllm.plugins as v\n"
+        "found = s.load_plugins_by_group(s.GENERAL_PLUGINS_GROUP)\n"
+        "found['ascend_fleet_exporter'][0]()\n"
+        "import json; print(json.dumps([sorted(found), sorted(v.load_plugins_by_group(v.DEFAULT_PLUGINS_GROUP))]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ASCEND_FLEET_EXPORTER"}
+    result = subprocess.run([ENGINES_PYTHON, "-c", script], capture_output=True, text=True, check=False, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sglang_plugins, vllm_plugins = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "ascend_fleet_exporter" in sglang_plugins and "ascend_fleet_exporter" in vllm_plugins

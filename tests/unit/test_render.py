@@ -95,7 +95,10 @@ def test_sglang_flags_and_launcher():
     (pod,) = pods(engine={"type": "sglang", "image": PROJECT_SGLANG}, parallelism={"tensor": 2}, precision="int8",
                   batching={"maxBatchTokens": 8192})
     command = argv(pod)
-    assert command[:3] == ["python3", "-m", "ascend_fleet.exporter.sglang"]
+    # SGLang 0.5.14 loads the exporter through its sglang.srt.plugins entry point: its own launcher.
+    assert command[:3] == ["python3", "-m", "sglang.launch_server"]
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["ASCEND_FLEET_EXPORTER"] == "1"
     assert flag(command, "--tp-size") == "2"
     assert flag(command, "--mem-fraction-static") == "0.6"
     assert flag(command, "--quantization") == "modelslim"
@@ -103,6 +106,10 @@ def test_sglang_flags_and_launcher():
     assert "--enable-metrics" in command and "--dtype" not in command
     (plain,) = pods(engine={"type": "sglang", "image": PROJECT_SGLANG, "exporter": False})
     assert argv(plain)[:3] == ["python3", "-m", "sglang.launch_server"]
+    assert "ASCEND_FLEET_EXPORTER" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}
+    # An SGLang without the plugin group starts through the project's wrapper, which arms the exporter.
+    (older,) = pods(engine={"type": "sglang", "image": "registry.example.com/sglang:v0.5.10-cann8.5.0-910b"})
+    assert argv(older)[:3] == ["python3", "-m", "ascend_fleet.exporter.sglang"]
 
 
 def test_the_upstream_sglang_image_never_gets_the_exporter_launcher():

@@ -177,8 +177,15 @@ def command(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[str]:
         else:
             script = f"exec ray start --address=$(LEADER_ADDRESS):{RAY_PORT} --block"
         return ["/bin/bash", "-c", script]
-    launcher = "ascend_fleet.exporter.sglang" if exporter_enabled(spec) else "sglang.launch_server"
-    return ["python3", "-m", launcher, *tokens]
+    return ["python3", "-m", sglang_launcher(spec), *tokens]
+
+
+def sglang_launcher(spec: AscendInferenceSpec) -> str:
+    """SGLang's own launcher, unless the exporter is on and the image's SGLang has no plugin group to load it."""
+    if not exporter_enabled(spec):
+        return "sglang.launch_server"
+    version = images.image_version(spec.engine.type, spec.image() or "")
+    return "sglang.launch_server" if version >= images.SGLANG_PLUGINS else "ascend_fleet.exporter.sglang"
 
 
 def engine_env(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -> list[dict]:
