@@ -298,3 +298,69 @@ def test_offline_render_has_no_owner_references():
 def test_validate_reports_every_problem(doc_change, message):
     with pytest.raises(InvalidSpec, match=message):
         validate({**spec_doc(), **doc_change})
+
+
+TEMPLATE = {
+    "metadata": {"labels": {"team": "search"}, "annotations": {"prometheus.io/scrape": "false"}},
+    "spec": {
+        "imagePullSecrets": [{"name": "registry"}],
+        "serviceAccountName": "engines",
+        "priorityClassName": "inference-high",
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["npu-a"]}]}]}}},
+        "volumes": [{"name": "cache", "emptyDir": {}}],
+        "containers": [
+            {"name": "engine", "env": [{"name": "TASK_QUEUE_ENABLE", "value": "2"}, {"name": "X", "value": "1"}],
+             "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+             "resources": {"requests": {"cpu": "12"}}},
+            {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"},
+        ],
+    },
+}
+
+
+def test_template_merges_into_every_pod():
+    leader, worker = pods(parallelism={"tensor": 8, "pipeline": 2}, template=TEMPLATE)
+    for pod in (leader, worker):
+        meta, spec = pod["metadata"], pod["spec"]
+        assert meta["labels"]["team"] == "search" and meta["labels"][names.LABEL_NAME] == "llm"
+        assert meta["annotations"] == {"prometheus.io/scrape": "false"}
+        assert spec["imagePullSecrets"] == [{"name": "registry"}] and spec["serviceAccountName"] == "engines"
+        assert spec["affinity"] == TEMPLATE["spec"]["affinity"]
+        assert [v["name"] for v in spec["volumes"]] == ["dshm", "cache"]
+        engine, sidecar = spec["containers"]
+        assert sidecar["name"] == "log-shipper"
+        env = [e["name"] for e in engine["env"]]
+        assert env.count("TASK_QUEUE_ENABLE") == 1 and env[-1] == "X"
+        assert {"name": "TASK_QUEUE_ENABLE", "value": "2"} in engine["env"]
+        assert [m["mountPath"] for m in engine["volumeMounts"]] == ["/dev/shm", "/cache"]
+        assert engine["resources"]["requests"]["cpu"] == "12" and "memory" in engine["resources"]["requests"]
+        assert engine["command"][:2] == ["vllm", "serve"]
+        k8s_validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_template_changes_roll_out():
+    plain = validate(spec_doc()).obj
+    templated = validate(spec_doc(template={"metadata": {"annotations": {"a": "b"}}})).obj
+    assert revision(plain.spec, "llm") != revision(templated.spec, "llm")
+
+
+@pytest.mark.parametrize(("template", "message"), [
+    ({"metadata": {"labels": {names.LABEL_ROLE: "x"}}}, "a label the operator sets"),
+    ({"spec": {"hostNetwork": True}}, "spec.template.spec.hostNetwork: not settable"),
+    ({"spec": {"containers": [{"name": "engine", "command": ["sh"]}]}}, "the operator sets the engine's command"),
+    ({"spec": {"containers": [{"name": "engine", "resources": {"limits": {"huawei.com/Ascend910": "2"}}}]}},
+     "comes from spec.parallelism"),
+    ({"spec": {"volumes": [{"name": "dshm", "emptyDir": {}}]}}, "is the operator's volume"),
+    ({"spec": {"volumes": [{"name": "etc", "hostPath": {"path": "/etc"}}]}}, "hostPath volumes are not accepted"),
+    ({"spec": {"imagePullSecrets": "registry"}}, "not a valid Pod at spec.imagePullSecrets"),
+    ({"spec": {"affinity": {"nodeAfinity": {}}}}, "not a valid Pod"),
+])
+def test_template_refuses_what_the_operator_owns_or_kubernetes_rejects(template, message):
+    with pytest.raises(InvalidSpec, match=message):
+        validate(spec_doc(template=template))
+
+
+def test_automount_only_when_the_template_asks():
+    (pod,) = pods(template={"spec": {"automountServiceAccountToken": True}})
+    assert pod["spec"]["automountServiceAccountToken"] is True

@@ -405,6 +405,29 @@ class Disruption(Model):
     )
 
 
+class TemplateMetadata(Model):
+    """Labels and annotations added to every engine pod."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+_OPEN_OBJECT = {"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
+
+
+class PodTemplate(Model):
+    """A partial PodTemplateSpec merged into every engine pod (strategic-merge semantics)."""
+
+    metadata: TemplateMetadata | None = None
+    spec: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra=_OPEN_OBJECT,
+        description="Pod spec fields: affinity, tolerations, nodeSelector, imagePullSecrets, serviceAccountName, "
+        "priorityClassName, securityContext, volumes, initContainers, containers (the one named engine takes "
+        "env, volumeMounts and resources; others are sidecars), automountServiceAccountToken, ...",
+    )
+
+
 class AscendInferenceSpec(Model):
     """What the user asks for."""
 
@@ -419,6 +442,11 @@ class AscendInferenceSpec(Model):
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
     rules: list[Rule] = Field(default_factory=default_rules, description="Control-loop rules; [] disables them.")
     disruption: Disruption = Field(default_factory=Disruption)
+    template: PodTemplate | None = Field(
+        default=None,
+        description="A partial pod template merged into every engine pod: labels, annotations, affinity, pull "
+        "secrets, service account, sidecars, ... Fields the operator owns are refused.",
+    )
 
     def image(self) -> str | None:
         """The engine image to run: the user's, or the upstream one for the engine and chip (None: no image)."""

@@ -23,6 +23,7 @@ from .engine import (
     exporter_enabled,
     multi_node_mode,
 )
+from .template import merge_template
 
 ENGINE_CONTAINER = "engine"
 # Default host resources per NPU of a pod (engine.resources overrides each key): tokenizers, the HTTP
@@ -163,12 +164,13 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         pod_spec["schedulerName"] = scheduling.scheduler_name
     if scheduling.priority_class_name:
         pod_spec["priorityClassName"] = scheduling.priority_class_name
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(owner, pod_name(name, at.replica, at.rank), labels),
         "spec": pod_spec,
     }
+    return merge_template(pod, spec)
 
 
 def default_resources(spec: AscendInferenceSpec, layout: Layout) -> dict:

@@ -17,6 +17,7 @@ from ..api.catalog import unknown_metric_message
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..layout import Layout, LayoutError, plan
 from .engine import arg_conflicts, exporter_enabled, version_problems
+from .template import schema_problems, template_problems
 
 # A pod's hostname is "<name>-<replica>-<rank>" and must stay a 63-character DNS label.
 MAX_NAME_LENGTH = 52
@@ -59,6 +60,11 @@ def validate(doc: dict, known_metrics: Collection[str] | None = None, allow_host
     problems += image_problems(obj.spec)
     problems += arg_conflicts(obj.spec, layout)
     problems += version_problems(obj.spec, layout)
+    problems += template_problems(obj.spec)
+    if obj.spec.template is not None and not problems:
+        from .children import Owner, render_replica
+
+        problems += schema_problems(render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout))
     if not allow_host_path and obj.spec.model.volume and "hostPath" in obj.spec.model.volume:
         problems.append(
             "spec.model.volume: hostPath volumes are off in this operator's configuration "
