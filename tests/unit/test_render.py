@@ -32,7 +32,8 @@ def test_render_matches_golden_file(example, update_golden):
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_every_rendered_object_is_valid_kubernetes(example):
     for obj in render_all(load_example(example)):
-        k8s_validate(obj, KUBERNETES_VERSION, strict=True)
+        if obj["kind"] != "PodGroup":  # Volcano's CRD, not a built-in schema
+            k8s_validate(obj, KUBERNETES_VERSION, strict=True)
 
 
 def spec_doc(**spec):
@@ -364,3 +365,22 @@ def test_template_refuses_what_the_operator_owns_or_kubernetes_rejects(template,
 def test_automount_only_when_the_template_asks():
     (pod,) = pods(template={"spec": {"automountServiceAccountToken": True}})
     assert pod["spec"]["automountServiceAccountToken"] is True
+
+
+def test_volcano_gets_one_pod_group_per_replica():
+    objects = render_all(validate(spec_doc(parallelism={"tensor": 8, "pipeline": 2, "data": 2},
+                                           scheduling={"schedulerName": "volcano"})).obj)
+    groups = [o for o in objects if o["kind"] == "PodGroup"]
+    assert [g["metadata"]["name"] for g in groups] == ["llm-0", "llm-1"]
+    assert groups[0]["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert groups[0]["spec"] == {"minMember": 2, "minResources": {"huawei.com/Ascend910": "16"}}
+    assert groups[0]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    assert [p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods] == [
+        "llm-0", "llm-0", "llm-1", "llm-1"]
+    assert all(p["spec"]["schedulerName"] == "volcano" for p in pods)
+    # The group comes before its pods, so Volcano sees it before it sees them.
+    replica = render_replica(validate(spec_doc(scheduling={"schedulerName": "volcano"})).obj.spec,
+                             Owner("llm", "default", "u-1"), 0)
+    assert [o["kind"] for o in replica] == ["PodGroup", "Pod"]
+    assert not [o for o in render_all(validate(spec_doc()).obj) if o["kind"] == "PodGroup"]

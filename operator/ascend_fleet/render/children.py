@@ -119,11 +119,35 @@ def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None)
 def render_replica(
     spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout | None = None, rev: str | None = None
 ) -> list[dict]:
-    """The pods of one replica (a gang): the leader first, then the workers by rank."""
+    """The objects of one replica (a gang): its Volcano PodGroup when Volcano schedules it, then the leader
+    pod and the workers by rank (created in this order, so the group exists before its pods)."""
     layout = layout or plan(spec)
     rev = rev or revision(spec, owner.name, layout)
-    return [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
-            for rank in range(layout.pods_per_replica)]
+    group = [render_pod_group(spec, owner, replica, layout)] if uses_volcano(spec) else []
+    return group + [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
+                    for rank in range(layout.pods_per_replica)]
+
+
+def uses_volcano(spec: AscendInferenceSpec) -> bool:
+    return spec.scheduling.scheduler_name == names.VOLCANO_SCHEDULER
+
+
+def pod_group_name(name: str, replica: int) -> str:
+    return f"{name}-{replica}"
+
+
+def render_pod_group(spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout) -> dict:
+    """Volcano's PodGroup for one replica: all of its pods start together or none does (gang scheduling)."""
+    labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
+    return {
+        "apiVersion": names.POD_GROUP_API_VERSION,
+        "kind": names.POD_GROUP_KIND,
+        "metadata": _metadata(owner, pod_group_name(owner.name, replica), labels),
+        "spec": {
+            "minMember": layout.pods_per_replica,
+            "minResources": {spec.hardware.resource_name: str(layout.npus_per_replica)},
+        },
+    }
 
 
 def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
@@ -170,6 +194,8 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         "metadata": _metadata(owner, pod_name(name, at.replica, at.rank), labels),
         "spec": pod_spec,
     }
+    if uses_volcano(spec):
+        pod["metadata"]["annotations"] = {names.ANNOTATION_POD_GROUP: pod_group_name(name, at.replica)}
     return merge_template(pod, spec)
 
 
@@ -322,8 +348,8 @@ def render_all(obj: AscendInference) -> list[dict]:
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
-    pods = [pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)]
-    return [*render_services(spec, owner, layout), render_pdb(spec, owner), *pods]
+    replicas = [obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)]
+    return [*render_services(spec, owner, layout), render_pdb(spec, owner), *replicas]
 
 
 def drain_patch(now_rfc3339: str, reason: str) -> dict:

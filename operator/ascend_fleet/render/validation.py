@@ -64,7 +64,8 @@ def validate(doc: dict, known_metrics: Collection[str] | None = None, allow_host
     if obj.spec.template is not None and not problems:
         from .children import Owner, render_replica
 
-        problems += schema_problems(render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout))
+        replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout)
+        problems += schema_problems([o for o in replica if o["kind"] == "Pod"])
     if not allow_host_path and obj.spec.model.volume and "hostPath" in obj.spec.model.volume:
         problems.append(
             "spec.model.volume: hostPath volumes are off in this operator's configuration "
