@@ -18,8 +18,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is Non
 
 
 def start(*args, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ascend_fleet.cli.main", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ascend_fleet.cli.main", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
 
 
 def stop(process: subprocess.Popen) -> str:
@@ -35,8 +41,15 @@ def stop(process: subprocess.Popen) -> str:
 @pytest.fixture
 def dev_cluster(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
-    process = start("dev-cluster", "--kubeconfig", str(kubeconfig), "--pod-start-seconds", "0.2",
-                    "--pod-ready-seconds", "0.2")
+    process = start(
+        "dev-cluster",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--pod-start-seconds",
+        "0.2",
+        "--pod-ready-seconds",
+        "0.2",
+    )
     line = ""
     deadline = time.monotonic() + 30
     while "export KUBECONFIG=" not in line and time.monotonic() < deadline:
@@ -48,8 +61,13 @@ def dev_cluster(tmp_path):
 
 
 def kubectl(kubeconfig, *args) -> str:
-    result = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                            cwd=ROOT, timeout=60)
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -60,19 +78,40 @@ def test_kubectl_apply_get_and_scale_against_the_dev_cluster(dev_cluster):
     try:
         kubectl(dev_cluster, "apply", "--validate=false", "-f", "crds/")
         kubectl(dev_cluster, "apply", "--validate=false", "-f", "examples/sglang-small.yaml")
-        wait_for(lambda: "qwen-1-5b-0" in kubectl(dev_cluster, "get", "pods", "-o", "name"), 30, "the engine pod")
-        table = wait_for(lambda: (out := kubectl(dev_cluster, "get", "ainf"))
-                         and out.split("\n")[1].split()[5:6] == ["1"] and out, 30, "READY 1 in kubectl get ainf")
+        wait_for(
+            lambda: "qwen-1-5b-0" in kubectl(dev_cluster, "get", "pods", "-o", "name"), 30, "the engine pod"
+        )
+        table = wait_for(
+            lambda: (
+                (out := kubectl(dev_cluster, "get", "ainf"))
+                and out.split("\n")[1].split()[5:6] == ["1"]
+                and out
+            ),
+            30,
+            "READY 1 in kubectl get ainf",
+        )
         header, row = table.splitlines()[:2]
         assert header.split() == ["NAME", "ENGINE", "TP", "PP", "REPLICAS", "READY", "NPUS", "AGE"]
         assert row.split()[:7] == ["qwen-1-5b", "sglang", "2", "1", "1", "1", "2"]
 
         kubectl(dev_cluster, "scale", "ainf/qwen-1-5b", "--replicas=2")
-        wait_for(lambda: kubectl(dev_cluster, "get", "pods", "-o", "name").split() ==
-                 ["pod/qwen-1-5b-0", "pod/qwen-1-5b-1"], 30, "two engine pods")
+        wait_for(
+            lambda: (
+                kubectl(dev_cluster, "get", "pods", "-o", "name").split()
+                == ["pod/qwen-1-5b-0", "pod/qwen-1-5b-1"]
+            ),
+            30,
+            "two engine pods",
+        )
         described = kubectl(dev_cluster, "get", "ainf", "qwen-1-5b", "-o", "jsonpath={.status.replicas}")
-        wait_for(lambda: kubectl(dev_cluster, "get", "ainf", "qwen-1-5b", "-o",
-                                 "jsonpath={.status.readyReplicas}") == "2", 30, "two ready replicas")
+        wait_for(
+            lambda: (
+                kubectl(dev_cluster, "get", "ainf", "qwen-1-5b", "-o", "jsonpath={.status.readyReplicas}")
+                == "2"
+            ),
+            30,
+            "two ready replicas",
+        )
         assert described in {"1", "2"}
     finally:
         output = stop(operator)

@@ -61,7 +61,7 @@ _EXPORTER_ENTRIES = {
 # kube-state-metrics exposes pod labels as label_<sanitized key> once allowed with
 # --metric-labels-allowlist=pods=[inference.ascendfleet.io/name,inference.ascendfleet.io/replica].
 POD_REPLICA_LABELS = (
-    'max by (namespace, pod, inference, replica) ('
+    "max by (namespace, pod, inference, replica) ("
     'label_replace(label_replace(kube_pod_labels{label_inference_ascendfleet_io_name!=""}, '
     '"inference", "$1", "label_inference_ascendfleet_io_name", "(.+)"), '
     '"replica", "$1", "label_inference_ascendfleet_io_replica", "(.+)"))'
@@ -83,10 +83,14 @@ _NPU_EXPORTER_ENTRIES = {
     "hbm_usage": f"max {_BY} ({_npu_exporter(_HBM_RATIO)})",
 }
 
-PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES}),
-    PRESET_NPU_EXPORTER: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_NPU_EXPORTER_ENTRIES}),
-})
+PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES}),
+        PRESET_NPU_EXPORTER: MappingProxyType(
+            {**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_NPU_EXPORTER_ENTRIES}
+        ),
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .checks import ENGINE_CHIPS
+
 Version = tuple[int, int, int]
 
 
@@ -55,11 +57,8 @@ DEFAULT_IMAGES: dict[tuple[str, str], str] = {
 # Repositories of the upstream engine images: they do not contain this project's exporter.
 UPSTREAM_REPOSITORIES = frozenset({"quay.io/ascend/vllm-ascend", "lmsysorg/sglang"})
 
-# Chips an engine supports upstream, for the sentence that refuses the others.
-SUPPORTED_CHIPS: dict[str, tuple[str, ...]] = {
-    "vllm-ascend": ("ascend910b", "ascend910_93"),
-    "sglang": ("ascend910b", "ascend910_93", "ascend910a"),
-}
+# Chips each engine supports upstream (the API refuses other pairs with a sentence).
+SUPPORTED_CHIPS = ENGINE_CHIPS
 
 # Versions from which a generated flag exists (the engines' own parsers in tests/engines check the defaults).
 SGLANG_MODELSLIM: Version = (0, 5, 7)  # --quantization modelslim

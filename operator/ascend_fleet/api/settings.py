@@ -13,8 +13,10 @@ import os
 from typing import Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from .checks import MAX_WINDOW_SECONDS
+from .units import format_duration
 from .v1alpha1 import Duration, Model
 
 
@@ -25,25 +27,48 @@ class PrometheusSettings(Model):
 
 class ControlSettings(Model):
     interval: Duration = Field(default=15.0, description="Seconds between control-loop cycles.")
-    step: Duration = Field(default=15.0, description="Subquery resolution: one sample per step in a rule window.")
+    step: Duration = Field(
+        default=15.0, description="Subquery resolution: one sample per step in a rule window."
+    )
     min_samples_fraction: float = Field(
         default=0.8, gt=0, le=1, description="Share of a window's samples that must exist for a rule to hold."
     )
     actions_history: int = Field(default=20, ge=1, le=200, description="Decisions kept in status.actions.")
     catalog_preset: Literal["ascend-fleet", "npu-exporter"] = Field(
-        default="ascend-fleet", description="Default metric names: the project's exporter or Huawei's npu-exporter."
+        default="ascend-fleet",
+        description="Default metric names: the project's exporter or Huawei's npu-exporter.",
     )
     catalog: dict[str, str] = Field(
-        default_factory=dict, description="Extra or replaced catalog entries: logical name -> PromQL template."
+        default_factory=dict,
+        description="Extra or replaced catalog entries: logical name -> PromQL template.",
     )
+    max_window: Duration = Field(
+        default=MAX_WINDOW_SECONDS,
+        description="Longest rule window (`for`) an AscendInference may ask for; longer ones are InvalidSpec. "
+        "Each window makes Prometheus evaluate that many samples per object and cycle.",
+    )
+
+    @field_validator("max_window")
+    @classmethod
+    def _window_within_crd(cls, value: float) -> float:
+        if not 0 < value <= MAX_WINDOW_SECONDS:
+            raise ValueError(
+                f"control.maxWindow {format_duration(value)} is outside 0..{format_duration(MAX_WINDOW_SECONDS)}: "
+                f"the CRD refuses rule windows above {format_duration(MAX_WINDOW_SECONDS)}, so a larger bound "
+                "would never apply; lower it, or leave it at the default"
+            )
+        return value
 
 
 class ReconcileSettings(Model):
-    backoff_initial: Duration = Field(default=30.0, description="First delay before recreating a failed replica.")
+    backoff_initial: Duration = Field(
+        default=30.0, description="First delay before recreating a failed replica."
+    )
     backoff_max: Duration = Field(default=600.0, description="Cap of the doubling replica-restart backoff.")
     resync_interval: Duration = Field(default=30.0, description="Periodic reconcile even without changes.")
     watch_timeout: Duration = Field(
-        default=300.0, description="Server-side timeout of each watch; kopf then resumes it (or relists on 410)."
+        default=300.0,
+        description="Server-side timeout of each watch; kopf then resumes it (or relists on 410).",
     )
 
 

@@ -44,9 +44,12 @@ def _checked(paths: list[str], namespace: str | None = None, settings: OperatorS
             doc.body.setdefault("metadata", {}).setdefault("namespace", namespace)
         label = f"{doc.source} ({(doc.body.get('metadata') or {}).get('name', '?')})"
         body = settings.with_default_image(doc.body) if settings is not None else doc.body
-        allow_host_path = settings.allow_host_path_models if settings is not None else False
+        options = {}
+        if settings is not None:
+            options = {"max_window": settings.control.max_window,
+                       "allow_host_path": settings.allow_host_path_models}
         try:
-            valid = validate(body, known_metrics=known, allow_host_path=allow_host_path)
+            valid = validate(body, known_metrics=known, **options)
         except InvalidSpec as error:
             problems += [f"{label}: {p}" for p in error.problems]
         else:
@@ -67,13 +70,35 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     good, problems = _checked(args.files)
-    header = ("NAME", "ENGINE", "CHIP", "TP", "PP", "DP", "PODS/REPLICA", "NPUS/POD", "NPUS/REPLICA", "TOTAL NPUS")
+    header = (
+        "NAME",
+        "ENGINE",
+        "CHIP",
+        "TP",
+        "PP",
+        "DP",
+        "PODS/REPLICA",
+        "NPUS/POD",
+        "NPUS/REPLICA",
+        "TOTAL NPUS",
+    )
     rows = [header]
     for _, valid in good:
         spec, layout = valid.obj.spec, valid.layout
-        rows.append((valid.obj.name, spec.engine.type, spec.hardware.chip, layout.tensor, layout.pipeline,
-                     layout.data, layout.pods_per_replica, layout.npus_per_pod, layout.npus_per_replica,
-                     layout.total_npus))
+        rows.append(
+            (
+                valid.obj.name,
+                spec.engine.type,
+                spec.hardware.chip,
+                layout.tensor,
+                layout.pipeline,
+                layout.data,
+                layout.pods_per_replica,
+                layout.npus_per_pod,
+                layout.npus_per_replica,
+                layout.total_npus,
+            )
+        )
     if good:
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
         for row in rows:
@@ -109,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+    def add(
+        name: str, handler: Callable[[argparse.Namespace], int], help_text: str
+    ) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help_text, description=help_text)
         command.set_defaults(handler=handler)
         return command
@@ -121,8 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate_cmd.add_argument("files", nargs="+", metavar="FILE", help=files_help)
     validate_cmd.add_argument("--config", metavar="FILE", help=config_help)
     add("plan", cmd_plan, "Show how each AscendInference's layout maps onto pods and NPUs.").add_argument(
-        "files", nargs="+", metavar="FILE", help=files_help)
-    render = add("render", cmd_render, "Print every child object as a YAML stream (for GitOps, like helm template).")
+        "files", nargs="+", metavar="FILE", help=files_help
+    )
+    render = add(
+        "render", cmd_render, "Print every child object as a YAML stream (for GitOps, like helm template)."
+    )
     render.add_argument("files", nargs="+", metavar="FILE", help=files_help)
     render.add_argument("-n", "--namespace", help="namespace for documents that name none (default: default)")
     render.add_argument("--config", metavar="FILE", help=config_help)

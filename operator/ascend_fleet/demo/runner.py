@@ -59,11 +59,13 @@ class DemoOptions:
 
 def demo_settings(prometheus_url: str) -> OperatorSettings:
     """The operator's configuration for the demo: the same code, with timers in seconds."""
-    return OperatorSettings.model_validate({
-        "prometheus": {"url": prometheus_url, "timeout": "5s"},
-        "control": {"interval": "2s", "step": "1s"},
-        "reconcile": {"backoffInitial": "5s", "backoffMax": "30s", "resyncInterval": "5s"},
-    })
+    return OperatorSettings.model_validate(
+        {
+            "prometheus": {"url": prometheus_url, "timeout": "5s"},
+            "control": {"interval": "2s", "step": "1s"},
+            "reconcile": {"backoffInitial": "5s", "backoffMax": "30s", "resyncInterval": "5s"},
+        }
+    )
 
 
 class Setup(Exception):
@@ -84,11 +86,16 @@ def run_demo(options: DemoOptions) -> int:
         return EXIT_SETUP
     stop = _stop_on_signals()
     name = doc["metadata"]["name"]
-    print(f"Starting a local Kubernetes API, a real Prometheus, simulated engines and the operator "
-          f"for {name} ...", file=out, flush=True)
+    print(
+        f"Starting a local Kubernetes API, a real Prometheus, simulated engines and the operator "
+        f"for {name} ...",
+        file=out,
+        flush=True,
+    )
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(DevCluster(start_seconds=0.5, ready_seconds=1.0,
-                                                 kubeconfig=options.kubeconfig.expanduser()))
+        cluster = stack.enter_context(
+            DevCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=options.kubeconfig.expanduser())
+        )
         prometheus = stack.enter_context(PrometheusServer(scrape_interval="1s"))
         engines = stack.enter_context(SimulatedEngines(scenario, prometheus=prometheus, start_scenario=False))
         cluster.kubelet.add_listener(engines)
@@ -106,10 +113,16 @@ def run_demo(options: DemoOptions) -> int:
         for line in view.summary(story.decisions, story.elapsed(), story.npu_minutes, story.last):
             print(line, file=out)
         if options.keep and not stop.is_set():
-            print(f"\nStill running. In another shell:\n  export KUBECONFIG={cluster.kubeconfig_path}\n"
-                  f"  kubectl get ainf,pods\nPress Ctrl+C to stop.", file=out, flush=True)
+            print(
+                f"\nStill running. In another shell:\n  export KUBECONFIG={cluster.kubeconfig_path}\n"
+                f"  kubectl get ainf,pods\nPress Ctrl+C to stop.",
+                file=out,
+                flush=True,
+            )
             stop.wait()
-        print("Stopping the operator, Prometheus, simulated engines and the local API ...", file=out, flush=True)
+        print(
+            "Stopping the operator, Prometheus, simulated engines and the local API ...", file=out, flush=True
+        )
     return EXIT_OK if completed else EXIT_INCOMPLETE
 
 
@@ -211,18 +224,31 @@ class Story:
         for pod in pods:
             labels = pod["metadata"].get("labels", {})
             replica = int(labels.get(names.LABEL_REPLICA, -1))
-            row = rows.setdefault(replica, view.ReplicaRow(replica, 0, 0, values["utilization"].get(replica),
-                                                           values["fragmentation"].get(replica),
-                                                           values["queue"].get(replica)))
+            row = rows.setdefault(
+                replica,
+                view.ReplicaRow(
+                    replica,
+                    0,
+                    0,
+                    values["utilization"].get(replica),
+                    values["fragmentation"].get(replica),
+                    values["queue"].get(replica),
+                ),
+            )
             row.pods += 1
             row.ready += _is_ready(pod)
             row.draining |= labels.get(names.LABEL_SERVING) == "false"
         conditions = {c["type"]: f"{c['status']}({c['reason']})" for c in status.get("conditions", [])}
         return view.Snapshot(
-            elapsed=self.elapsed(), name=self.name, desired=spec.get("parallelism", {}).get("data", 0),
-            ready=status.get("readyReplicas", 0), conditions=conditions,
-            rows=[rows[k] for k in sorted(rows)], rules=self._progress(obj, values, dt),
-            npu_minutes=self.npu_minutes)
+            elapsed=self.elapsed(),
+            name=self.name,
+            desired=spec.get("parallelism", {}).get("data", 0),
+            ready=status.get("readyReplicas", 0),
+            conditions=conditions,
+            rows=[rows[k] for k in sorted(rows)],
+            rules=self._progress(obj, values, dt),
+            npu_minutes=self.npu_minutes,
+        )
 
     def _progress(self, obj: dict, values: dict, dt: float) -> list[view.RuleProgress]:
         try:
@@ -253,9 +279,15 @@ class Story:
                 continue
             self._seen_actions.add(key)
             at = parse_rfc3339(action.get("time")) or time.time()
-            decision = view.Decision(at - self.started, action.get("action", "?"), action.get("rule", "?"),
-                                     action.get("target", "?"), action.get("value"), action.get("result", ""),
-                                     bool(action.get("dryRun")))
+            decision = view.Decision(
+                at - self.started,
+                action.get("action", "?"),
+                action.get("rule", "?"),
+                action.get("target", "?"),
+                action.get("value"),
+                action.get("result", ""),
+                bool(action.get("dryRun")),
+            )
             self.decisions.append(decision)
             new.append(decision)
         return new
@@ -275,13 +307,19 @@ class Story:
 
 
 def _compare(value: float, comparison: str, threshold: float) -> bool:
-    return {">": value > threshold, ">=": value >= threshold, "<": value < threshold,
-            "<=": value <= threshold}[comparison]
+    return {
+        ">": value > threshold,
+        ">=": value >= threshold,
+        "<": value < threshold,
+        "<=": value <= threshold,
+    }[comparison]
 
 
 def _is_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions", []))
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in pod.get("status", {}).get("conditions", [])
+    )
 
 
 def _running_npus(pods: list[dict]) -> int:

@@ -110,14 +110,20 @@ def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None)
     (autoscaling, rules, disruption) do not change a pod, so they do not change the revision.
     """
     layout = layout or plan(spec)
-    pods = [_pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "") for rank in
-            range(layout.pods_per_replica)]
+    pods = [
+        _pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "")
+        for rank in range(layout.pods_per_replica)
+    ]
     digest = hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
 
 def render_replica(
-    spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout | None = None, rev: str | None = None
+    spec: AscendInferenceSpec,
+    owner: Owner,
+    replica: int,
+    layout: Layout | None = None,
+    rev: str | None = None,
 ) -> list[dict]:
     """The objects of one replica (a gang): its Volcano PodGroup when Volcano schedules it, then the leader
     pod and the workers by rank (created in this order, so the group exists before its pods)."""
@@ -268,8 +274,11 @@ def _probes(spec: AscendInferenceSpec) -> dict:
     period = 10
     return {
         # Model loading takes minutes; the startup probe holds liveness off until then.
-        "startupProbe": {**health, "periodSeconds": period,
-                         "failureThreshold": max(1, math.ceil(spec.engine.startup_timeout / period))},
+        "startupProbe": {
+            **health,
+            "periodSeconds": period,
+            "failureThreshold": max(1, math.ceil(spec.engine.startup_timeout / period)),
+        },
         "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4, "timeoutSeconds": 5},
     }
@@ -280,7 +289,9 @@ def _volumes(spec: AscendInferenceSpec) -> list[dict]:
     if spec.model.volume:
         volumes.append({"name": "model", **copy.deepcopy(spec.model.volume)})
     if not spec.hardware.ascend_runtime:
-        volumes += [{"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS]
+        volumes += [
+            {"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS
+        ]
     return volumes
 
 
@@ -326,18 +337,23 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
     return [serving, headless]
 
 
-def render_pdb(spec: AscendInferenceSpec, owner: Owner) -> dict:
-    """A PodDisruptionBudget over all engine pods.
+def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = None) -> dict:
+    """A PodDisruptionBudget over all engine pods, as an integer ``minAvailable``.
 
-    Evicting any pod of a gang takes its whole replica down, so counting pods against
-    maxUnavailable replicas is the conservative, correct bound.
+    Evicting any pod of a gang takes its whole replica down, so at most ``maxUnavailable`` pods may be out
+    at once: ``minAvailable = replicas x pods per replica - maxUnavailable``. (A ``maxUnavailable`` in the PDB
+    would be measured against the owner's scale subresource, i.e. replicas rather than pods: 2 replicas of
+    4 pods would then allow 7 evictions.) The count follows the replicas, so the reconciler updates it on
+    every scale.
     """
+    layout = layout or plan(spec)
+    min_available = max(layout.total_pods - spec.disruption.max_unavailable, 0)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
         "spec": {
-            "maxUnavailable": spec.disruption.max_unavailable,
+            "minAvailable": min_available,
             "selector": {"matchLabels": {names.LABEL_NAME: owner.name}},
         },
     }
@@ -348,8 +364,10 @@ def render_all(obj: AscendInference) -> list[dict]:
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
-    replicas = [obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)]
-    return [*render_services(spec, owner, layout), render_pdb(spec, owner), *replicas]
+    replicas = [
+        obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
+    ]
+    return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *replicas]
 
 
 def drain_patch(now_rfc3339: str, reason: str) -> dict:
@@ -361,6 +379,9 @@ def drain_patch(now_rfc3339: str, reason: str) -> dict:
     return {
         "metadata": {
             "labels": {names.LABEL_SERVING: "false"},
-            "annotations": {names.ANNOTATION_DRAIN_STARTED: now_rfc3339, names.ANNOTATION_DRAIN_REASON: reason},
+            "annotations": {
+                names.ANNOTATION_DRAIN_STARTED: now_rfc3339,
+                names.ANNOTATION_DRAIN_REASON: reason,
+            },
         }
     }
