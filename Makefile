@@ -38,8 +38,18 @@ $(ENGINES_VENV)/.installed: $(ENGINES_REQUIREMENTS) pyproject.toml
 	$(ENGINES_VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
-test-engines: setup $(ENGINES_VENV)/.installed
-	ASCEND_FLEET_ENGINES_PYTHON=$(CURDIR)/$(ENGINES_VENV)/bin/python $(BIN)/pytest tests/engines -q
+# Checkov, the security scanner, in its own environment (its dependencies are not the engines').
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := .cache/checkov/$(CHECKOV_VERSION)
+
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
+	touch $@
+
+test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed
+	ASCEND_FLEET_ENGINES_PYTHON=$(CURDIR)/$(ENGINES_VENV)/bin/python \
+	ASCEND_FLEET_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(BIN)/pytest tests/engines -q
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
@@ -70,7 +80,7 @@ bench: setup
 	$(BIN)/python -m bench.policy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .cache/engines
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache/engines .cache/checkov
 
 # The operator and engine images (images/*/Dockerfile), tagged with the package version, for linux/arm64 (Ascend
 # servers) and linux/amd64 through buildx. Where no Docker engine answers, say so and succeed: `make test`
