@@ -44,7 +44,7 @@ def test_create_single_pod_replicas_with_owned_children(fleet):
         (ref,) = child["metadata"]["ownerReferences"]
         assert (ref["uid"], ref["controller"], ref["kind"]) == (uid, True, names.KIND)
     pod = fleet.pods("qwen-7b")[0]
-    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend910": "8"}
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend910": "8", "memory": "272Gi"}
     assert len(fleet.events("CreatedReplica")) == 2
 
 

@@ -16,7 +16,7 @@ NOW = 1_800_000_000.0
 SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
 
 
-def make(data=2, tensor=8, pipeline=1, image=None, max_unavailable=1, drain=30, status=None):
+def make(data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None, scheduler=None):
     engine = {"type": "vllm-ascend", **({"image": image} if image else {})}
     doc = {
         "apiVersion": names.API_VERSION,
@@ -27,6 +27,7 @@ def make(data=2, tensor=8, pipeline=1, image=None, max_unavailable=1, drain=30, 
             "engine": engine,
             "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
             "disruption": {"maxUnavailable": max_unavailable, "drainSeconds": drain},
+            **({"scheduling": {"schedulerName": scheduler}} if scheduler else {}),
         },
     }
     if status:
@@ -55,6 +56,7 @@ def fleet(valid, replicas=None, **pod_state):
         running(p, **pod_state)
         for r in (replicas if replicas is not None else range(layout.data))
         for p in render_replica(obj.spec, owner, r, layout)
+        if p["kind"] == "Pod"
     ]
     services = {s["metadata"]["name"]: s for s in render_services(obj.spec, owner, layout)}
     return Observed(pods=pods, services=services, pdb=render_pdb(obj.spec, owner, layout))
@@ -139,6 +141,23 @@ def test_scale_in_drains_the_highest_replica_first_then_deletes():
     assert not waiting.deletes and waiting.requeue_after == pytest.approx(20)
     done = plan(valid.obj, valid.layout, drained, NOW + 31, SETTINGS)
     assert [d.name for d in done.deletes] == ["llm-1"]
+
+
+def test_volcano_pod_groups_come_with_their_gang_and_go_with_it():
+    valid = make(data=2, tensor=8, pipeline=2, scheduler="volcano")
+    created = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS).creates
+    kinds = [o["kind"] for o in created if o["kind"] in ("PodGroup", "Pod")]
+    assert kinds == ["PodGroup", "Pod", "Pod"] * 2
+    smaller = make(data=1, tensor=8, pipeline=2, scheduler="volcano", drain=0)
+    observed = fleet(smaller, replicas=[0, 1])
+    observed.pods[2]["metadata"]["labels"][names.LABEL_SERVING] = "false"
+    observed.pods[2]["metadata"]["annotations"] = {names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW - 5),
+                                                   names.ANNOTATION_DRAIN_REASON: "scale-in"}
+    done = plan(smaller.obj, smaller.layout, observed, NOW, SETTINGS)
+    assert [(d.kind, d.name) for d in done.deletes] == [("Pod", "llm-1"), ("Pod", "llm-1-1"), ("PodGroup", "llm-1")]
+    plain = make(data=1, tensor=8, pipeline=2, drain=0)
+    assert all(d.kind == "Pod" for d in plan(plain.obj, plain.layout, fleet(plain, replicas=[0, 1]), NOW,
+                                             SETTINGS).deletes)
 
 
 def test_rollout_respects_max_unavailable():

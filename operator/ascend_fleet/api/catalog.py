@@ -40,10 +40,13 @@ def _either(aggregation: str, *metrics: str) -> str:
     return " or ".join(f"{aggregation} {_BY} ({metric})" for metric in metrics)
 
 
-# Engine metrics (ENGINES.md): only the leader (rank 0) serves them, so sum/max over a replica is that pod's.
+# Engine metrics: only the leader (rank 0) serves them, so sum/max over a replica is that pod's. Newer SGLang
+# writes each queue gauge once with priority="" (the total) and again per priority value: the total alone is
+# selected before summing (older versions have no priority label, which priority="" also matches).
+_SGLANG_TOTAL = '{priority=""}'
 _ENGINE_ENTRIES = {
-    "queue_depth": _either("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs"),
-    "running_requests": _either("sum", "vllm:num_requests_running", "sglang:num_running_reqs"),
+    "queue_depth": _either("sum", "vllm:num_requests_waiting", f"sglang:num_queue_reqs{_SGLANG_TOTAL}"),
+    "running_requests": _either("sum", "vllm:num_requests_running", f"sglang:num_running_reqs{_SGLANG_TOTAL}"),
     "kv_cache_usage": _either("max", "vllm:kv_cache_usage_perc", "sglang:token_usage"),
 }
 

@@ -310,8 +310,8 @@ def check_volume(value: dict[str, Any]) -> dict[str, Any]:
 
 VOLUME_SCHEMA = {
     "type": "object",
-    "description": "A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, hostPath, nfs), "
-    "mounted read-only at mountPath.",
+    "description": "A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
+    "where the operator configuration allows it), mounted read-only at mountPath.",
     "x-kubernetes-preserve-unknown-fields": True,
     "maxProperties": 1,
     "minProperties": 1,

@@ -8,6 +8,7 @@ command-line flags override both.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Literal
 
@@ -82,6 +83,29 @@ class OperatorSettings(Model):
         description="Default engine images for specs that name none, keyed by engine type (vllm-ascend, sglang) "
         "or engine/chip (vllm-ascend/ascend910_93); the more specific key wins.",
     )
+    allow_host_path_models: bool = Field(
+        default=False,
+        description="Let spec.model.volume be a hostPath. Off by default: a hostPath reads any node file, and "
+        "anyone who may create an AscendInference would get that.",
+    )
+
+    def with_default_image(self, body: dict) -> dict:
+        """The object with the configured default image filled in where the spec names none.
+
+        ``images`` keys are ``<engine>/<chip>`` (e.g. ``vllm-ascend/ascend910_93`` for A3 builds) or just
+        ``<engine>``; the more specific key wins. The operator and ``ascend-fleet render --config`` both use
+        this, so GitOps output names the image the operator would run.
+        """
+        spec = body.get("spec") or {}
+        engine = spec.get("engine") or {}
+        chip = (spec.get("hardware") or {}).get("chip", "ascend910b")
+        kind = engine.get("type", "")
+        default = self.images.get(f"{kind}/{chip}") or self.images.get(kind)
+        if not default or engine.get("image"):
+            return body
+        body = copy.deepcopy(body)
+        body["spec"]["engine"]["image"] = default
+        return body
 
     @classmethod
     def load(cls, path: str | None = None, environ: dict[str, str] | None = None) -> OperatorSettings:

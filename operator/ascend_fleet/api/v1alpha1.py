@@ -30,6 +30,7 @@ from .checks import (
     window_sentence,
     window_validations,
 )
+from .images import DEFAULT_IMAGES
 from .k8s import EnvVarSource, ResourceRequirements, Size, Toleration, VolumeSource, env_name_problem
 from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
 
@@ -73,6 +74,7 @@ Threshold = Annotated[
 """A plain number; percentages are converted to ratios (``"85%"`` -> 0.85)."""
 
 EngineType = Literal["vllm-ascend", "sglang"]
+MultiNode = Literal["ray", "native"]
 Chip = Literal["ascend910a", "ascend910b", "ascend910_93"]
 Precision = Literal["bf16", "fp16", "int8"]
 Action = Literal["scale_up", "scale_down", "restart_service", "notify"]
@@ -80,16 +82,6 @@ Comparison = Literal[">", ">=", "<", "<="]
 Scope = Literal["fleet", "replica"]
 
 DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
-# Upstream images per engine and chip (ENGINES.md); the Helm chart can point them at the project's
-# engine images, which add the NPU exporter on top of these.
-DEFAULT_IMAGES: dict[tuple[str, str], str] = {
-    ("vllm-ascend", "ascend910a"): "quay.io/ascend/vllm-ascend:v0.11.0",
-    ("vllm-ascend", "ascend910b"): "quay.io/ascend/vllm-ascend:v0.11.0",
-    ("vllm-ascend", "ascend910_93"): "quay.io/ascend/vllm-ascend:v0.11.0-a3",
-    ("sglang", "ascend910a"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
-    ("sglang", "ascend910b"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
-    ("sglang", "ascend910_93"): "lmsysorg/sglang:v0.5.5-cann8.5.0-a3",
-}
 
 
 class Model(BaseModel):
@@ -117,7 +109,8 @@ class ModelSource(Model):
     )
     volume: VolumeSource | None = Field(
         default=None,
-        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, hostPath, nfs), "
+        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
+        "where the operator configuration allows it), "
         "mounted read-only at mountPath.",
     )
     mount_path: str = Field(
@@ -205,6 +198,11 @@ class Engine(Model):
     )
     shm_size: Size = Field(
         default="16Gi", description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi."
+    )
+    multi_node: MultiNode | None = Field(
+        default=None,
+        description="vLLM replicas spanning pods: native (--nnodes/--node-rank/--master-addr, --headless on "
+        "non-leaders; vLLM 0.23+) or ray; default native where the image's vLLM has it, else ray.",
     )
 
     @model_validator(mode="after")
@@ -464,6 +462,29 @@ class Disruption(Model):
     )
 
 
+class TemplateMetadata(Model):
+    """Labels and annotations added to every engine pod."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+_OPEN_OBJECT = {"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
+
+
+class PodTemplate(Model):
+    """A partial PodTemplateSpec merged into every engine pod (strategic-merge semantics)."""
+
+    metadata: TemplateMetadata | None = None
+    spec: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra=_OPEN_OBJECT,
+        description="Pod spec fields: affinity, tolerations, nodeSelector, imagePullSecrets, serviceAccountName, "
+        "priorityClassName, securityContext, volumes, initContainers, containers (the one named engine takes "
+        "env, volumeMounts and resources; others are sidecars), automountServiceAccountToken, ...",
+    )
+
+
 class AscendInferenceSpec(Model):
     """What the user asks for."""
 
@@ -486,6 +507,11 @@ class AscendInferenceSpec(Model):
         description="Control-loop rules; [] disables them.",
     )
     disruption: Disruption = Field(default_factory=Disruption)
+    template: PodTemplate | None = Field(
+        default=None,
+        description="A partial pod template merged into every engine pod: labels, annotations, affinity, pull "
+        "secrets, service account, sidecars, ... Fields the operator owns are refused.",
+    )
 
     @model_validator(mode="after")
     def _engine_runs_on_chip(self) -> AscendInferenceSpec:
@@ -494,9 +520,9 @@ class AscendInferenceSpec(Model):
             raise ValueError(problem)
         return self
 
-    def image(self) -> str:
-        """The engine image to run: the user's, or the upstream one for the engine and chip."""
-        return self.engine.image or DEFAULT_IMAGES[(self.engine.type, self.hardware.chip)]
+    def image(self) -> str | None:
+        """The engine image to run: the user's, or the upstream one for the engine and chip (None: no image)."""
+        return self.engine.image or DEFAULT_IMAGES.get((self.engine.type, self.hardware.chip))
 
 
 # ----- status -----

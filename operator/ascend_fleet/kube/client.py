@@ -60,6 +60,7 @@ KINDS = {
     "Service": _Kind("", "v1", "services"),
     "Event": _Kind("", "v1", "events"),
     "PodDisruptionBudget": _Kind("policy", "v1", "poddisruptionbudgets"),
+    "PodGroup": _Kind("scheduling.volcano.sh", "v1beta1", "podgroups"),  # Volcano gangs (schedulerName: volcano)
     names.KIND: _Kind(names.GROUP, names.VERSION, names.PLURAL),
 }
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import time
@@ -36,21 +35,8 @@ class PassResult:
 
 
 def with_default_image(body: dict, settings: OperatorSettings) -> dict:
-    """The object with the operator's configured default image filled in where the spec names none.
-
-    ``images`` keys are ``<engine>/<chip>`` (e.g. ``vllm-ascend/ascend910_93`` for A3 builds) or just
-    ``<engine>``; the more specific key wins.
-    """
-    spec = body.get("spec") or {}
-    engine = spec.get("engine") or {}
-    chip = (spec.get("hardware") or {}).get("chip", "ascend910b")
-    kind = engine.get("type", "")
-    default = settings.images.get(f"{kind}/{chip}") or settings.images.get(kind)
-    if not default or engine.get("image"):
-        return body
-    body = copy.deepcopy(body)
-    body["spec"]["engine"]["image"] = default
-    return body
+    """The object with the operator's configured default image filled in (see OperatorSettings)."""
+    return settings.with_default_image(body)
 
 
 def reconcile_once(
@@ -64,6 +50,7 @@ def reconcile_once(
             with_default_image(body, settings),
             known_metrics=known_metrics(settings.control),
             max_window=settings.control.max_window,
+            allow_host_path=settings.allow_host_path_models,
         )
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)

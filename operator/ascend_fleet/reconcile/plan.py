@@ -21,10 +21,12 @@ from ..render import (
     Owner,
     drain_patch,
     leader_selector,
+    pod_group_name,
     render_pdb,
     render_replica,
     render_services,
     revision,
+    uses_volcano,
 )
 from ..status import ReplicaState, replica_states, set_condition
 from ..status.conditions import get_condition
@@ -155,10 +157,23 @@ def plan(
     if outdated and budget <= 0:
         result.later(SETTLE_SECONDS * 5)
 
+    _collect_pod_groups(obj, groups, result)
     result.status = derive_status(obj, layout, groups, rev, list(restarts.values()), now)
     if result.writes_children:
         result.later(SETTLE_SECONDS)
     return result
+
+
+def _collect_pod_groups(obj: AscendInference, groups: dict[int, ReplicaState], result: Plan) -> None:
+    """A replica's Volcano PodGroup goes when its last pod goes, so it never holds queue resources alone;
+    the next gang of that index creates it afresh (with the layout of its revision)."""
+    if not uses_volcano(obj.spec):
+        return
+    deleting = {d.name for d in result.deletes if d.kind == "Pod"}
+    for group in groups.values():
+        alive = [p for p in group.pods if not p.deleting]
+        if alive and all(p.name in deleting for p in alive):
+            result.deletes.append(Delete(names.POD_GROUP_KIND, pod_group_name(obj.name, group.index)))
 
 
 def _plan_services(

@@ -9,11 +9,29 @@ import math
 from dataclasses import dataclass
 
 from ..api import names
+from ..api.units import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..layout import Layout, plan
-from .engine import EXPORTER_PORT, RAY_PORT, SGLANG_DIST_PORT, Rank, command, engine_env
+from .engine import (
+    EXPORTER_PORT,
+    RAY_PORT,
+    SGLANG_DIST_PORT,
+    VLLM_MASTER_PORT,
+    Rank,
+    command,
+    engine_env,
+    exporter_enabled,
+    multi_node_mode,
+)
+from .template import merge_template
 
 ENGINE_CONTAINER = "engine"
+# Default host resources per NPU of a pod (engine.resources overrides each key): tokenizers, the HTTP
+# server, host-side KV swap and weight loading need CPU and memory beside the NPUs; without requests a pod
+# is BestEffort, the first one evicted under node pressure.
+CPU_PER_NPU = 4
+MEMORY_PER_NPU_GI = 32
+ENGINE_UID = 1000  # HwHiAiUser, whom the Ascend driver grants its device nodes to; the project's images run as it
 TERMINATION_GRACE_SECONDS = 60
 DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these from the host
     ("ascend-driver", "/usr/local/Ascend/driver", "Directory"),
@@ -107,13 +125,35 @@ def render_replica(
     layout: Layout | None = None,
     rev: str | None = None,
 ) -> list[dict]:
-    """The pods of one replica (a gang): the leader first, then the workers by rank."""
+    """The objects of one replica (a gang): its Volcano PodGroup when Volcano schedules it, then the leader
+    pod and the workers by rank (created in this order, so the group exists before its pods)."""
     layout = layout or plan(spec)
     rev = rev or revision(spec, owner.name, layout)
-    return [
-        _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
-        for rank in range(layout.pods_per_replica)
-    ]
+    group = [render_pod_group(spec, owner, replica, layout)] if uses_volcano(spec) else []
+    return group + [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
+                    for rank in range(layout.pods_per_replica)]
+
+
+def uses_volcano(spec: AscendInferenceSpec) -> bool:
+    return spec.scheduling.scheduler_name == names.VOLCANO_SCHEDULER
+
+
+def pod_group_name(name: str, replica: int) -> str:
+    return f"{name}-{replica}"
+
+
+def render_pod_group(spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout) -> dict:
+    """Volcano's PodGroup for one replica: all of its pods start together or none does (gang scheduling)."""
+    labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
+    return {
+        "apiVersion": names.POD_GROUP_API_VERSION,
+        "kind": names.POD_GROUP_KIND,
+        "metadata": _metadata(owner, pod_group_name(owner.name, replica), labels),
+        "spec": {
+            "minMember": layout.pods_per_replica,
+            "minResources": {spec.hardware.resource_name: str(layout.npus_per_replica)},
+        },
+    }
 
 
 def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
@@ -133,6 +173,15 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         "subdomain": headless_service_name(name),
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # Engines never call the Kubernetes API.
+        "automountServiceAccountToken": False,
+        # Pod Security "restricted": the device plugin hands NPUs to unprivileged containers.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": ENGINE_UID,
+            "runAsGroup": ENGINE_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [_container(spec, layout, name, at)],
         "volumes": _volumes(spec),
     }
@@ -145,19 +194,46 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         pod_spec["schedulerName"] = scheduling.scheduler_name
     if scheduling.priority_class_name:
         pod_spec["priorityClassName"] = scheduling.priority_class_name
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(owner, pod_name(name, at.replica, at.rank), labels),
         "spec": pod_spec,
     }
+    if uses_volcano(spec):
+        pod["metadata"]["annotations"] = {names.ANNOTATION_POD_GROUP: pod_group_name(name, at.replica)}
+    return merge_template(pod, spec)
+
+
+def default_resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
+    """CPU and memory for one pod, from its NPUs; memory covers the in-memory /dev/shm too.
+
+    The memory limit equals the request, so an engine that outgrows it restarts rather than pressing the
+    node; CPU has no limit, since throttling a serving engine costs latency for nothing.
+    """
+    try:
+        shm_gi = parse_quantity(spec.engine.shm_size) / 2**30
+    except ValueError:  # a malformed size is the spec check's to report, not the renderer's
+        shm_gi = 0.0
+    memory = f"{math.ceil(MEMORY_PER_NPU_GI * layout.npus_per_pod + shm_gi)}Gi"
+    return {
+        "requests": {"cpu": str(CPU_PER_NPU * layout.npus_per_pod), "memory": memory},
+        "limits": {"memory": memory},
+    }
+
+
+def _resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
+    npus = {spec.hardware.resource_name: str(layout.npus_per_pod)}
+    defaults = default_resources(spec, layout)
+    user = spec.engine.resources or {}
+    resources = {}
+    for part in ("requests", "limits"):
+        resources[part] = {**defaults[part], **copy.deepcopy(user.get(part) or {}), **npus}
+    return resources
 
 
 def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -> dict:
-    npus = {spec.hardware.resource_name: str(layout.npus_per_pod)}
-    resources = copy.deepcopy(spec.engine.resources or {})
-    resources["requests"] = {**resources.get("requests", {}), **npus}
-    resources["limits"] = {**resources.get("limits", {}), **npus}
+    resources = _resources(spec, layout)
     container: dict = {
         "name": ENGINE_CONTAINER,
         "image": spec.image(),
@@ -167,6 +243,10 @@ def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
         "ports": _ports(spec, layout, at),
         "resources": resources,
         "volumeMounts": _mounts(spec),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     if at.leader:  # only leaders run the HTTP server; workers hold pipeline stages
         container.update(_probes(spec))
@@ -177,11 +257,13 @@ def _ports(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[dict]:
     ports = []
     if at.leader:
         ports.append({"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"})
-    if spec.engine.exporter:
+    if exporter_enabled(spec):
         ports.append({"name": "npu-metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"})
     if layout.multi_pod and at.leader:
-        if spec.engine.type == "vllm-ascend":
+        if spec.engine.type == "vllm-ascend" and multi_node_mode(spec) == "ray":
             ports.append({"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"})
+        elif spec.engine.type == "vllm-ascend":
+            ports.append({"name": "dist-init", "containerPort": VLLM_MASTER_PORT, "protocol": "TCP"})
         else:
             ports.append({"name": "dist-init", "containerPort": SGLANG_DIST_PORT, "protocol": "TCP"})
     return ports
@@ -236,13 +318,10 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
             "ports": [{"name": "http", "port": spec.engine.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
-    group_ports = [
-        {"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}
-    ]
-    if spec.engine.exporter:
-        group_ports.append(
-            {"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT, "protocol": "TCP"}
-        )
+    group_ports = [{"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}]
+    if exporter_enabled(spec):
+        group_ports.append({"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT,
+                            "protocol": "TCP"})
     headless = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -285,10 +364,10 @@ def render_all(obj: AscendInference) -> list[dict]:
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
-    pods = [
-        pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)
+    replicas = [
+        obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
     ]
-    return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *pods]
+    return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *replicas]
 
 
 def drain_patch(now_rfc3339: str, reason: str) -> dict:
