@@ -42,7 +42,11 @@ def test_create_single_pod_replicas_with_owned_children(fleet):
         assert (ref["uid"], ref["controller"], ref["kind"]) == (uid, True, names.KIND)
     pod = fleet.pods("qwen-7b")[0]
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend910": "8"}
-    assert len(fleet.events("CreatedReplica")) == 2
+    # One Event for the first pass's creates, counted once: no duplicate creates to report.
+    (created,) = fleet.events("CreatedReplica")
+    assert created["message"].startswith("created replicas 0, 1 (1 pod each, revision ")
+    assert created["message"].endswith("; Service qwen-7b, Service qwen-7b-pods, PodDisruptionBudget qwen-7b")
+    assert created.get("count", 1) == 1
 
 
 @pytest.mark.parametrize(

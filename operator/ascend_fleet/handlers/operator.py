@@ -3,15 +3,21 @@
 Everything here is wiring. Decisions are made by ``reconcile`` and ``control``; the daemon only
 decides *when* to run a pass: on any change to the object or its children (via the wake-up flags),
 when the previous pass asked to look again (drain and backoff timers), and at least every
-``reconcile.resyncInterval``.
+``reconcile.resyncInterval`` -- but never while a write of an earlier pass is still missing from the
+watch cache (:mod:`..reconcile.expectations`).
+
+The kopf indexes are the operator's watch cache: engine pods (slimmed), Services, PDBs and the
+AscendInferences themselves. The reconcilers and the control loop read them; nothing lists.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -20,8 +26,10 @@ import kopf
 from ..api import names
 from ..api.settings import OperatorSettings
 from ..kube import Kube, KubeError
-from ..reconcile.apply import reconcile_once
-from ..reconcile.observe import observed_children
+from ..reconcile.apply import Outcome, reconcile_once
+from ..reconcile.expectations import Expectations, children_by_name
+from ..reconcile.observe import observed_children, owned_by, slim_pod
+from ..reconcile.refusals import Refusal, current, refused_again
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -36,6 +44,7 @@ class OperatorContext:
     settings: OperatorSettings
     kube: Kube
     wakeups: Wakeups = field(default_factory=Wakeups)
+    expectations: Expectations = field(default_factory=Expectations)
     extra_startup: list = field(default_factory=list)  # callables(registry-scoped) e.g. the control loop
 
 
@@ -65,7 +74,11 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
 
     @kopf.index("pods", labels=child_filter, registry=registry, id="engine_pods")
     async def engine_pods(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
-        return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
+        return {(namespace, labels[names.LABEL_NAME]): copy.deepcopy(slim_pod(dict(body)))}
+
+    @kopf.index(names.GROUP, names.VERSION, names.PLURAL, registry=registry, id="inferences")
+    async def inferences(namespace: str, name: str, body: kopf.Body, **_) -> dict:
+        return {(namespace, name): _object_snapshot(body)}
 
     @kopf.index("services", labels=child_filter, registry=registry, id="engine_services")
     async def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
@@ -107,35 +120,64 @@ async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, p
     and a few dozen objects would starve every other handler.
     """
     flag = ctx.wakeups.flag(namespace, name)
+    key = (namespace, name)
+    resync = ctx.settings.reconcile.resync_interval
     error_delay = ERROR_BACKOFF[0]
     written: dict | None = None  # our last status write, until the watch has delivered it
+    refusals: dict[tuple[str, str], Refusal] = {}  # refused creates of this object, for backoff and status
     try:
         while not stopped:
             flag.clear()
-            current = _snapshot(body)
+            snapshot = _snapshot(body)
             if written is not None:
-                if _caught_up(current, written):
+                if _caught_up(snapshot, written):
                     written = None
                 else:  # the watch has not delivered our own status write yet: do not act on old status
-                    current["status"] = written.get("status", {})
-            key = (namespace, name)
-            observed = observed_children(current["metadata"].get("uid", ""), _values(pods, key),
-                                         _values(services, key), _values(pdbs, key))
+                    snapshot["status"] = written.get("status", {})
+            candidates = (_values(pods, key), _values(services, key), _values(pdbs, key))
+            # Writes of an earlier pass the cache does not show yet: deciding now would repeat them.
+            if ctx.expectations.pending(key, children_by_name(*candidates), time.time()):
+                await _wait(stopped, flag, min(ctx.expectations.wait_hint(key, time.time()) or resync, resync),
+                            settle=0.0)
+                continue
+            uid = snapshot["metadata"].get("uid", "")
+            observed = observed_children(uid, *candidates)
+            generation = snapshot["metadata"].get("generation")
+            owned = {k for k, child in children_by_name(*candidates).items() if owned_by(child, uid)}
+            refusals = current(refusals, generation, owned)
+            observed.refused = dict(refusals)
+            outcome = Outcome()
             try:
-                result = await asyncio.to_thread(reconcile_once, ctx.kube, current, observed, ctx.settings)
+                result = await asyncio.to_thread(reconcile_once, ctx.kube, snapshot, observed, ctx.settings,
+                                                 None, outcome)
             except KubeError as error:
                 logger.warning("reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error)
+                ctx.expectations.expect(key, outcome.expectations)
+                _note_refusals(refusals, outcome, generation)
                 await _wait(stopped, flag, error_delay, settle=error_delay)
                 error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
                 continue
             error_delay = ERROR_BACKOFF[0]
+            ctx.expectations.expect(key, outcome.expectations)
+            _note_refusals(refusals, outcome, generation)
             if result.written is not None:
                 written = result.written
-            wait = min(result.requeue_after or ctx.settings.reconcile.resync_interval,
-                       ctx.settings.reconcile.resync_interval)
+            wait = min(result.requeue_after or resync, resync)
             await _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
     finally:
         ctx.wakeups.forget(namespace, name)
+        ctx.expectations.forget(key)
+
+
+def _note_refusals(refusals: dict[tuple[str, str], Refusal], outcome: Outcome, generation: int | None) -> None:
+    """Count this pass's refused creates (for their backoff) and forget the ones that were created."""
+    now = time.time()
+    for refused in outcome.refused:
+        key = (refused.kind, refused.name)
+        refusals[key] = refused_again(refusals.get(key), refused.kind, refused.name, refused.reason,
+                                      refused.message, now, generation)
+    for obj in outcome.created:
+        refusals.pop((obj["kind"], obj["metadata"]["name"]), None)
 
 
 def _caught_up(current: dict, written: dict) -> bool:
@@ -168,9 +210,14 @@ async def _wait(stopped, flag: asyncio.Event, seconds: float, settle: float) -> 
 
 def _snapshot(body) -> dict:
     """A plain, detached copy of a kopf body (kopf's views change under our feet)."""
-    import copy
-
     return copy.deepcopy(dict(body))
+
+
+def _object_snapshot(body) -> dict:
+    """An AscendInference as the control loop's cache keeps it: without managedFields and kopf's annotations."""
+    obj = dict(body)
+    meta = {k: v for k, v in dict(obj.get("metadata") or {}).items() if k not in ("managedFields", "annotations")}
+    return copy.deepcopy({**obj, "metadata": meta})
 
 
 def connection_info(kube: Kube) -> kopf.ConnectionInfo:
