@@ -194,7 +194,9 @@ def test_converges_through_api_faults(fleet, local_cluster):
     emulator[kmock.method.POST, kmock.resource("v1/pods")][:2] << 500
     emulator[kmock.method.POST, kmock.resource("v1/services")][:1] << 429
     emulator[kmock.method.PATCH, kmock.resource("v1/pods")][:1] << 409
-    emulator[kmock.method.PATCH, kmock.resource(f"{names.API_VERSION}/{names.PLURAL}")][:2] << 500
+    # The operator's status writes (it writes nothing else to the object: no finalizer).
+    emulator[kmock.method.PATCH, kmock.resource(f"{names.API_VERSION}/{names.PLURAL}"),
+             kmock.subresource("status")][:2] << 500
     fleet.apply(example("sglang-small.yaml", parallelism={"tensor": 2, "data": 2},
                         disruption={"maxUnavailable": 1, "drainSeconds": 0}))
     fleet.wait_ready("qwen-1-5b", 2, timeout=40)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -35,6 +36,9 @@ from .wakeups import Wakeups
 log = logging.getLogger(__name__)
 ERROR_BACKOFF = (1.0, 30.0)  # first retry and cap after an API error during a pass
 SETTLE_SECONDS = 0.5  # after our own writes, let the watch deliver them before the next pass
+# After creating children, a status that only says "pods still starting" waits this long (or until
+# Ready): one status write for the whole start-up instead of one per pod that comes up.
+STATUS_HOLD_SECONDS = 5.0
 
 
 @dataclass
@@ -45,6 +49,7 @@ class OperatorContext:
     kube: Kube
     wakeups: Wakeups = field(default_factory=Wakeups)
     expectations: Expectations = field(default_factory=Expectations)
+    gone: set[str] = field(default_factory=set)  # uids whose DELETED event arrived: their daemon ends
     extra_startup: list = field(default_factory=list)  # callables(registry-scoped) e.g. the control loop
 
 
@@ -95,7 +100,9 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         ctx.wakeups.wake(namespace, labels[names.LABEL_NAME])
 
     @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
-    async def object_changed(namespace: str, name: str, **_) -> None:
+    async def object_changed(namespace: str, name: str, type: str, uid: str, **_) -> None:
+        if type == "DELETED":  # without a finalizer kopf does not stop the daemon of a deleted object
+            ctx.gone.add(uid)
         ctx.wakeups.wake(namespace, name)
 
     @kopf.daemon(names.GROUP, names.VERSION, names.PLURAL, registry=registry,
@@ -106,9 +113,28 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         await run_reconciler(ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs,
                              logger)
 
+    _daemons_without_finalizer(registry)
     for hook in ctx.extra_startup:
         hook(registry)
     return registry
+
+
+def _daemons_without_finalizer(registry: kopf.OperatorRegistry) -> None:
+    """Let AscendInferences be deleted without a finalizer.
+
+    kopf puts a finalizer on every object that has a daemon, so that it can stop the daemon before
+    the object goes: one PATCH on create and one on delete per object, and an object that cannot be
+    deleted while the operator is down. Neither is needed here: the children carry ownerReferences
+    (the garbage collector removes them), and the daemon ends itself on the object's DELETED event.
+    kopf has no public switch for this, so the registered daemon handlers are marked; if kopf's
+    registry ever changes shape, the finalizer simply stays.
+    """
+    handlers = getattr(getattr(registry, "_spawning", None), "_handlers", None)
+    if not isinstance(handlers, list):
+        return
+    handlers[:] = [dataclasses.replace(h, requires_finalizer=False)
+                   if dataclasses.is_dataclass(h) and getattr(h, "requires_finalizer", None) else h
+                   for h in handlers]
 
 
 async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, services, pdbs,
@@ -125,8 +151,10 @@ async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, p
     error_delay = ERROR_BACKOFF[0]
     written: dict | None = None  # our last status write, until the watch has delivered it
     refusals: dict[tuple[str, str], Refusal] = {}  # refused creates of this object, for backoff and status
+    hold_status_until: float | None = None
+    uid = body.get("metadata", {}).get("uid", "")
     try:
-        while not stopped:
+        while not stopped and uid not in ctx.gone:
             flag.clear()
             snapshot = _snapshot(body)
             if written is not None:
@@ -140,7 +168,6 @@ async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, p
                 await _wait(stopped, flag, min(ctx.expectations.wait_hint(key, time.time()) or resync, resync),
                             settle=0.0)
                 continue
-            uid = snapshot["metadata"].get("uid", "")
             observed = observed_children(uid, *candidates)
             generation = snapshot["metadata"].get("generation")
             owned = {k for k, child in children_by_name(*candidates).items() if owned_by(child, uid)}
@@ -149,8 +176,10 @@ async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, p
             outcome = Outcome()
             try:
                 result = await asyncio.to_thread(reconcile_once, ctx.kube, snapshot, observed, ctx.settings,
-                                                 None, outcome)
+                                                 None, outcome, hold_status_until)
             except KubeError as error:
+                if outcome.expectations:  # some writes landed: the API answers, only this request failed
+                    error_delay = ERROR_BACKOFF[0]
                 logger.warning("reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error)
                 ctx.expectations.expect(key, outcome.expectations)
                 _note_refusals(refusals, outcome, generation)
@@ -160,6 +189,8 @@ async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, p
             error_delay = ERROR_BACKOFF[0]
             ctx.expectations.expect(key, outcome.expectations)
             _note_refusals(refusals, outcome, generation)
+            if outcome.created:
+                hold_status_until = time.time() + STATUS_HOLD_SECONDS
             if result.written is not None:
                 written = result.written
             wait = min(result.requeue_after or resync, resync)
@@ -167,6 +198,7 @@ async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, p
     finally:
         ctx.wakeups.forget(namespace, name)
         ctx.expectations.forget(key)
+        ctx.gone.discard(uid)
 
 
 def _note_refusals(refusals: dict[tuple[str, str], Refusal], outcome: Outcome, generation: int | None) -> None:

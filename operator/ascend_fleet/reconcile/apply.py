@@ -77,11 +77,14 @@ def with_default_image(body: dict, settings: OperatorSettings) -> dict:
 
 
 def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: OperatorSettings,
-                   now: float | None = None, outcome: Outcome | None = None) -> PassResult:
+                   now: float | None = None, outcome: Outcome | None = None,
+                   hold_status_until: float | None = None) -> PassResult:
     """Bring one AscendInference's children to its spec and report what was done.
 
     ``outcome`` (the caller's, so it survives an API error half-way) collects the writes issued, for
-    the caller's expectations, and the creates the server refused.
+    the caller's expectations, and the creates the server refused. Until ``hold_status_until`` (a
+    short while after this object's last creates) a status that only reports pods still starting
+    is not written yet (see :func:`status_can_wait`).
     """
     now = time.time() if now is None else now
     outcome = Outcome() if outcome is None else outcome
@@ -96,7 +99,8 @@ def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: Operato
         kind = "changed" if result.writes_children else "converged"
         _export_gauges(meta, valid.layout.data, result, observed)
     try:
-        written = _apply(kube, body, result, outcome)
+        hold = hold_status_until is not None and now < hold_status_until
+        written = _apply(kube, body, result, outcome, hold)
     except StatusConflict:
         # Another writer (the control loop) changed the object since this pass read it: look again
         # shortly, from the newer object, instead of overwriting its status with an older one.
@@ -106,6 +110,8 @@ def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: Operato
     requeue = result.requeue_after
     if outcome.refused:  # report the refusal in status on the next pass, without waiting for the resync
         requeue = min(requeue or SETTLE_AFTER_CONFLICT, SETTLE_AFTER_CONFLICT)
+    if hold and written is None and result.status and result.status != canonical_status(body.get("status")):
+        requeue = min(requeue or hold_status_until - now, max(hold_status_until - now, 0.1))
     return PassResult(requeue, result.writes_children or written is not None, written, outcome)
 
 
@@ -119,7 +125,7 @@ def _catalog_names(preset: str, overrides: tuple[tuple[str, str], ...]) -> froze
     return Catalog.build(preset, dict(overrides)).names()
 
 
-def _apply(kube: Kube, body: dict, result: Plan, outcome: Outcome) -> dict | None:
+def _apply(kube: Kube, body: dict, result: Plan, outcome: Outcome, hold: bool = False) -> dict | None:
     namespace = body["metadata"]["namespace"]
     events = list(result.events)
     _create(kube, body, result.creates, outcome, events)
@@ -137,6 +143,11 @@ def _apply(kube: Kube, body: dict, result: Plan, outcome: Outcome) -> dict | Non
     for delete in result.deletes:
         kube.delete(delete.kind, namespace, delete.name)
         outcome.expectations.append(Expectation(DELETE, delete.kind, delete.name, time.time()))
+    if status_can_wait(canonical_status(body.get("status")), result.status,
+                       created=bool(outcome.created) or hold,
+                       urgent=bool(result.deletes or outcome.refused)):
+        _record(kube, body, events)
+        return None
     try:
         written = _write_status(kube, body, result)
     except StatusConflict:
@@ -144,6 +155,33 @@ def _apply(kube: Kube, body: dict, result: Plan, outcome: Outcome) -> dict | Non
         raise
     _record(kube, body, events)
     return written
+
+
+PROGRESS_REASONS = frozenset({"ReplicasNotReady", "AllReplicasReady"})
+
+
+def status_can_wait(stored: dict, new: dict, created: bool, urgent: bool) -> bool:
+    """Whether a status write may be left to a later pass (pure).
+
+    Right after creating children, a pass computes a status from before them ("0 replicas"), and the
+    passes that follow see pods that are still starting: each a real but passing state, soon
+    replaced by the one that matters (Ready). ``created``: this pass created children, or it runs
+    within the short hold after such a pass; then such a status waits, and the one written reports
+    the pods as they have come up. Nothing else waits: not Ready turning True, not a gang restart's
+    record (its backoff must survive a restart of the operator), not a refusal or a Degraded change,
+    not a change of Ready's reason (an invalid spec).
+    """
+    if not created or urgent or not new:
+        return False
+    if stored.get("groupRestarts", []) != new.get("groupRestarts", []):
+        return False
+    before = {c.get("type"): c for c in stored.get("conditions", [])}
+    after = {c.get("type"): c for c in new.get("conditions", [])}
+    ready = after.get("Ready") or {}
+    if ready.get("status") == "True" or ready.get("reason") not in PROGRESS_REASONS:
+        return False
+    return (before.get("Degraded") or {}).get("status", "False") == (after.get("Degraded") or {}).get("status",
+                                                                                                   "False")
 
 
 def _create(kube: Kube, body: dict, creates: list[dict], outcome: Outcome, events: list[Event]) -> None:
