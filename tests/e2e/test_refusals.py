@@ -34,11 +34,14 @@ def ready_condition(fleet, reason: str) -> dict | None:
 
 
 def test_a_foreign_service_holding_a_childs_name_is_reported_and_never_touched(fleet, kube):
-    foreign = kube.create({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": NAME, "namespace": fleet.namespace, "labels": {"team": "someone-else"}},
-        "spec": {"selector": {"app": "other"}, "ports": [{"port": 8080, "targetPort": 8080}]},
-    })
+    foreign = kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": NAME, "namespace": fleet.namespace, "labels": {"team": "someone-else"}},
+            "spec": {"selector": {"app": "other"}, "ports": [{"port": 8080, "targetPort": 8080}]},
+        }
+    )
     fleet.apply(example("sglang-small.yaml"))
 
     condition = wait_for(lambda: ready_condition(fleet, "NameConflict"), 20, "Ready=False/NameConflict")
@@ -56,12 +59,17 @@ def test_a_foreign_service_holding_a_childs_name_is_reported_and_never_touched(f
     assert 2 <= warning.get("count", 1) <= 4, warning.get("count")
     now = kube.get("Service", fleet.namespace, NAME)
     assert now["metadata"]["resourceVersion"] == foreign["metadata"]["resourceVersion"]
-    assert not now["metadata"].get("ownerReferences") and now["metadata"]["labels"] == {"team": "someone-else"}
+    assert not now["metadata"].get("ownerReferences") and now["metadata"]["labels"] == {
+        "team": "someone-else"
+    }
 
     # Once the name is free, the next retry creates the operator's own Service.
     kube.delete("Service", fleet.namespace, NAME)
-    ours = wait_for(lambda: kube.get("Service", fleet.namespace, NAME)["metadata"].get("ownerReferences"), 30,
-                    "the operator's own Service")
+    ours = wait_for(
+        lambda: kube.get("Service", fleet.namespace, NAME)["metadata"].get("ownerReferences"),
+        30,
+        "the operator's own Service",
+    )
     assert [(r["kind"], r["controller"]) for r in ours] == [(names.KIND, True)]
     wait_for(lambda: fleet.condition(NAME, "Ready").get("status") == "True", 10, "Ready=True")
     assert f"Service {NAME}" in created_items(fleet)
@@ -69,8 +77,12 @@ def test_a_foreign_service_holding_a_childs_name_is_reported_and_never_touched(f
 
 def test_a_refused_pod_create_is_reported_with_backoff(fleet, kube):
     # A quota of no pods: the API server's ResourceQuota admission refuses every pod create (403).
-    quota = {"apiVersion": "v1", "kind": "ResourceQuota",
-             "metadata": {"name": "no-pods", "namespace": fleet.namespace}, "spec": {"hard": {"pods": "0"}}}
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods", "namespace": fleet.namespace},
+        "spec": {"hard": {"pods": "0"}},
+    }
     kube._call("POST", f"/api/v1/namespaces/{fleet.namespace}/resourcequotas", body=quota)
     fleet.apply(example("sglang-small.yaml"))
 
@@ -78,8 +90,11 @@ def test_a_refused_pod_create_is_reported_with_backoff(fleet, kube):
     assert condition["status"] == "False"
     assert f"the API server refused Pod {NAME}-0: Forbidden: " in condition["message"]
     assert "forbidden" in condition["message"] and "no-pods" in condition["message"]
-    warning = wait_for(lambda: [e for e in fleet.events("ChildRejected") if e.get("count", 1) >= 2], 20,
-                       "a second, counted-up refusal")[0]
+    warning = wait_for(
+        lambda: [e for e in fleet.events("ChildRejected") if e.get("count", 1) >= 2],
+        20,
+        "a second, counted-up refusal",
+    )[0]
     assert warning["type"] == "Warning" and "no-pods" in warning["message"]
     assert len(fleet.events("ChildRejected")) == 1  # the same refusal, counted: not a new Event each time
     assert fleet.pod_names(NAME) == []
@@ -87,5 +102,7 @@ def test_a_refused_pod_create_is_reported_with_backoff(fleet, kube):
     fleet.wait_ready(NAME, 1, timeout=40)
     assert fleet.condition(NAME, "Ready")["reason"] == "AllReplicasReady"
     revision = fleet.get(NAME)["status"]["revision"]
-    reports = [e for e in fleet.events("CreatedReplica") if f"replica 0 (1 pod, revision {revision})" in e["message"]]
+    reports = [
+        e for e in fleet.events("CreatedReplica") if f"replica 0 (1 pod, revision {revision})" in e["message"]
+    ]
     assert len(reports) == 1 and reports[0].get("count", 1) == 1  # created once, reported once
