@@ -51,6 +51,8 @@ class OperatorContext:
     expectations: Expectations = field(default_factory=Expectations)
     gone: set[str] = field(default_factory=set)  # uids whose DELETED event arrived: their daemon ends
     extra_startup: list = field(default_factory=list)  # callables(registry-scoped) e.g. the control loop
+    # False: only the watch caches (indexes) and the extra hooks, no reconcilers (the control-loop benchmark).
+    reconcile: bool = True
 
 
 def _values(index: kopf.Index, key: tuple[str, str]) -> Iterable[dict]:
@@ -93,6 +95,11 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     async def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
+    for hook in ctx.extra_startup:
+        hook(registry)
+    if not ctx.reconcile:
+        return registry
+
     @kopf.on.event("pods", labels=child_filter, registry=registry)
     @kopf.on.event("services", labels=child_filter, registry=registry)
     @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
@@ -114,8 +121,6 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
                              logger)
 
     _daemons_without_finalizer(registry)
-    for hook in ctx.extra_startup:
-        hook(registry)
     return registry
 
 
