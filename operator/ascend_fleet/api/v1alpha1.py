@@ -197,7 +197,8 @@ class Engine(Model):
         default=1800.0, description="How long model loading may take before the startup probe gives up."
     )
     shm_size: Size = Field(
-        default="16Gi", description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi."
+        default="16Gi",
+        description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi.",
     )
     multi_node: MultiNode | None = Field(
         default=None,

@@ -16,7 +16,9 @@ from ..layout import Layout
 EXPORTER_PORT = 9410  # the engine exporter's /metrics; container port name "npu-metrics"
 RAY_PORT = 6379  # Ray GCS on the leader of a multi-pod vLLM replica
 SGLANG_DIST_PORT = 5000  # torch.distributed rendezvous on the leader of a multi-pod SGLang replica
-VLLM_MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod vLLM replica
+VLLM_MASTER_PORT = (
+    29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod vLLM replica
+)
 VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -143,7 +145,9 @@ class Spelling:
 
 VLLM_SPELLING = Spelling("ascend", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len")
 # SGLang's per-step token cap is --chunked-prefill-size (--max-prefill-tokens is not a per-step bound).
-SGLANG_SPELLING = Spelling("modelslim", "--max-running-requests", "--chunked-prefill-size", "--context-length")
+SGLANG_SPELLING = Spelling(
+    "modelslim", "--max-running-requests", "--chunked-prefill-size", "--context-length"
+)
 
 
 def _shared_flags(spec: AscendInferenceSpec, spelling: Spelling) -> list[Flag]:
@@ -200,8 +204,10 @@ def engine_env(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "TASK_QUEUE_ENABLE", "value": "1"},
         # Explicit both ways: vllm-ascend turns expandable segments on itself when the variable is unset.
-        {"name": "PYTORCH_NPU_ALLOC_CONF",
-         "value": f"expandable_segments:{'True' if spec.memory.expandable_segments else 'False'}"},
+        {
+            "name": "PYTORCH_NPU_ALLOC_CONF",
+            "value": f"expandable_segments:{'True' if spec.memory.expandable_segments else 'False'}",
+        },
     ]
     if exporter_enabled(spec):
         env += [
@@ -263,8 +269,12 @@ def _generated_option(engine: str, option: str, generated: dict[str, Flag]) -> F
         if option in aliases and name in generated:
             return generated[name]
     if option.startswith("--") and len(option) > 3:
-        spellings = [(s, f) for f in generated.values() for s in (f.name, *ALIASES[engine].get(f.name, ()))
-                     if s.startswith("--")]
+        spellings = [
+            (s, f)
+            for f in generated.values()
+            for s in (f.name, *ALIASES[engine].get(f.name, ()))
+            if s.startswith("--")
+        ]
         matches = {f.name: f for s, f in spellings if s.startswith(option)}
         if len(matches) == 1:
             return next(iter(matches.values()))
@@ -306,8 +316,12 @@ def version_problems(spec: AscendInferenceSpec, layout: Layout) -> list[str]:
             f"lacks; use an image with SGLang {images.format_version(images.SGLANG_MODELSLIM)} or newer, "
             "or precision bf16"
         )
-    if (spec.engine.type == "vllm-ascend" and layout.multi_pod and spec.engine.multi_node == "native"
-            and version < images.VLLM_NATIVE_MULTI_NODE):
+    if (
+        spec.engine.type == "vllm-ascend"
+        and layout.multi_pod
+        and spec.engine.multi_node == "native"
+        and version < images.VLLM_NATIVE_MULTI_NODE
+    ):
         problems.append(
             f"spec.engine.multiNode: native needs vLLM {images.format_version(images.VLLM_NATIVE_MULTI_NODE)} "
             f"or newer (--nnodes/--headless), and image {image} carries vLLM {shown}; use multiNode: ray "
