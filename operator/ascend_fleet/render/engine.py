@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 
@@ -64,9 +65,26 @@ def _vllm_flags(spec: AscendInferenceSpec, layout: Layout) -> list[Flag]:
     flags += _shared_flags(spec, VLLM_SPELLING)
     if spec.scheduling.priority:
         flags.append(Flag("--scheduling-policy", "priority", "spec.scheduling.priority"))
+    if spec.scheduling.policy == "short-request-first":
+        flags.append(Flag("--additional-config", short_request_first_config(spec), "spec.scheduling.policy"))
     if layout.multi_pod:
         flags.append(Flag("--distributed-executor-backend", "ray", "spec.parallelism (replica spans nodes)"))
     return flags
+
+
+def short_request_first_config(spec: AscendInferenceSpec) -> str:
+    """vllm-ascend's ``--additional-config`` for its short-request-first scheduler (threshold in prompt tokens)."""
+    scheduling = spec.scheduling
+    config = {
+        "scheduler_config": {
+            "short_request_first_config": {
+                "enabled": True,
+                "threshold": scheduling.short_request_tokens,
+                "long_max_wait_ms": round(scheduling.max_wait * 1000),
+            }
+        }
+    }
+    return json.dumps(config, separators=(",", ":"))
 
 
 def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
