@@ -31,7 +31,15 @@ from aiohttp import web
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from ascend_fleet.api.names import LABEL_NAME, LABEL_RANK, LABEL_REPLICA, LABEL_ROLE, ROLE_LEADER, ROLE_WORKER
+from ascend_fleet.api.names import (
+    LABEL_APP_COMPONENT,
+    LABEL_NAME,
+    LABEL_RANK,
+    LABEL_REPLICA,
+    LABEL_ROLE,
+    ROLE_LEADER,
+    ROLE_WORKER,
+)
 from ascend_fleet.exporter.metrics import (
     COLLECTOR_NPU_SMI,
     COLLECTOR_TORCH_NPU,
@@ -40,6 +48,7 @@ from ascend_fleet.exporter.metrics import (
     render_exposition,
 )
 from ascend_fleet.render import EXPORTER_PORT
+from ascend_fleet.render.routing import PICKER_COMPONENT
 
 from .prometheus import Target
 from .scenario import EngineSample, Scenario
@@ -115,7 +124,8 @@ def engine_pod(pod: Mapping[str, Any], now: float) -> EnginePod | None:
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     inference = labels.get(LABEL_NAME)
-    if not inference:
+    # The endpoint picker's pods carry the inference's name too, but run no engine.
+    if not inference or labels.get(LABEL_APP_COMPONENT) == PICKER_COMPONENT:
         return None
     rank = _int_label(labels, LABEL_RANK)
     return EnginePod(

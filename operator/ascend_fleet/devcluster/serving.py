@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from ascend_fleet.simulate.curve import BatchCurve
@@ -55,6 +55,7 @@ DEFAULT_MAX_TOKENS = 16
 REFERENCE_PROMPT_TOKENS = 512.0
 # KV-cache capacity in tokens: what a 64-GB 910B keeps for a 7B model after weights at the seeds' split.
 KV_CAPACITY_TOKENS = 262_144
+KV_BLOCK_TOKENS = 128  # vllm-ascend's block size
 # Real-request gauges stand in for the synthetic scenario this long after the last request.
 REAL_TRAFFIC_WINDOW = 30.0
 # The longest the batching loop sleeps while sequences run: streamed tokens go out at least this often.
@@ -256,6 +257,7 @@ class BatchingEngine:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._snapshot: tuple[int, int, float, float] = (0, 0, 0.0, 0.0)
+        self.received = 0  # requests submitted, accepted or not: which replica a router chose
         self.registry = CollectorRegistry(auto_describe=True)
         self._metrics = _EngineMetrics(config, self.registry)
 
@@ -269,6 +271,7 @@ class BatchingEngine:
         now = self._clock()
         self._advance(now)
         self._last_request = now
+        self.received += 1
         seq = EngineRequest(max(1, prompt_tokens), max(1, max_tokens), priority, now, next(self._order))
         limit = self.config.max_queued
         if limit is not None and len(self._waiting) >= limit:
@@ -468,6 +471,11 @@ class _EngineMetrics:
         self.queue = histogram(queue_name, "Time requests spent waiting in the queue, in seconds.", queue)
         self.prompt = counter(f"{prefix}prompt_tokens", "Prefill tokens processed.")
         self.generation = counter(f"{prefix}generation_tokens", "Generation tokens processed.")
+        if config.engine == VLLM:
+            # vLLM's cache description; the endpoint picker reads the block size for prefix-cache scoring.
+            info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
+                         ["block_size", "num_gpu_blocks", "engine"], registry=registry)  # fmt: skip
+            info.labels(str(KV_BLOCK_TOKENS), str(config.kv_capacity_tokens // KV_BLOCK_TOKENS), "0").set(1)
         if config.engine == SGLANG:
             self.requests = counter("sglang:num_requests", "Requests finished.")
             self.aborts = counter("sglang:num_aborted_requests", "Requests aborted.")

@@ -46,8 +46,12 @@ DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PI
 REQUEST_TTL = "60s"
 # Engine queue depth at which the picker counts an endpoint as saturated and holds requests back: small, so
 # queuing (and with it priority order) happens at the picker, yet the engine always has the next batch.
-SATURATION_QUEUE_DEPTH = 2
+SATURATION_QUEUE_DEPTH = 4
 SATURATION_KV_CACHE = 0.9
+# Gauges older than this make the picker count an engine as full and pass it over. The upstream default
+# (200 ms) is shorter than a busy engine's /metrics sometimes takes to answer: the picker then sends
+# everything to the one engine whose last scrape happened to be quick.
+METRICS_STALENESS = "1s"
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
         {"priority": c.priority, "maxRequests": c.max_queue}
         for c in sorted(spec.routing.classes, key=lambda c: -c.priority)
     ]
+    detector = saturation_detector(spec)
     return {
         "apiVersion": PICKER_CONFIG_API_VERSION,
         "kind": "EndpointPickerConfig",
@@ -165,13 +170,7 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
             {"type": "prefix-cache-scorer"},
             {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
             extractor,
-            {
-                "type": "utilization-detector",
-                "parameters": {
-                    "queueDepthThreshold": SATURATION_QUEUE_DEPTH,
-                    "kvCacheUtilThreshold": SATURATION_KV_CACHE,
-                },
-            },
+            detector,
         ],
         "schedulingProfiles": [
             {
@@ -183,21 +182,47 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
                 ],
             }
         ],
-        "saturationDetector": {"pluginRef": "utilization-detector"},
+        "saturationDetector": {"pluginRef": detector["type"]},
         "flowControl": {"defaultRequestTTL": REQUEST_TTL, "priorityBands": bands},
     }
 
 
-def picker_args(owner: Owner) -> list[str]:
-    """The endpoint picker's command-line flags (the image's entrypoint is the picker)."""
+def saturation_detector(spec: AscendInferenceSpec) -> dict:
+    """When the picker holds requests back in its priority bands instead of sending them to an engine's queue.
+
+    From the engines' own queue and KV-cache gauges (the picker scrapes them every 50 ms): an engine with
+    ``SATURATION_QUEUE_DEPTH`` requests waiting is full. Requests that arrive within one scrape of each other
+    can still pass before the gauges show it; they then wait in the engine's queue.
+    """
+    return {
+        "type": "utilization-detector",
+        "parameters": {
+            "queueDepthThreshold": SATURATION_QUEUE_DEPTH,
+            "kvCacheUtilThreshold": SATURATION_KV_CACHE,
+            "metricsStalenessThreshold": METRICS_STALENESS,
+        },
+    }
+
+
+def picker_args(
+    owner: Owner,
+    *,
+    grpc_port: int = PICKER_GRPC_PORT,
+    health_port: int = PICKER_HEALTH_PORT,
+    metrics_port: int = PICKER_METRICS_PORT,
+) -> list[str]:
+    """The endpoint picker's command-line flags (the image's entrypoint is the picker).
+
+    The ports are the pod's; a picker run as a local process (tests, benchmarks) picks free ones.
+    """
     return [
         "--pool-name", owner.name,
         "--pool-namespace", owner.namespace,
         "--pool-group", "inference.networking.k8s.io",
         "--config-file", f"{PICKER_CONFIG_DIR}/{PICKER_CONFIG_FILE}",
-        "--grpc-port", str(PICKER_GRPC_PORT),
-        "--grpc-health-port", str(PICKER_HEALTH_PORT),
-        "--metrics-port", str(PICKER_METRICS_PORT),
+        "--grpc-port", str(grpc_port),
+        "--grpc-health-port", str(health_port),
+        "--metrics-port", str(metrics_port),
         # The picker's own /metrics stays readable by Prometheus without a token review.
         "--metrics-endpoint-auth=false",
         "--tracing=false",
