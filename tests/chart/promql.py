@@ -33,6 +33,7 @@ ENGINE_GAUGES_AND_COUNTERS = (
 ENGINE_HISTOGRAMS = (
     "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
     "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds", "sglang:queue_time_seconds",
 )
 _HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
