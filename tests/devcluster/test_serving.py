@@ -409,3 +409,12 @@ def test_queue_limit_answers_503_as_sglang_does(serve):
     # A strictly preferred newcomer (5 > 1 by SGLang's default) evicts the least preferred waiting one.
     assert priority_statuses == [503, 200, 200]
     assert vllm_statuses == [200] * 5
+
+
+def test_the_endpoint_pickers_pods_run_no_engine():
+    from ascend_fleet.devcluster.engines import engine_pod as read_pod
+
+    pod = engine_pod("llm-epp-abc", "127.0.0.9", ["/epp", "--pool-name", "llm"])
+    assert read_pod(pod, now=0.0) is not None
+    pod["metadata"]["labels"]["app.kubernetes.io/component"] = "endpoint-picker"
+    assert read_pod(pod, now=0.0) is None
