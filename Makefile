@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane
+.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp
 
 setup: $(STAMP)
 
@@ -79,6 +79,11 @@ prometheus:
 # its sources are unchanged. Needs Go 1.24+ and the Go module proxy.
 control-plane: setup
 	$(BIN)/python -m ascend_fleet.devcluster.controlplane --build
+
+# The Gateway API Inference Extension's endpoint picker (EPP), built from its Go module at the release pinned in
+# tools/epp/go.mod into ~/.cache/ascend-fleet/epp/<digest of tools/epp>/; a no-op while its sources are unchanged.
+epp: setup
+	$(BIN)/python -c "from ascend_fleet.devcluster.dataplane import ensure_picker; print(ensure_picker(progress=print))"
 
 bench: setup
 	$(BIN)/python -m bench.policy

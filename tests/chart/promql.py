@@ -47,6 +47,8 @@ ENGINE_HISTOGRAMS = (
     "vllm:e2e_request_latency_seconds",
     "sglang:time_to_first_token_seconds",
     "sglang:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "sglang:queue_time_seconds",
 )
 _HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 

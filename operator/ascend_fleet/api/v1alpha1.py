@@ -80,6 +80,8 @@ Precision = Literal["bf16", "fp16", "int8"]
 Action = Literal["scale_up", "scale_down", "restart_service", "notify"]
 Comparison = Literal[">", ">=", "<", "<="]
 Scope = Literal["fleet", "replica"]
+RoutingMode = Literal["service", "inferencePool"]
+SchedulingPolicy = Literal["fcfs", "short-request-first"]
 
 DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
 
@@ -328,10 +330,137 @@ class Scheduling(Model):
     priority: bool = Field(
         default=False, description="Priority request scheduling (requests carry `priority`)."
     )
+    policy: SchedulingPolicy = Field(
+        default="fcfs",
+        description="Order of the engine's own queue: fcfs, or short-request-first (vllm-ascend only: prompts "
+        "up to shortRequestTokens go first, a longer one waiting over maxWait goes before them).",
+    )
+    short_request_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=1_000_000,
+        description="Prompt tokens up to which short-request-first counts a request as short.",
+    )
+    max_wait: Duration = Field(
+        default=2.0, description="How long short-request-first lets a long prompt wait before it goes first."
+    )
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
     scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
     priority_class_name: str | None = None
+
+
+class PriorityClass(Model):
+    """One class of requests: an InferenceObjective with its priority, and its queue at the endpoint picker."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=40,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Class name; clients name the class's InferenceObjective <inference>-<name> in the "
+        "x-gateway-inference-objective header.",
+    )
+    priority: int = Field(
+        ge=-1000,
+        le=1000,
+        description="Dispatch priority at the endpoint picker: higher first; negative only for a sheddable class.",
+    )
+    max_queue: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="Requests of this class the picker queues (its band's maxRequests).",
+    )
+    sheddable: bool = Field(
+        default=False, description="Shed under saturation (the picker drops negative priorities first)."
+    )
+    min_prompt_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Requests whose prompt has at least this many tokens belong to this class (the class with "
+        "the largest minPromptTokens that the prompt reaches).",
+    )
+
+    @model_validator(mode="after")
+    def _sheddable_is_negative(self) -> PriorityClass:
+        if self.sheddable != (self.priority < 0):
+            raise ValueError(
+                f"class {self.name!r}: a sheddable class needs a negative priority and a negative priority "
+                f"makes a class sheddable (the endpoint picker sheds negative priorities); got priority "
+                f"{self.priority} with sheddable {str(self.sheddable).lower()}"
+            )
+        return self
+
+
+def default_classes() -> list[PriorityClass]:
+    """The seeds' three classes by prompt length: over 2048 tokens, over 512, the rest (queues 16, 32, 64).
+
+    Short prompts are dispatched first, as the seeds' scheduler does, so long prompts stop holding them up.
+    """
+    return [
+        PriorityClass(name="long", priority=0, max_queue=16, min_prompt_tokens=2049),
+        PriorityClass(name="medium", priority=1, max_queue=32, min_prompt_tokens=513),
+        PriorityClass(name="short", priority=2, max_queue=64, min_prompt_tokens=0),
+    ]
+
+
+class GatewayRef(Model):
+    """The Gateway an HTTPRoute attaches the InferencePool to."""
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str | None = Field(default=None, description="Default: the inference's namespace.")
+    section_name: str | None = Field(default=None, description="A listener of the Gateway.")
+
+
+class Routing(Model):
+    """How requests reach the serving leaders."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.classes) || self.classes.all(c, self.classes.exists_one(d, d.priority == c.priority))",
+                    "message": "each priority class needs its own priority (one priority band per class)",
+                }
+            ]
+        }
+    )
+
+    mode: RoutingMode = Field(
+        default="service",
+        description="service: a ClusterIP Service over the serving leaders. inferencePool: a Gateway API "
+        "InferencePool with the endpoint picker and one InferenceObjective per class.",
+    )
+    classes: list[PriorityClass] = Field(
+        default_factory=default_classes,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Priority classes (inferencePool mode); default: long (> 2048 prompt tokens, priority 0, "
+        "queue 16), medium (> 512, 1, 32), short (2, 64).",
+    )
+    gateway: GatewayRef | None = Field(
+        default=None,
+        description="Attach the InferencePool to this Gateway with an HTTPRoute (inferencePool mode).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Routing:
+        problems = []
+        for field_name in ("name", "priority"):
+            values = [getattr(c, field_name) for c in self.classes]
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                problems.append(f"class {field_name}s must be distinct, repeated: {', '.join(repeated)}")
+        if problems:
+            raise ValueError(
+                "; ".join(problems) + " (one InferenceObjective and one priority band per class)"
+            )
+        return self
+
+    def class_for(self, prompt_tokens: int) -> PriorityClass | None:
+        """The class of a request with this many prompt tokens: the largest ``minPromptTokens`` it reaches."""
+        fitting = [c for c in self.classes if prompt_tokens >= c.min_prompt_tokens]
+        return max(fitting, key=lambda c: c.min_prompt_tokens) if fitting else None
 
 
 class Autoscaling(Model):
@@ -489,6 +618,19 @@ class PodTemplate(Model):
 class AscendInferenceSpec(Model):
     """What the user asks for."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.scheduling) || !has(self.scheduling.policy) || "
+                    "self.scheduling.policy != 'short-request-first' || self.engine.type == 'vllm-ascend'",
+                    "message": "scheduling.policy short-request-first needs engine.type vllm-ascend (SGLang has no "
+                    "prompt-length scheduler: use policy fcfs with routing.classes)",
+                }
+            ]
+        }
+    )
+
     model: ModelSource
     engine: Engine
     parallelism: Parallelism = Field(
@@ -513,6 +655,17 @@ class AscendInferenceSpec(Model):
         description="A partial pod template merged into every engine pod: labels, annotations, affinity, pull "
         "secrets, service account, sidecars, ... Fields the operator owns are refused.",
     )
+    routing: Routing = Field(default_factory=Routing)
+
+    @model_validator(mode="after")
+    def _policy_fits_engine(self) -> AscendInferenceSpec:
+        if self.scheduling.policy == "short-request-first" and self.engine.type != "vllm-ascend":
+            raise ValueError(
+                "spec.scheduling.policy short-request-first needs engine.type vllm-ascend: SGLang has no "
+                "prompt-length scheduler (its policies are fcfs, lof, lpm, dfs-weight, random); use policy fcfs "
+                "with spec.routing.classes to dispatch short prompts first at the endpoint picker"
+            )
+        return self
 
     @model_validator(mode="after")
     def _engine_runs_on_chip(self) -> AscendInferenceSpec:

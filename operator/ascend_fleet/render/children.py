@@ -367,14 +367,21 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
 
 
 def render_all(obj: AscendInference) -> list[dict]:
-    """Every child object for the spec as it stands: pods of all replicas, Services, PDB."""
+    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects."""
+    from .routing import render_routing  # routing builds on this module's metadata and selectors
+
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
     replicas = [
         obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
     ]
-    return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *replicas]
+    return [
+        *render_services(spec, owner, layout),
+        render_pdb(spec, owner, layout),
+        *render_routing(spec, owner),
+        *replicas,
+    ]
 
 
 def drain_patch(now_rfc3339: str, reason: str) -> dict:

@@ -6,6 +6,7 @@ through vLLM's and SGLang's own argument parsers at the versions of the default 
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 
@@ -73,6 +74,8 @@ def _vllm_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Fla
     if spec.scheduling.priority:
         # Requests carry `priority`; vLLM serves lower values first.
         flags.append(Flag("--scheduling-policy", "priority", "spec.scheduling.priority"))
+    if spec.scheduling.policy == "short-request-first":
+        flags.append(Flag("--additional-config", short_request_first_config(spec), "spec.scheduling.policy"))
     if layout.multi_pod and multi_node_mode(spec) == "ray":
         flags.append(Flag("--distributed-executor-backend", "ray", "spec.parallelism (replica spans nodes)"))
     elif layout.multi_pod:
@@ -99,6 +102,21 @@ def multi_node_mode(spec: AscendInferenceSpec) -> str:
 def exporter_enabled(spec: AscendInferenceSpec) -> bool:
     """``engine.exporter``, where the image can run it: the upstream images do not contain the exporter."""
     return spec.engine.exporter and images.has_exporter(spec.image() or "")
+
+
+def short_request_first_config(spec: AscendInferenceSpec) -> str:
+    """vllm-ascend's ``--additional-config`` for its short-request-first scheduler (threshold in prompt tokens)."""
+    scheduling = spec.scheduling
+    config = {
+        "scheduler_config": {
+            "short_request_first_config": {
+                "enabled": True,
+                "threshold": scheduling.short_request_tokens,
+                "long_max_wait_ms": round(scheduling.max_wait * 1000),
+            }
+        }
+    }
+    return json.dumps(config, separators=(",", ":"))
 
 
 def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
