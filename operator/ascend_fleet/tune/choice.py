@@ -3,8 +3,11 @@
 Two goals:
 
 - a first-token latency target (``--target-ttft 100ms``, the default): the rung with the most tokens/s
-  whose TTFT p99 is within the target, allowing ``tolerance`` (10 % by default) above it, because the
-  seeds accepted batch 32 at 105 ms against their 100 ms target and a p99 is noisier than a mean;
+  whose TTFT p99 is within the target, allowing ``tolerance`` (20 % by default) above it. The seeds
+  accepted batch 32 at 105 ms against their 100 ms target, and that figure is the engine's own; a p99
+  measured by a client through streamed HTTP adds the serving stack's delay and the machine's
+  scheduling on top (measured here: 2 to 12 ms at batch 32). On a ladder of doublings the next rung
+  roughly doubles the first-token latency (64: 210 ms), so a 20 % band never admits it;
 - ``--max-throughput``: the knee of the curve, i.e. the most tokens/s, except that a larger batch must
   beat the best smaller one by ``min_gain`` (5 %): the seeds' 128 gives 2 % more than 64 for twice the
   latency, which is no gain worth having.
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 from .table import Row
 
 DEFAULT_TARGET_TTFT_S = 0.100
-DEFAULT_TOLERANCE = 0.10
+DEFAULT_TOLERANCE = 0.20
 DEFAULT_MIN_GAIN = 0.05
 MAX_FAILURE_SHARE = 0.01
 

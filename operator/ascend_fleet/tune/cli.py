@@ -107,6 +107,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="requests per batch slot at each rung (default: %(default)s)",
     )
     load.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per rung; the least disturbed (lowest TTFT p99) counts (default: %(default)s)",
+    )
+    load.add_argument(
         "--tokenizer",
         type=Path,
         help="tokenizer directory for the client (default: a word-level one made on the spot)",
@@ -256,6 +262,7 @@ def _plan(args: argparse.Namespace):
         dry_run=args.dry_run or fleet is None,
         rollout_timeout=parse_duration(args.rollout_timeout),
         notes=notes,
+        repeats=max(1, args.repeats),
     )
     title = f"{fleet.namespace}/{fleet.name}" if fleet else args.endpoint
     return plan, title

@@ -47,6 +47,7 @@ class Plan:
     npu_query: str | None = None
     dry_run: bool = False
     rollout_timeout: float = 600.0
+    repeats: int = 1  # runs per rung; the one with the lowest TTFT p99 counts
     workdir: Path | None = None
     notes: list[str] = field(default_factory=list)  # what rounding the ladder changed, for the report
 
@@ -73,12 +74,7 @@ def run(plan: Plan, progress: Progress | None = None) -> Outcome:
         for index, rung in enumerate(plan.rungs):
             progress.rung_started(rung, index, len(plan.rungs))
             endpoint = _prepare(plan, rung, progress)
-            progress.phase("measuring")
-            start = time.time()
-            output, log = work / f"rung-{index}.jsonl", work / f"rung-{index}.log"
-            argv = bench_argv(endpoint, plan.model, plan.engine, rung, plan.load, tokenizer, output)
-            row = run_bench(argv, output, rung, plan.load.prompts(rung.batch_size), log, progress.requests)
-            row = _with_npu(plan, row, start, time.time())
+            row = _measure(plan, rung, endpoint, tokenizer, work / f"rung-{index}", progress)
             rows.append(row)
             progress.rung_done(row)
         finished = True
@@ -96,6 +92,26 @@ def run(plan: Plan, progress: Progress | None = None) -> Outcome:
         written = True
     (work / "table.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     return Outcome(rows, choice, table_hash(rows), patch, written)
+
+
+def _measure(plan: Plan, rung: Rung, endpoint: str, tokenizer: Path, stem: Path, progress: Progress) -> Row:
+    """Run the client ``plan.repeats`` times and keep the run with the lowest TTFT p99.
+
+    A p99 is set by the slowest 1 % of requests; on a shared machine a scheduling stall of either
+    process lands there. The least disturbed of several runs is the engine's own figure (as timeit
+    reports the minimum of its repeats)."""
+    best: Row | None = None
+    for attempt in range(plan.repeats):
+        progress.phase("measuring" + (f" ({attempt + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
+        start = time.time()
+        output, log = stem.with_suffix(f".{attempt}.jsonl"), stem.with_suffix(f".{attempt}.log")
+        argv = bench_argv(endpoint, plan.model, plan.engine, rung, plan.load, tokenizer, output)
+        row = run_bench(argv, output, rung, plan.load.prompts(rung.batch_size), log, progress.requests)
+        row = _with_npu(plan, row, start, time.time())
+        if best is None or row.ttft_p99_ms < best.ttft_p99_ms:
+            best = row
+    assert best is not None
+    return best
 
 
 def _prepare(plan: Plan, rung: Rung, progress: Progress) -> str:
