@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="where to write the kubeconfig (default: %(default)s)")
     dev.add_argument("--pod-start-seconds", type=float, default=1.0, help="Pending -> Running delay")
     dev.add_argument("--pod-ready-seconds", type=float, default=1.0, help="Running -> Ready delay")
+    dev.add_argument("--prometheus", action="store_true",
+                     help="also run a real Prometheus scraping the simulated engines (needs the prometheus binary)")
     dev.set_defaults(handler=cmd_dev_cluster)
 
     demo = sub.add_parser(
@@ -67,7 +69,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
     from ..devcluster.cluster import serve
 
-    serve("127.0.0.1", args.port, args.kubeconfig, args.pod_start_seconds, args.pod_ready_seconds)
+    serve("127.0.0.1", args.port, args.kubeconfig, args.pod_start_seconds, args.pod_ready_seconds, args.prometheus)
     return 0
 
 

@@ -107,6 +107,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="requests per batch slot at each rung (default: %(default)s)",
     )
     load.add_argument(
+        "--settle",
+        default="3s",
+        help="pause after each rung's rollout before measuring (default: %(default)s)",
+    )
+    load.add_argument(
         "--repeats",
         type=int,
         default=1,
@@ -263,6 +268,7 @@ def _plan(args: argparse.Namespace):
         rollout_timeout=parse_duration(args.rollout_timeout),
         notes=notes,
         repeats=max(1, args.repeats),
+        settle_seconds=parse_duration(args.settle),
     )
     title = f"{fleet.namespace}/{fleet.name}" if fleet else args.endpoint
     return plan, title

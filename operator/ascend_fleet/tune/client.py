@@ -45,7 +45,7 @@ class Load:
     """The request mix every rung gets: the same rate and length distribution, so rungs compare."""
 
     request_rate: float = 64.0  # requests per second (mean of Poisson arrivals)
-    input_tokens: int = 256
+    input_tokens: int = 512  # the batch curve's reference prompt: the seeds' TTFT figures are at 512 tokens
     output_tokens: int = 64
     range_ratio: float = 0.5  # lengths are drawn uniformly from [ratio x len, len]
     prompts_per_slot: int = 4  # requests per batch slot: enough turnover to fill the batch again and again

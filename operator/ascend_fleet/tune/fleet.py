@@ -51,9 +51,22 @@ class Fleet:
         written = self.kube.patch(names.KIND, self.namespace, self.name, patch)
         return int(written.get("metadata", {}).get("generation") or 0)
 
-    def record(self, record: TuningRecord) -> None:
-        """Write ``status.tuning`` (status subresource, merge patch: nothing else in status changes)."""
-        self.kube.patch(names.KIND, self.namespace, self.name, status_patch(record), "status")
+    def record(self, record: TuningRecord, attempts: int = 3) -> None:
+        """Write ``status.tuning`` (status subresource, merge patch: nothing else in status changes).
+
+        Read back, and written again if another writer's older status replaced it in between."""
+        for _ in range(attempts):
+            self.kube.patch(names.KIND, self.namespace, self.name, status_patch(record), "status")
+            time.sleep(self.poll_seconds)
+            stored = (self.kube.get(names.KIND, self.namespace, self.name).get("status") or {}).get(
+                "tuning"
+            ) or {}
+            if stored.get("tableHash") == record.table_hash and stored.get("time") == record.time:
+                return
+        raise FleetError(
+            f"status.tuning of {self.namespace}/{self.name} was overwritten {attempts} times; "
+            f"another writer replaces the status"
+        )
 
     def wait_rollout(
         self, generation: int, timeout: float, on_wait: Callable[[str], None] | None = None

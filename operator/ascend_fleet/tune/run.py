@@ -48,6 +48,7 @@ class Plan:
     dry_run: bool = False
     rollout_timeout: float = 600.0
     repeats: int = 1  # runs per rung; the one with the lowest TTFT p99 counts
+    settle_seconds: float = 3.0  # pause after a rung's rollout before measuring
     workdir: Path | None = None
     notes: list[str] = field(default_factory=list)  # what rounding the ladder changed, for the report
 
@@ -63,13 +64,16 @@ class Outcome:
 
 
 def run(plan: Plan, progress: Progress | None = None) -> Outcome:
-    """Measure every rung, choose, and write the choice (or leave the fleet as it was with ``dry_run``)."""
+    """Measure every rung, choose, and write the choice into the fleet.
+
+    The fleet's batching is put back as it was when the run fails, with ``dry_run``, or when no rung
+    met the goal (the closest one is still reported, with its patch)."""
     progress = progress or Progress()
     work = plan.workdir or Path(tempfile.mkdtemp(prefix="ascend-fleet-tune-"))
     tokenizer = plan.tokenizer or write_word_tokenizer(work / "tokenizer")
     original = plan.fleet.read().spec.batching.wire() if plan.fleet else {}
     rows: list[Row] = []
-    finished = False
+    keep = False  # whether the fleet keeps what the run writes; anything else puts the batching back
     try:
         for index, rung in enumerate(plan.rungs):
             progress.rung_started(rung, index, len(plan.rungs))
@@ -77,21 +81,24 @@ def run(plan: Plan, progress: Progress | None = None) -> Outcome:
             row = _measure(plan, rung, endpoint, tokenizer, work / f"rung-{index}", progress)
             rows.append(row)
             progress.rung_done(row)
-        finished = True
+        choice = choose(rows, plan.goal)
+        patch = batching_patch(_rung_of(choice.row, plan.rungs)) if choice.row else None
+        keep = bool(plan.fleet and patch and choice.met and not plan.dry_run)
+        if keep:
+            assert plan.fleet is not None and patch is not None
+            progress.phase("writing the choice")
+            generation = plan.fleet.patch_spec(patch)
+            # Recorded once the operator has rolled the choice out, so status.tuning describes what runs.
+            plan.fleet.wait_rollout(
+                generation, plan.rollout_timeout, lambda text: progress.phase(f"rollout: {text}")
+            )
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            plan.fleet.record(tuning_record(rows, choice, plan.goal, CLIENT_NAME, now))
     finally:
-        if plan.fleet and (not finished or plan.dry_run):
+        if plan.fleet and not keep:
             plan.fleet.patch_spec(restore_patch(original))
-    choice = choose(rows, plan.goal)
-    patch = batching_patch(_rung_of(choice.row, plan.rungs)) if choice.row else None
-    written = False
-    if plan.fleet and patch and not plan.dry_run:
-        progress.phase("writing the choice")
-        plan.fleet.patch_spec(patch)
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        plan.fleet.record(tuning_record(rows, choice, plan.goal, CLIENT_NAME, now))
-        written = True
     (work / "table.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
-    return Outcome(rows, choice, table_hash(rows), patch, written)
+    return Outcome(rows, choice, table_hash(rows), patch, keep)
 
 
 def _measure(plan: Plan, rung: Rung, endpoint: str, tokenizer: Path, stem: Path, progress: Progress) -> Row:
@@ -125,7 +132,12 @@ def _prepare(plan: Plan, rung: Rung, progress: Progress) -> str:
     if plan.endpoint:
         return plan.endpoint
     assert plan.port is not None
-    return plan.fleet.leader_endpoint(plan.port, plan.rollout_timeout)
+    url = plan.fleet.leader_endpoint(plan.port, plan.rollout_timeout)
+    # The rollout's tail (the old replica's drain and deletion, the operator's status writes) still runs
+    # on the cluster for a moment after the new leader is ready; measuring through it skews the p99.
+    progress.phase(f"settling {plan.settle_seconds:g}s")
+    time.sleep(plan.settle_seconds)
+    return url
 
 
 def _with_npu(plan: Plan, row: Row, start: float, end: float) -> Row:
