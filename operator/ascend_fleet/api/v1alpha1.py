@@ -523,7 +523,7 @@ class TuningRung(Model):
     tokens_per_second: float
     ttft_p50_ms: float
     ttft_p99_ms: float
-    e2e_p99_ms: float
+    e2e_latency_p99_ms: float
     npu_utilization: float | None = Field(default=None, description="Mean NPU utilization (0..1) over the rung.")
 
 

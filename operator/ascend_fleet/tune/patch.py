@@ -42,7 +42,7 @@ def tuning_record(rows: Sequence[Row], choice: Choice, goal: Goal, client: str, 
                 tokens_per_second=round(r.tokens_per_second, 1),
                 ttft_p50_ms=round(r.ttft_p50_ms, 1),
                 ttft_p99_ms=round(r.ttft_p99_ms, 1),
-                e2e_p99_ms=round(r.e2e_p99_ms, 1),
+                e2e_latency_p99_ms=round(r.e2e_p99_ms, 1),
                 npu_utilization=None if r.npu_utilization is None else round(r.npu_utilization, 3),
             )
             for r in rows
