@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test lint crds demo prometheus bench images clean tune-client
+.PHONY: setup test lint crds demo prometheus bench images clean control-plane tune-client
 
 setup: $(STAMP)
 
@@ -50,6 +50,12 @@ prometheus:
 	    echo "The demo needs a Prometheus server: install it with 'sudo apt-get install prometheus' (Debian/Ubuntu) or put the upstream release's prometheus binary on PATH, then run make demo again."; \
 	    exit 1; \
 	  fi; }
+
+# The real Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) built from the
+# release's Go modules into ~/.cache/ascend-fleet/controlplane/<digest of tools/controlplane>/; a no-op while
+# its sources are unchanged. Needs Go 1.24+ and the Go module proxy.
+control-plane: setup
+	$(BIN)/python -m ascend_fleet.devcluster.controlplane --build
 
 bench: setup
 	$(BIN)/python -m bench.policy

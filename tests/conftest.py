@@ -32,3 +32,7 @@ def prometheus_binary() -> str:
         if os.environ.get("CI"):
             pytest.fail(f"CI must provide prometheus: {err}")
         pytest.skip(str(err))
+
+
+# The real control plane (session-scoped), for every suite that needs the real Kubernetes.
+from tests.support.realcluster import real_cluster  # noqa: E402, F401

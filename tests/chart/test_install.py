@@ -286,13 +286,15 @@ def test_peering_objects(releases):
 NAMESPACED_RULES = {
     ("inference.ascendfleet.io", "ascendinferences"): {"get", "list", "watch", "patch"},
     ("inference.ascendfleet.io", "ascendinferences/status"): {"patch"},
+    # blockOwnerDeletion on the children (checked at admission, see tests/realapi/test_rbac_admission.py)
+    ("inference.ascendfleet.io", "ascendinferences/finalizers"): {"update"},
     ("", "pods"): {"list", "watch", "create", "delete", "patch"},
     ("", "services"): {"list", "watch", "create", "patch"},
     ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
     ("", "events"): {"create"},
 }
 CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
-NAMESPACE_WATCH = {("", "namespaces"): {"list", "watch"}}
+NAMESPACE_WATCH = {("", "namespaces"): {"list", "watch"}}  # namespaced kopf only (cluster-wide never reads them)
 CLUSTER_PEERING = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
 NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
 
@@ -312,13 +314,12 @@ def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 
 def test_cluster_wide_rbac(releases):
     role = one(releases["defaults"], "ClusterRole")
-    assert granted(role) == {**CRD_READ, **NAMESPACE_WATCH, **NAMESPACED_RULES}
-    assert granted(one(releases["peering"], "ClusterRole")) == {
-        **CRD_READ, **NAMESPACE_WATCH, **NAMESPACED_RULES, **CLUSTER_PEERING}
+    assert granted(role) == {**CRD_READ, **NAMESPACED_RULES}
+    assert granted(one(releases["peering"], "ClusterRole")) == {**CRD_READ, **NAMESPACED_RULES, **CLUSTER_PEERING}
 
 
 def test_namespaced_rbac(releases):
-    assert granted(one(releases["namespaced"], "ClusterRole")) == CRD_READ
+    assert granted(one(releases["namespaced"], "ClusterRole")) == {**CRD_READ, **NAMESPACE_WATCH}
     roles = find(releases["namespaced"], "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
     for role in roles:

@@ -48,7 +48,7 @@ def fleet(valid, replicas=None, **pod_state):
     pods = [running(p, **pod_state) for r in (replicas if replicas is not None else range(layout.data))
             for p in render_replica(obj.spec, owner, r, layout)]
     services = {s["metadata"]["name"]: s for s in render_services(obj.spec, owner, layout)}
-    return Observed(pods=pods, services=services, pdb=render_pdb(obj.spec, owner))
+    return Observed(pods=pods, services=services, pdb=render_pdb(obj.spec, owner, layout))
 
 
 def test_empty_cluster_creates_every_child():
@@ -165,3 +165,25 @@ def test_drifted_service_is_patched_back():
     observed.services["llm"]["spec"]["selector"] = {"app": "something-else"}
     result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert [(p.kind, p.name) for p in result.patches] == [("Service", "llm")]
+
+
+def test_a_scale_updates_the_pdb():
+    before = make(data=2, tensor=8, pipeline=2)  # 2 replicas x 2 pods
+    observed = fleet(before)
+    after = make(data=3, tensor=8, pipeline=2)
+    result = plan(after.obj, after.layout, observed, NOW, SETTINGS)
+    (patch,) = [p for p in result.patches if p.kind == "PodDisruptionBudget"]
+    assert patch.body["spec"] == {"minAvailable": 5, "selector": {"matchLabels": {names.LABEL_NAME: "llm"}}}
+    steady = plan(before.obj, before.layout, observed, NOW, SETTINGS)
+    assert not [p for p in steady.patches if p.kind == "PodDisruptionBudget"]
+
+
+def test_a_pdb_with_max_unavailable_is_replaced_by_min_available():
+    valid = make(data=2, tensor=8, pipeline=2)
+    observed = fleet(valid)
+    observed.pdb = {**observed.pdb, "spec": {"maxUnavailable": 1, **observed.pdb["spec"]}}
+    (patch,) = [p for p in plan(valid.obj, valid.layout, observed, NOW, SETTINGS).patches
+                if p.kind == "PodDisruptionBudget"]
+    # A merge patch: null removes the field, which the API server refuses beside minAvailable.
+    assert patch.body["spec"]["maxUnavailable"] is None
+    assert patch.body["spec"]["minAvailable"] == 3

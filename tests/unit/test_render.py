@@ -8,7 +8,7 @@ from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.render import InvalidSpec, Owner, render_all, render_replica, revision, validate
+from ascend_fleet.render import InvalidSpec, Owner, render_all, render_pdb, render_replica, revision, validate
 from tests.support.paths import EXAMPLES, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -151,7 +151,23 @@ def test_children_are_owned_and_services_select_the_right_pods():
         names.LABEL_NAME: "llm", names.LABEL_ROLE: "leader", names.LABEL_SERVING: "true"}
     assert services["llm-pods"]["spec"]["clusterIP"] == "None"
     (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
-    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {names.LABEL_NAME: "llm"}}}
+
+
+@pytest.mark.parametrize(("data", "pipeline", "max_unavailable", "min_available"), [
+    (2, 4, 1, 7),   # 2 replicas x 4 whole-node pods: one pod (so one replica) out at a time
+    (2, 4, 2, 6),
+    (3, 1, 1, 2),   # single-pod replicas: pods are replicas
+    (1, 1, 3, 0),   # never negative
+    (0, 1, 1, 0),
+])
+def test_pdb_counts_pods_not_replicas(data, pipeline, max_unavailable, min_available):
+    doc = spec_doc(parallelism={"tensor": 8, "pipeline": pipeline, "data": data},
+                   disruption={"maxUnavailable": max_unavailable})
+    obj = AscendInference.model_validate(doc)
+    pdb = render_pdb(obj.spec, Owner.of(obj))
+    assert pdb["spec"]["minAvailable"] == min_available
+    assert "maxUnavailable" not in pdb["spec"]  # measured against replicas by the API server, not pods
 
 
 def test_offline_render_has_no_owner_references():

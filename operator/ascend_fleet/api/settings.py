@@ -12,8 +12,10 @@ import os
 from typing import Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from .checks import MAX_WINDOW_SECONDS
+from .units import format_duration
 from .v1alpha1 import Duration, Model
 
 
@@ -35,6 +37,22 @@ class ControlSettings(Model):
     catalog: dict[str, str] = Field(
         default_factory=dict, description="Extra or replaced catalog entries: logical name -> PromQL template."
     )
+    max_window: Duration = Field(
+        default=MAX_WINDOW_SECONDS,
+        description="Longest rule window (`for`) an AscendInference may ask for; longer ones are InvalidSpec. "
+        "Each window makes Prometheus evaluate that many samples per object and cycle.",
+    )
+
+    @field_validator("max_window")
+    @classmethod
+    def _window_within_crd(cls, value: float) -> float:
+        if not 0 < value <= MAX_WINDOW_SECONDS:
+            raise ValueError(
+                f"control.maxWindow {format_duration(value)} is outside 0..{format_duration(MAX_WINDOW_SECONDS)}: "
+                f"the CRD refuses rule windows above {format_duration(MAX_WINDOW_SECONDS)}, so a larger bound "
+                "would never apply; lower it, or leave it at the default"
+            )
+        return value
 
 
 class ReconcileSettings(Model):

@@ -21,37 +21,51 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from .units import DURATION_PATTERN, PERCENT_PATTERN, format_duration, parse_duration, parse_threshold
+from .checks import (
+    DEFAULT_NPUS_PER_NODE,
+    MAX_DURATION_LENGTH,
+    MAX_MODEL_DIMENSION,
+    MAX_WINDOW_SECONDS,
+    engine_chip_problem,
+    window_sentence,
+    window_validations,
+)
+from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
+
+_DURATION_SCHEMA = {
+    "x-kubernetes-int-or-string": True,
+    "pattern": DURATION_PATTERN,
+    "maxLength": MAX_DURATION_LENGTH,
+    "description": "A duration: 30s, 5m, 5min, 1h, 1h30m, or a number of seconds.",
+}
 
 Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "pattern": DURATION_PATTERN,
-            "description": "A duration: 30s, 5m, 5min, 1h, 1h30m, or a number of seconds.",
-        }
-    ),
+    WithJsonSchema(_DURATION_SCHEMA),
 ]
 """Seconds, written as ``30s``, ``5m``, ``5min``, ``1h`` or a number of seconds."""
+
+Window = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema({**_DURATION_SCHEMA, "x-kubernetes-validations": window_validations()}),
+]
+"""A rule's window: a Duration of at most ``MAX_WINDOW_SECONDS`` (the CRD says so too)."""
 
 Threshold = Annotated[
     float,
     BeforeValidator(parse_threshold),
+    # A number or a string: no structural type covers both, and the API server compiles no CEL on an
+    # untyped node, so OpenAPI value checks do the work (pattern applies to strings, minimum to numbers).
     WithJsonSchema(
         {
             "x-kubernetes-preserve-unknown-fields": True,
             "description": "A number such as 0.85 or 12, or a percentage string such as \"85%\".",
-            "x-kubernetes-validations": [
-                {
-                    "rule": "type(self) == string ? self.matches('" + PERCENT_PATTERN + "') "
-                    ": (type(self) == int || type(self) == double) && self >= 0",
-                    "message": "threshold must be a number >= 0 (e.g. 0.85) or a percentage between 0% and 100% "
-                    "(e.g. '85%')",
-                },
-            ],
+            "pattern": THRESHOLD_PATTERN,
+            "minimum": 0,
         }
     ),
 ]
@@ -65,7 +79,6 @@ Comparison = Literal[">", ">=", "<", "<="]
 Scope = Literal["fleet", "replica"]
 
 DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
-DEFAULT_NPUS_PER_NODE: dict[str, int] = {"ascend910a": 8, "ascend910b": 8, "ascend910_93": 16}
 # Upstream images per engine and chip (ENGINES.md); the Helm chart can point them at the project's
 # engine images, which add the NPU exporter on top of these.
 DEFAULT_IMAGES: dict[tuple[str, str], str] = {
@@ -113,10 +126,10 @@ class ModelSource(Model):
         description="Where the volume is mounted; path must lie under it when a volume is given.",
     )
     num_attention_heads: int | None = Field(
-        default=None, ge=1, description="Optional: lets the planner check that tensor divides the heads."
+        default=None, ge=1, le=MAX_MODEL_DIMENSION, description="Optional: lets the planner check that tensor divides the heads."
     )
     num_layers: int | None = Field(
-        default=None, ge=1, description="Optional: lets the planner check that pipeline fits the layers."
+        default=None, ge=1, le=MAX_MODEL_DIMENSION, description="Optional: lets the planner check that pipeline fits the layers."
     )
     max_model_len: int | None = Field(default=None, ge=1, description="Maximum context length, if not the model's.")
 
@@ -384,7 +397,9 @@ class Rule(Model):
     )
     comparison: Comparison = Field(default=">", description="How the metric compares to the threshold.")
     threshold: Threshold
-    for_: Duration = Field(alias="for", description="How long the condition must hold at every sample.")
+    for_: Window = Field(
+        alias="for", description="How long the condition must hold at every sample; at most 24h."
+    )
     action: Action
     scope: Scope | None = Field(
         default=None, description="fleet (aggregate over replicas) or replica; default by action."
@@ -398,6 +413,8 @@ class Rule(Model):
             self.scope = DEFAULT_SCOPE[self.action]
         if self.action == "restart_service" and self.scope != "replica":
             raise ValueError("restart_service acts on one replica; use scope: replica (the default)")
+        if self.for_ > MAX_WINDOW_SECONDS:
+            raise ValueError(window_sentence())
         return self
 
     def describe(self) -> str:
@@ -412,6 +429,9 @@ class Rule(Model):
 
     def display_name(self) -> str:
         return self.name or self.describe()
+
+
+MAX_RULES = 32  # bounds the CEL cost of the per-rule checks, and Prometheus' work per object
 
 
 def default_rules() -> list[Rule]:
@@ -456,7 +476,11 @@ class AscendInferenceSpec(Model):
     precision: Precision = Field(default="bf16", description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
     scheduling: Scheduling = Field(default_factory=Scheduling)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
-    rules: list[Rule] = Field(default_factory=default_rules, description="Control-loop rules; [] disables them.")
+    rules: list[Rule] = Field(
+        default_factory=default_rules,
+        max_length=MAX_RULES,
+        description="Control-loop rules; [] disables them.",
+    )
     disruption: Disruption = Field(default_factory=Disruption)
 
     @model_validator(mode="after")
@@ -466,6 +490,13 @@ class AscendInferenceSpec(Model):
                 "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: remove it, "
                 "or use engine.type sglang"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _engine_runs_on_chip(self) -> AscendInferenceSpec:
+        problem = engine_chip_problem(self.engine.type, self.hardware.chip)
+        if problem:
+            raise ValueError(problem)
         return self
 
     def image(self) -> str:

@@ -161,7 +161,7 @@ class ControlLoop:
             return None
         body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **body}  # list items lack them
         try:
-            valid = validate(body)
+            valid = validate(body, max_window=self.settings.control.max_window)
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
         uid = meta.get("uid")

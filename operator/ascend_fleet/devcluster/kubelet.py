@@ -146,27 +146,7 @@ class KubeletSimulator:
         self.store.modify_object(NODES, name, lambda node: node.update(status=self._node_status(name)))
 
     def _node_status(self, name: str) -> dict[str, Any]:
-        now = now_timestamp()
-        ready = {
-            "type": "Ready",
-            "status": "True",
-            "reason": "KubeletReady",
-            "message": "kubelet is posting ready status (simulated)",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-        }
-        return {
-            "capacity": dict(self.node_capacity),
-            "allocatable": dict(self.node_capacity),
-            "conditions": [ready],
-            "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": name}],
-            "nodeInfo": {
-                "kubeletVersion": "v1.33.0-sim",
-                "containerRuntimeVersion": "sim://1.0",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        }
+        return node_status(name, self.node_capacity)
 
     # Watching pods ------------------------------------------------------------------------------
 
@@ -204,11 +184,11 @@ class KubeletSimulator:
                 return
             ready_now = self.ready_seconds <= 0
             ip = self._allocate_ip()
-            pod = self._edit(state, lambda pod: _run(pod, ip, ready=ready_now))
+            pod = self._edit(state, lambda pod: run_pod(pod, ip, ready=ready_now))
             state.running = True
             await self._notify("on_pod_running", pod)
             if not ready_now and not await _wait(state.stopped, self.ready_seconds) and not state.crashed:
-                self._edit(state, lambda pod: _set_ready(pod, True))
+                self._edit(state, lambda pod: set_ready(pod, True))
             await state.stopped.wait()
         except _PodGone:
             pass
@@ -311,11 +291,11 @@ class KubeletSimulator:
         if container is not None and container not in names:
             raise LookupError(f"pod {namespace}/{name} has no container {container!r}")
         state.crashed = True
-        return self._edit(state, lambda pod: _crash(pod, [container] if container else names))
+        return self._edit(state, lambda pod: crash_pod(pod, [container] if container else names))
 
     def _fail(self, namespace: str, name: str) -> dict[str, Any]:
         state = self._state(namespace, name)
-        pod = self._edit(state, _fail)
+        pod = self._edit(state, fail_pod)
         state.stopped.set()
         return pod
 
@@ -357,15 +337,16 @@ def _set_condition(status: dict[str, Any], kind: str, value: bool, reason: str |
         current.pop("reason", None)
 
 
-def _run(pod: dict[str, Any], ip: str, *, ready: bool) -> None:
+def run_pod(pod: dict[str, Any], ip: str, *, ready: bool, host_ip: str = HOST_IP) -> None:
+    """Phase Running with ``ip``, running containerStatuses, Initialized, and Ready when ``ready``."""
     now = now_timestamp()
     status = pod.setdefault("status", {})
     status.update(
         phase="Running",
         podIP=ip,
         podIPs=[{"ip": ip}],
-        hostIP=HOST_IP,
-        hostIPs=[{"ip": HOST_IP}],
+        hostIP=host_ip,
+        hostIPs=[{"ip": host_ip}],
         startTime=status.get("startTime") or now,
     )
     status["containerStatuses"] = [
@@ -382,10 +363,10 @@ def _run(pod: dict[str, Any], ip: str, *, ready: bool) -> None:
         for container in pod.get("spec", {}).get("containers") or []
     ]
     _set_condition(status, "Initialized", True)
-    _set_ready(pod, ready)
+    set_ready(pod, ready)
 
 
-def _set_ready(pod: dict[str, Any], ready: bool) -> None:
+def set_ready(pod: dict[str, Any], ready: bool) -> None:
     status = pod.setdefault("status", {})
     for container in status.get("containerStatuses") or []:
         container["ready"] = ready and "running" in (container.get("state") or {})
@@ -400,7 +381,8 @@ def _sync_readiness(status: dict[str, Any]) -> None:
     _set_condition(status, "Ready", all_ready, reason)
 
 
-def _crash(pod: dict[str, Any], containers: list[str]) -> None:
+def crash_pod(pod: dict[str, Any], containers: list[str]) -> None:
+    """The named containers restart into CrashLoopBackOff (restartCount + 1); the pod stays Running."""
     now = now_timestamp()
     status = pod["status"]
     for container in status.get("containerStatuses") or []:
@@ -424,7 +406,8 @@ def _crash(pod: dict[str, Any], containers: list[str]) -> None:
     _sync_readiness(status)
 
 
-def _fail(pod: dict[str, Any]) -> None:
+def fail_pod(pod: dict[str, Any]) -> None:
+    """Phase Failed, every container terminated with exit code 1."""
     now = now_timestamp()
     status = pod.setdefault("status", {})
     status["phase"] = "Failed"
@@ -435,4 +418,29 @@ def _fail(pod: dict[str, Any]) -> None:
             started=False,
             state={"terminated": {"exitCode": 1, "reason": "Error", "startedAt": started, "finishedAt": now}},
         )
-    _set_ready(pod, False)
+    set_ready(pod, False)
+
+
+def node_status(name: str, capacity: Mapping[str, str]) -> dict[str, Any]:
+    """A Ready node's status: capacity (= allocatable), a fresh heartbeat, loopback address, node info."""
+    now = now_timestamp()
+    ready = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": "kubelet is posting ready status (simulated)",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+    return {
+        "capacity": dict(capacity),
+        "allocatable": dict(capacity),
+        "conditions": [ready],
+        "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": name}],
+        "nodeInfo": {
+            "kubeletVersion": "v1.33.0-sim",
+            "containerRuntimeVersion": "sim://1.0",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }

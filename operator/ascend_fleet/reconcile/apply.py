@@ -59,7 +59,8 @@ def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: Operato
     now = time.time() if now is None else now
     meta = body["metadata"]
     try:
-        valid = validate(with_default_image(body, settings), known_metrics=known_metrics(settings.control))
+        valid = validate(with_default_image(body, settings), known_metrics=known_metrics(settings.control),
+                         max_window=settings.control.max_window)
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
         outcome = "invalid"

@@ -149,7 +149,7 @@ def plan(
 
 
 def _plan_services(obj: AscendInference, layout: Layout, owner: Owner, observed: Observed, result: Plan) -> None:
-    desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner)]
+    desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner, layout)]
     for want in desired:
         name = want["metadata"]["name"]
         have = observed.pdb if want["kind"] == "PodDisruptionBudget" else observed.services.get(name)
@@ -157,16 +157,24 @@ def _plan_services(obj: AscendInference, layout: Layout, owner: Owner, observed:
             result.creates.append(want)
             result.events.append(Event("Normal", "Created", f"created {want['kind']} {name}"))
         elif _drifted(want, have):
-            body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want)}
+            body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want, have)}
             result.patches.append(Patch(want["kind"], name, body))
             result.events.append(Event("Normal", "Updated", f"updated {want['kind']} {name}"))
 
 
-def _managed_spec(obj: dict) -> dict:
-    """The spec fields the operator owns (the API server fills in others, e.g. clusterIP)."""
+# Spec fields the operator owns but never sets: a stored value (from an older operator: PDBs used to carry
+# maxUnavailable, which the API server refuses next to minAvailable) is removed by the patch.
+_CLEARED = {"PodDisruptionBudget": ("maxUnavailable",)}
+
+
+def _managed_spec(obj: dict, have: dict | None = None) -> dict:
+    """The spec fields the operator owns (the API server fills in others, e.g. clusterIP), as a merge patch."""
     keys = {"Service": ("selector", "ports", "type", "publishNotReadyAddresses"),
-            "PodDisruptionBudget": ("maxUnavailable", "selector")}[obj["kind"]]
-    return {k: obj["spec"][k] for k in keys if k in obj["spec"]}
+            "PodDisruptionBudget": ("minAvailable", "selector")}[obj["kind"]]
+    spec = {k: obj["spec"][k] for k in keys if k in obj["spec"]}
+    have_spec = (have or {}).get("spec") or {}
+    spec.update({k: None for k in _CLEARED.get(obj["kind"], ()) if have_spec.get(k) is not None})
+    return spec
 
 
 def _drifted(want: dict, have: dict) -> bool:
@@ -174,7 +182,7 @@ def _drifted(want: dict, have: dict) -> bool:
     if any(labels.get(k) != v for k, v in want["metadata"]["labels"].items()):
         return True
     have_spec = have.get("spec") or {}
-    return any(have_spec.get(k) != v for k, v in _managed_spec(want).items())
+    return any(have_spec.get(k) != v for k, v in _managed_spec(want, have).items())
 
 
 def _create_replica(obj, layout, owner, index, rev, restarts, now, settings, result) -> None:

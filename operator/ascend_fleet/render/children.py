@@ -242,18 +242,23 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
     return [serving, headless]
 
 
-def render_pdb(spec: AscendInferenceSpec, owner: Owner) -> dict:
-    """A PodDisruptionBudget over all engine pods.
+def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = None) -> dict:
+    """A PodDisruptionBudget over all engine pods, as an integer ``minAvailable``.
 
-    Evicting any pod of a gang takes its whole replica down, so counting pods against
-    maxUnavailable replicas is the conservative, correct bound.
+    Evicting any pod of a gang takes its whole replica down, so at most ``maxUnavailable`` pods may be out
+    at once: ``minAvailable = replicas x pods per replica - maxUnavailable``. (A ``maxUnavailable`` in the PDB
+    would be measured against the owner's scale subresource, i.e. replicas rather than pods: 2 replicas of
+    4 pods would then allow 7 evictions.) The count follows the replicas, so the reconciler updates it on
+    every scale.
     """
+    layout = layout or plan(spec)
+    min_available = max(layout.total_pods - spec.disruption.max_unavailable, 0)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
         "spec": {
-            "maxUnavailable": spec.disruption.max_unavailable,
+            "minAvailable": min_available,
             "selector": {"matchLabels": {names.LABEL_NAME: owner.name}},
         },
     }
@@ -265,7 +270,7 @@ def render_all(obj: AscendInference) -> list[dict]:
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
     pods = [pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)]
-    return [*render_services(spec, owner, layout), render_pdb(spec, owner), *pods]
+    return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *pods]
 
 
 def drain_patch(now_rfc3339: str, reason: str) -> dict:

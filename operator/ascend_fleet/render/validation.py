@@ -6,20 +6,16 @@ same messages offline and in the cluster.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from ..api.catalog import unknown_metric_message
+from ..api.checks import MAX_WINDOW_SECONDS, name_problem, window_sentence
 from ..api.v1alpha1 import AscendInference
 from ..layout import Layout, LayoutError, plan
 from .engine import arg_conflicts
-
-# A pod's hostname is "<name>-<replica>-<rank>" and must stay a 63-character DNS label.
-MAX_NAME_LENGTH = 52
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 class InvalidSpec(ValueError):
@@ -39,10 +35,13 @@ class Valid:
     warnings: list[str] = field(default_factory=list)
 
 
-def validate(doc: dict, known_metrics: Collection[str] | None = None) -> Valid:
+def validate(
+    doc: dict, known_metrics: Collection[str] | None = None, max_window: float = MAX_WINDOW_SECONDS
+) -> Valid:
     """Parse and check one document, or raise InvalidSpec listing every problem.
 
-    With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too.
+    With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too;
+    a rule whose window is longer than ``max_window`` seconds (the operator's control.maxWindow) is one as well.
     """
     problems = _check_kind(doc)
     problems += _check_name(doc.get("metadata") or {})
@@ -57,6 +56,7 @@ def validate(doc: dict, known_metrics: Collection[str] | None = None) -> Valid:
     problems += arg_conflicts(obj.spec, layout)
     if known_metrics is not None:
         problems += unknown_metrics(obj, known_metrics)
+    problems += long_windows(obj, max_window)
     if problems:
         raise InvalidSpec(problems)
     return Valid(obj, layout)
@@ -68,6 +68,15 @@ def unknown_metrics(obj: AscendInference, known: Collection[str]) -> list[str]:
         f"spec.rules[{index}].metric: {unknown_metric_message(rule.metric, frozenset(known))}"
         for index, rule in enumerate(obj.spec.rules)
         if rule.metric is not None and rule.metric not in known
+    ]
+
+
+def long_windows(obj: AscendInference, max_window: float) -> list[str]:
+    """One problem per rule whose window is longer than the operator allows."""
+    return [
+        f"spec.rules[{index}].for: {window_sentence(max_window)}"
+        for index, rule in enumerate(obj.spec.rules)
+        if rule.for_ > max_window
     ]
 
 
@@ -86,12 +95,8 @@ def _check_name(metadata: dict) -> list[str]:
     name = metadata.get("name")
     if not name:
         return ["metadata.name is missing"]
-    if not DNS_1035.match(str(name)) or len(name) > MAX_NAME_LENGTH:
-        return [
-            f"metadata.name {name!r} must be a DNS label of at most {MAX_NAME_LENGTH} characters (lower-case "
-            "letters, digits and '-', starting with a letter), because pod and Service names derive from it"
-        ]
-    return []
+    problem = name_problem(str(name))
+    return [problem] if problem else []
 
 
 def format_errors(error: ValidationError) -> list[str]:

@@ -1,0 +1,454 @@
+"""The real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
+
+The components are the upstream ones, built from the Kubernetes release's Go modules by ``tools/controlplane``
+into one binary (``controlplane <component> [flags]``). :func:`ensure_binary` builds it once into a cache keyed
+by the digest of its sources and the Go version, and reuses it while those are unchanged
+(``make control-plane`` does the same). :class:`ControlPlane` runs one process per component:
+
+- etcd (embedded etcd server, the version the release's etcd client is tested with), plain HTTP on loopback;
+- kube-apiserver with TLS from locally generated certificates, client-certificate and service-account token
+  authentication, RBAC authorization and the default admission plugins plus OwnerReferencesPermissionEnforcement;
+- kube-controller-manager with its default controllers (garbage collector, disruption, namespace, service
+  account and token, node lifecycle, ...), each under its own service account as kubeadm sets it up;
+- kube-scheduler.
+
+It has no kubelet and no kube-proxy: :class:`~ascend_fleet.devcluster.nodeagent.NodeAgent` plays the nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+
+CONTEXT_NAME = "ascend-fleet-real"
+SERVICE_CIDR = "10.96.0.0/16"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+class ControlPlaneUnavailable(RuntimeError):
+    """The control plane cannot be built or started here; the message says what is missing."""
+
+
+# Building ---------------------------------------------------------------------------------------------
+
+
+def source_dir() -> Path:
+    """``tools/controlplane`` of the checkout this package runs from."""
+    return Path(__file__).resolve().parents[3] / "tools" / "controlplane"
+
+
+def cache_dir() -> Path:
+    """Where built binaries are kept: ``$XDG_CACHE_HOME/ascend-fleet/controlplane`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "ascend-fleet" / "controlplane"
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ControlPlaneUnavailable(
+            "the real control plane is built from Go modules and needs the Go toolchain (1.24 or newer) on PATH"
+        )
+    return go
+
+
+def source_digest(source: Path | None = None) -> str:
+    """A digest of the module's sources and the Go version: a new digest means a new build."""
+    source = source or source_dir()
+    digest = hashlib.sha256()
+    for path in sorted(source.iterdir()):
+        if path.is_file() and (path.suffix in (".go", ".mod", ".sum", ".sh")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    version = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout
+    digest.update(version.strip().encode())
+    return digest.hexdigest()[:16]
+
+
+def ensure_binary(*, build: bool = True, progress: Any = None) -> Path:
+    """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources.
+
+    Builds it when missing and ``build`` is true (a cold build downloads the modules and compiles a few thousand
+    packages: minutes, see docs/real-cluster.md); ``progress`` is called with a line before a build starts.
+    """
+    override = os.environ.get("ASCEND_FLEET_CONTROLPLANE")
+    if override:
+        return Path(override)
+    source = source_dir()
+    if not (source / "go.mod").is_file():
+        raise ControlPlaneUnavailable(
+            f"the control plane's Go module is not at {source}; set ASCEND_FLEET_CONTROLPLANE to a built binary"
+        )
+    binary = cache_dir() / source_digest(source) / "controlplane"
+    if binary.is_file():
+        return binary
+    if not build:
+        raise ControlPlaneUnavailable(
+            f"the control plane is not built yet ({binary}); run make control-plane"
+        )
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    if progress is not None:
+        progress(f"Building the Kubernetes control plane from Go modules into {binary} (once) ...")
+    result = subprocess.run(["bash", str(source / "build.sh"), str(binary)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ControlPlaneUnavailable(f"building the control plane failed:\n{result.stderr[-4000:]}")
+    return binary
+
+
+# Running ----------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Where the API server is and how to reach it with a client certificate."""
+
+    url: str
+    ca: Path
+    cert: Path
+    key: Path
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.cert), str(self.key))
+        return context
+
+
+def kubeconfig(url: str, ca: Path, user: dict[str, Any], namespace: str = "default") -> dict[str, Any]:
+    """A kubeconfig with one cluster, one user (``client-certificate``/``client-key`` or ``token``), one context."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": url, "certificate-authority": str(ca)}}],
+        "users": [{"name": CONTEXT_NAME, "user": user}],
+        "contexts": [
+            {
+                "name": CONTEXT_NAME,
+                "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME, "namespace": namespace},
+            }
+        ],
+        "current-context": CONTEXT_NAME,
+        "preferences": {},
+    }
+
+
+class ControlPlane:
+    """A running control plane in ``workdir`` (a temporary folder, removed on stop, when not given).
+
+    Use it as a context manager. :attr:`admin` reaches it as a member of ``system:masters``;
+    :meth:`write_kubeconfig` writes a kubeconfig for that user or for a bearer token.
+    """
+
+    def __init__(
+        self, workdir: str | Path | None = None, *, binary: Path | None = None, verbosity: int = 1
+    ) -> None:
+        self.binary = binary
+        self.verbosity = verbosity
+        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
+        self._workdir = Path(workdir) if workdir else None
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: dict[str, Any] = {}
+        self.etcd_port = 0
+        self.port = 0
+        self.timings: dict[str, float] = {}
+
+    # Paths and credentials ----------------------------------------------------------------------------
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            raise RuntimeError("the control plane is not running")
+        return self._workdir
+
+    @property
+    def pki(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def admin(self) -> Credentials:
+        return self._credentials("admin")
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    def _credentials(self, user: str) -> Credentials:
+        return Credentials(self.url, self.pki / "ca.crt", self.pki / f"{user}.crt", self.pki / f"{user}.key")
+
+    def write_kubeconfig(
+        self, path: str | Path, *, token: str | None = None, namespace: str = "default"
+    ) -> Path:
+        """A kubeconfig for the admin (default) or for a bearer ``token`` (a service account's, say)."""
+        if token is not None:
+            user: dict[str, Any] = {"token": token}
+        else:
+            user = {"client-certificate": str(self.admin.cert), "client-key": str(self.admin.key)}
+        path = Path(path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            yaml.safe_dump(kubeconfig(self.url, self.pki / "ca.crt", user, namespace), sort_keys=False)
+        )
+        path.chmod(0o600)
+        return path
+
+    def log(self, component: str) -> str:
+        """The last part of a component's log, for error messages."""
+        path = self.workdir / f"{component}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    # Lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start every component and wait until the API is ready and the controllers have done their first work."""
+        if self._processes:
+            raise RuntimeError("the control plane is running already")
+        began = time.monotonic()
+        if self.binary is None:
+            self.binary = ensure_binary()
+        if self._workdir is None:
+            self._tempdir = tempfile.TemporaryDirectory(prefix="ascend-fleet-cp-")
+            self._workdir = Path(self._tempdir.name)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            subprocess.run([str(self.binary), "pki", "--dir", str(self.pki)], check=True, capture_output=True)
+            self.etcd_port, self.port = free_port(), free_port()
+            self._spawn("etcd", self._etcd_args())
+            self._spawn("kube-apiserver", self._apiserver_args())
+            self.wait_ready()
+            self.timings["apiserver"] = time.monotonic() - began
+            self.write_kubeconfig(self.admin_kubeconfig)
+            for component in ("kube-controller-manager", "kube-scheduler"):
+                self._write_component_kubeconfig(component)
+            self._spawn("kube-controller-manager", self._controller_manager_args())
+            self._spawn("kube-scheduler", self._scheduler_args())
+            self._wait_for_service_account("default", "default")
+            self.timings["ready"] = time.monotonic() - began
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every component, newest first, and remove a temporary workdir (idempotent)."""
+        for component in reversed(list(self._processes)):
+            self._terminate(component)
+        for handle in self._logs.values():
+            handle.close()
+        self._logs.clear()
+        if self._tempdir is not None:
+            self._tempdir.cleanup()
+            self._tempdir = None
+            self._workdir = None
+
+    def restart_apiserver(self, downtime: float = 0.0) -> None:
+        """Stop kube-apiserver, wait ``downtime`` seconds, start it again on the same port and wait until ready."""
+        self._terminate("kube-apiserver")
+        time.sleep(downtime)
+        self._spawn("kube-apiserver", self._apiserver_args())
+        self.wait_ready()
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver only (clients then see connection refused until :meth:`start_apiserver`)."""
+        self._terminate("kube-apiserver")
+
+    def start_apiserver(self) -> None:
+        self._spawn("kube-apiserver", self._apiserver_args())
+        self.wait_ready()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def running(self, component: str) -> bool:
+        process = self._processes.get(component)
+        return process is not None and process.poll() is None
+
+    # Waiting --------------------------------------------------------------------------------------------
+
+    def request(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        """One GET as the admin: (status, body); status 0 when the server did not answer."""
+        context = self.admin.ssl_context()
+        try:
+            with urllib.request.urlopen(self.url + path, context=context, timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+        except (OSError, urllib.error.URLError):
+            return 0, b""
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        """Wait for ``/readyz`` to answer ok; raise with the API server's log if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running("kube-apiserver"):
+                raise ControlPlaneUnavailable(f"kube-apiserver exited:\n{self.log('kube-apiserver')}")
+            status, body = self.request("/readyz", timeout=2.0)
+            if status == 200 and body.strip() == b"ok":
+                return
+            time.sleep(0.2)
+        raise ControlPlaneUnavailable(
+            f"kube-apiserver was not ready after {timeout:.0f}s:\n{self.log('kube-apiserver')}"
+        )
+
+    def _wait_for_service_account(self, namespace: str, name: str, timeout: float = 120.0) -> None:
+        # Pods are admitted only once their namespace's service account exists: the controller manager's sign
+        # that it has started.
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for component in ("kube-controller-manager", "kube-scheduler"):
+                if not self.running(component):
+                    raise ControlPlaneUnavailable(f"{component} exited:\n{self.log(component)}")
+            status, _ = self.request(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+            if status == 200:
+                return
+            time.sleep(0.3)
+        raise ControlPlaneUnavailable(
+            f"no service account {namespace}/{name} after {timeout:.0f}s:\n{self.log('kube-controller-manager')}"
+        )
+
+    # Processes ------------------------------------------------------------------------------------------
+
+    def _spawn(self, component: str, args: list[str]) -> None:
+        log = self._logs.get(component)
+        if log is None:
+            log = self._logs[component] = open(self.workdir / f"{component}.log", "ab")  # noqa: SIM115
+        self._processes[component] = subprocess.Popen(
+            [str(self.binary), component, *args], stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
+        )
+
+    def _terminate(self, component: str) -> None:
+        process = self._processes.pop(component, None)
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+    def _write_component_kubeconfig(self, component: str) -> None:
+        credentials = self._credentials(component)
+        user = {"client-certificate": str(credentials.cert), "client-key": str(credentials.key)}
+        path = self.workdir / f"{component}.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig(self.url, credentials.ca, user), sort_keys=False))
+
+    def _etcd_args(self) -> list[str]:
+        return [
+            "--data-dir", str(self.workdir / "etcd"),
+            "--listen-client-url", f"http://127.0.0.1:{self.etcd_port}",
+            "--listen-peer-url", f"http://127.0.0.1:{free_port()}",
+        ]  # fmt: skip
+
+    def _apiserver_args(self) -> list[str]:
+        pki = self.pki
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.port}",
+            "--advertise-address=127.0.0.1",
+            # The `kubernetes` Service's endpoints would point at loopback, which Endpoints refuse.
+            "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--service-account-issuer={ISSUER}",
+            f"--service-account-key-file={pki / 'service-account.key'}",
+            f"--service-account-signing-key-file={pki / 'service-account.key'}",
+            f"--api-audiences={ISSUER}",
+            "--authorization-mode=RBAC",
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--cert-dir={self.workdir / 'certs'}",
+            "--profiling=false",
+            f"--v={self.verbosity}",
+        ]
+
+    def _controller_manager_args(self) -> list[str]:
+        pki = self.pki
+        kubeconfig = str(self.workdir / "kube-controller-manager.kubeconfig")
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'service-account.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # Quick reactions for tests: the default sync periods are tuned for large clusters.
+            "--concurrent-gc-syncs=4",
+            "--node-monitor-grace-period=40s",
+            "--profiling=false",
+            f"--v={self.verbosity}",
+        ]
+
+    def _scheduler_args(self) -> list[str]:
+        kubeconfig = str(self.workdir / "kube-scheduler.kubeconfig")
+        return [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={free_port()}",
+            "--leader-elect=false",
+            "--profiling=false",
+            f"--v={self.verbosity}",
+        ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ascend_fleet.devcluster.controlplane --build``: build the binary (``make control-plane``)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--build", action="store_true", help="build the binary if needed and print its path")
+    parser.add_argument("--print-digest", action="store_true", help="print the digest of the sources")
+    args = parser.parse_args(argv)
+    try:
+        if args.print_digest:
+            print(source_digest())
+            return 0
+        began = time.monotonic()
+        binary = ensure_binary(progress=print)
+        print(json.dumps({"binary": str(binary), "seconds": round(time.monotonic() - began, 1)}))
+    except ControlPlaneUnavailable as error:
+        print(f"error: {error}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        raise SystemExit(main())

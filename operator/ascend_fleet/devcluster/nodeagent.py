@@ -1,0 +1,459 @@
+"""A node agent for the real control plane: fake NPU nodes whose pods run as simulated engines.
+
+It does over HTTP what a kubelet does for the parts this project depends on, against a real kube-apiserver:
+
+- registers ``N`` Node objects (``sim-node-1..N``) with the chip's NPU capacity (``huawei.com/Ascend910: 8`` by
+  default) and keeps them alive: their Ready condition's heartbeat and their Lease in ``kube-node-lease``, so
+  the node lifecycle controller never marks them unreachable;
+- watches the pods the real scheduler bound to them (list, then watch from the list's resourceVersion; a
+  ``410 Gone`` or a lost connection starts over), and runs each: after ``start_seconds`` phase ``Running``
+  with a unique loopback ``podIP`` (127.11.0.1 upwards), ``containerStatuses`` and conditions; after
+  ``ready_seconds`` more, ``Ready``. Listeners (:class:`~ascend_fleet.devcluster.kubelet.PodListener`) hear
+  ``on_pod_running``/``on_pod_stopped``: that is where simulated engines start and stop;
+- honours graceful deletion: once a pod has a ``deletionTimestamp`` its engine stops, then the pod is deleted
+  with grace period 0 and the pod's uid as precondition, as a kubelet does once its containers have exited.
+
+Its test controls (:meth:`crash`, :meth:`fail`, :meth:`vanish`, :meth:`pod_ip`) match the emulator's kubelet
+simulator, so one end-to-end test runs on either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import inspect
+import ipaddress
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import aiohttp
+
+from ascend_fleet.devcluster import kubelet as podstate
+from ascend_fleet.devcluster.controlplane import Credentials
+from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY, HOST_IP, PodListener
+
+logger = logging.getLogger(__name__)
+HEARTBEAT_SECONDS = 10.0
+LEASE_SECONDS = 40
+_T = TypeVar("_T")
+
+
+class _PodGone(Exception):
+    """The pod was deleted or replaced by a namesake while the agent worked on it."""
+
+
+@dataclass
+class _Pod:
+    namespace: str
+    name: str
+    uid: str
+    last: dict[str, Any]
+    running: bool = False
+    crashed: bool = False
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class NodeAgent:
+    """Plays ``nodes`` kubelets against the API at ``credentials``; runs in its own thread (start/stop)."""
+
+    def __init__(
+        self,
+        credentials: Credentials,
+        *,
+        nodes: int = 4,
+        node_capacity: Mapping[str, str] | None = None,
+        start_seconds: float = 1.0,
+        ready_seconds: float = 1.0,
+        first_ip: str = "127.11.0.1",
+    ) -> None:
+        self.credentials = credentials
+        self.node_names = [f"sim-node-{index}" for index in range(1, nodes + 1)]
+        self.node_capacity = dict(node_capacity or DEFAULT_NODE_CAPACITY)
+        self.start_seconds = start_seconds
+        self.ready_seconds = ready_seconds
+        self._listeners: list[PodListener] = []
+        self._pods: dict[str, _Pod] = {}
+        self._next_ip = ipaddress.IPv4Address(first_ip)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        self.watch_restarts = 0
+
+    def add_listener(self, listener: PodListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: PodListener) -> None:
+        self._listeners.remove(listener)
+
+    # Lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> NodeAgent:
+        """Register the nodes and start running pods; returns once the nodes exist."""
+        self._thread = threading.Thread(target=self._run, name="ascend-fleet-node-agent", daemon=True)
+        self._thread.start()
+        if not self._started.wait(60):
+            raise TimeoutError("the node agent did not start in 60s")
+        if self._failure is not None:
+            raise RuntimeError("the node agent failed to start") from self._failure
+        return self
+
+    def stop(self) -> None:
+        """Stop every pod's engine (listeners hear ``on_pod_stopped``) and the agent's thread."""
+        if self._loop is not None and self._stopping is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stopping.set)
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def __enter__(self) -> NodeAgent:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as error:  # reported to the starting thread
+            self._failure = error
+            logger.exception("the node agent stopped")
+        finally:
+            self._started.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context(), limit=20)
+        async with aiohttp.ClientSession(self.credentials.url, connector=connector) as session:
+            self._session = session
+            for name in self.node_names:
+                await self._register_node(name)
+            tasks = [
+                asyncio.create_task(self._heartbeats(), name="node heartbeats"),
+                asyncio.create_task(self._watch_pods(), name="pod watch"),
+            ]
+            self._started.set()
+            await self._stopping.wait()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            running = [pod.task for pod in self._pods.values() if pod.task is not None]
+            for pod in self._pods.values():
+                pod.stopped.set()
+            if running:
+                await asyncio.wait(running, timeout=10)
+        self._loop = None
+
+    # HTTP -------------------------------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        params: Mapping[str, str] | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        assert self._session is not None
+        data = None if body is None else json.dumps(body)
+        async with self._session.request(
+            method, path, data=data, params=params, headers={"Content-Type": content_type}
+        ) as response:
+            text = await response.text()
+            try:
+                payload = json.loads(text) if text else {}
+            except ValueError:
+                payload = {"message": text}
+            return response.status, payload
+
+    async def _patch_status(self, path: str, status: dict[str, Any]) -> dict[str, Any] | None:
+        code, body = await self._request(
+            "PATCH", path + "/status", {"status": status}, content_type="application/merge-patch+json"
+        )
+        if code == 404:
+            return None
+        if code >= 300:
+            logger.warning("status write to %s refused: %s %s", path, code, body.get("message"))
+            return None
+        return body
+
+    # Nodes ------------------------------------------------------------------------------------------------
+
+    async def _register_node(self, name: str) -> None:
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": {}}
+        code, body = await self._request("POST", "/api/v1/nodes", node)
+        if code not in (201, 409):
+            raise RuntimeError(f"could not register node {name}: {code} {body.get('message')}")
+        await self._heartbeat(name)
+
+    def _node_status(self, name: str) -> dict[str, Any]:
+        status = podstate.node_status(name, self.node_capacity)
+        return status
+
+    async def _heartbeat(self, name: str) -> None:
+        await self._patch_status(f"/api/v1/nodes/{name}", self._node_status(name))
+        lease_path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
+        spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": _micro_now()}
+        code, _ = await self._request(
+            "PATCH", lease_path, {"spec": spec}, content_type="application/merge-patch+json"
+        )
+        if code == 404:
+            lease = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": "kube-node-lease"},
+                "spec": spec,
+            }
+            await self._request(
+                "POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease
+            )
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            for name in self.node_names:
+                try:
+                    await self._heartbeat(name)
+                except (aiohttp.ClientError, OSError, TimeoutError) as error:
+                    logger.info("node heartbeat for %s failed (%s); retrying", name, error)
+
+    # Pods ------------------------------------------------------------------------------------------------
+
+    async def _watch_pods(self) -> None:
+        assert self._session is not None
+        selector = {"fieldSelector": "spec.nodeName!="}
+        while True:
+            try:
+                code, listing = await self._request("GET", "/api/v1/pods", params=selector)
+                if code != 200:
+                    raise aiohttp.ClientError(f"pod list answered {code}")
+                for pod in listing.get("items") or []:
+                    self._seen(pod)
+                self._forget_missing({item["metadata"]["uid"] for item in listing.get("items") or []})
+                version = listing["metadata"]["resourceVersion"]
+                await self._follow(selector, version)
+            except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError) as error:
+                logger.info("pod watch interrupted (%s); starting over", error)
+                self.watch_restarts += 1
+                await asyncio.sleep(1.0)
+
+    async def _follow(self, selector: Mapping[str, str], version: str) -> None:
+        assert self._session is not None
+        params = {
+            **selector,
+            "watch": "true",
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "300",
+        }
+        async with self._session.get(
+            "/api/v1/pods", params=params, timeout=aiohttp.ClientTimeout(None)
+        ) as response:
+            if response.status != 200:
+                raise aiohttp.ClientError(f"pod watch answered {response.status}")
+            async for line in response.content:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, pod = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise aiohttp.ClientError(f"watch error: {pod.get('message')}")  # 410 Gone: list again
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "DELETED" or pod.get("metadata", {}).get("deletionTimestamp"):
+                    self._stopped(pod)
+                else:
+                    self._seen(pod)
+
+    def _seen(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        if metadata.get("deletionTimestamp"):
+            self._stopped(pod)
+            return
+        if (pod.get("spec") or {}).get("nodeName") not in self.node_names:
+            return
+        state = self._pods.get(metadata["uid"])
+        if state is not None:
+            state.last = pod
+            return
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        state = _Pod(metadata.get("namespace", ""), metadata["name"], metadata["uid"], pod)
+        self._pods[state.uid] = state
+        state.task = asyncio.create_task(self._lifecycle(state), name=f"pod {state.namespace}/{state.name}")
+
+    def _stopped(self, pod: dict[str, Any]) -> None:
+        state = self._pods.get(pod["metadata"]["uid"])
+        if state is not None:
+            state.last = pod
+            state.stopped.set()
+        elif (
+            pod["metadata"].get("deletionTimestamp")
+            and (pod.get("spec") or {}).get("nodeName") in self.node_names
+        ):
+            # Deleted before it ever ran here (or while the agent was away): finish the deletion.
+            asyncio.create_task(self._finish_deletion(pod))
+
+    def _forget_missing(self, present: set[str]) -> None:
+        for uid, state in list(self._pods.items()):
+            if uid not in present:
+                state.stopped.set()
+
+    def _path(self, state: _Pod) -> str:
+        return f"/api/v1/namespaces/{state.namespace}/pods/{state.name}"
+
+    async def _edit(self, state: _Pod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        pod = copy.deepcopy(state.last)
+        change(pod)
+        written = await self._patch_status(self._path(state), pod.get("status") or {})
+        if written is None or written.get("metadata", {}).get("uid") != state.uid:
+            raise _PodGone
+        state.last = written
+        return written
+
+    async def _lifecycle(self, state: _Pod) -> None:
+        try:
+            if await _wait(state.stopped, self.start_seconds):
+                return
+            ready_now = self.ready_seconds <= 0
+            ip = self._allocate_ip()
+            pod = await self._edit(
+                state, lambda pod: podstate.run_pod(pod, ip, ready=ready_now, host_ip=HOST_IP)
+            )
+            state.running = True
+            await self._notify("on_pod_running", pod)
+            if not ready_now and not await _wait(state.stopped, self.ready_seconds) and not state.crashed:
+                await self._edit(state, lambda pod: podstate.set_ready(pod, True))
+            await state.stopped.wait()
+        except _PodGone:
+            pass
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            logger.info(
+                "pod %s/%s: the API went away (%s); picking it up again on the next list",
+                state.namespace,
+                state.name,
+                error,
+            )
+        finally:
+            self._pods.pop(state.uid, None)
+            if state.running:
+                await self._notify("on_pod_stopped", state.last)
+            if state.last.get("metadata", {}).get("deletionTimestamp"):
+                await self._finish_deletion(state.last)
+
+    async def _finish_deletion(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": metadata["uid"]},
+        }
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            await self._request(
+                "DELETE", f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}", body
+            )
+
+    def _allocate_ip(self) -> str:
+        while self._next_ip.packed[-1] in (0, 255):
+            self._next_ip += 1
+        ip, self._next_ip = self._next_ip, self._next_ip + 1
+        return str(ip)
+
+    async def _notify(self, hook: str, pod: dict[str, Any]) -> None:
+        for listener in list(self._listeners):
+            method = getattr(listener, hook, None)
+            if method is None:
+                continue
+            try:
+                if inspect.iscoroutinefunction(method):
+                    await method(copy.deepcopy(pod))
+                else:
+                    await asyncio.to_thread(method, copy.deepcopy(pod))
+            except Exception:
+                logger.exception("Pod listener %r failed in %s; the agent carries on.", listener, hook)
+
+    # Test controls (thread-safe) ----------------------------------------------------------------------
+
+    def crash(self, namespace: str, name: str, container: str | None = None) -> dict[str, Any]:
+        """Crash a running pod's container (all of them by default) into CrashLoopBackOff; returns the pod."""
+        return self._call(self._crash(namespace, name, container))
+
+    def fail(self, namespace: str, name: str) -> dict[str, Any]:
+        """Turn a pod to phase Failed (containers terminated with exit code 1); returns the pod."""
+        return self._call(self._fail(namespace, name))
+
+    def vanish(self, namespace: str, name: str) -> None:
+        """Delete a pod at once (grace period 0), as if its node went away."""
+        self._call(self._vanish(namespace, name))
+
+    def pod_ip(self, namespace: str, name: str) -> str | None:
+        for state in list(self._pods.values()):
+            if (state.namespace, state.name) == (namespace, name) and state.running:
+                return (state.last.get("status") or {}).get("podIP")
+        return None
+
+    def _call(self, work: Any) -> _T:
+        if self._loop is None:
+            work.close()
+            raise RuntimeError("the node agent is not running")
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout=30)
+
+    def _state(self, namespace: str, name: str) -> _Pod:
+        for state in self._pods.values():
+            if (state.namespace, state.name) == (namespace, name) and not state.stopped.is_set():
+                return state
+        raise LookupError(f"pod {namespace}/{name} is not running on the simulated nodes")
+
+    async def _crash(self, namespace: str, name: str, container: str | None) -> dict[str, Any]:
+        state = self._state(namespace, name)
+        if not state.running:
+            raise LookupError(f"pod {namespace}/{name} has not started yet")
+        names = [status["name"] for status in state.last.get("status", {}).get("containerStatuses", [])]
+        if container is not None and container not in names:
+            raise LookupError(f"pod {namespace}/{name} has no container {container!r}")
+        state.crashed = True
+        return await self._edit(
+            state, lambda pod: podstate.crash_pod(pod, [container] if container else names)
+        )
+
+    async def _fail(self, namespace: str, name: str) -> dict[str, Any]:
+        state = self._state(namespace, name)
+        pod = await self._edit(state, podstate.fail_pod)
+        state.stopped.set()
+        return pod
+
+    async def _vanish(self, namespace: str, name: str) -> None:
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        code, _ = await self._request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        if code == 404:
+            raise LookupError(f"pod {namespace}/{name} not found")
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> bool:
+    try:
+        await asyncio.wait_for(event.wait(), max(seconds, 0))
+    except TimeoutError:
+        return event.is_set()
+    return True

@@ -1,0 +1,148 @@
+"""``RealCluster``: the real control plane plus the node agent, shaped like :class:`DevCluster`.
+
+``ascend-fleet dev-cluster --real``, ``ascend-fleet dev --real`` and the end-to-end tests use it::
+
+    with RealCluster(nodes=4) as cluster:
+        subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig_path), "get", "nodes"])
+
+:attr:`kubelet` is the :class:`~ascend_fleet.devcluster.nodeagent.NodeAgent`, with the same listeners and test
+controls as the emulator's kubelet simulator.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Self
+
+from ascend_fleet.devcluster.controlplane import ControlPlane, ensure_binary
+from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY
+from ascend_fleet.devcluster.nodeagent import NodeAgent
+
+
+class RealCluster:
+    """A control plane in ``workdir`` (temporary by default) with ``nodes`` simulated NPU nodes."""
+
+    def __init__(
+        self,
+        *,
+        workdir: str | Path | None = None,
+        kubeconfig: str | Path | None = None,
+        nodes: int = 4,
+        npus_per_node: int = 8,
+        resource_name: str = "huawei.com/Ascend910",
+        start_seconds: float = 1.0,
+        ready_seconds: float = 1.0,
+    ) -> None:
+        capacity: Mapping[str, str] = {
+            **{k: v for k, v in DEFAULT_NODE_CAPACITY.items() if not k.startswith("huawei.com/")},
+            resource_name: str(npus_per_node),
+        }
+        self.control_plane = ControlPlane(workdir)
+        self.nodes, self.capacity = nodes, capacity
+        self.start_seconds, self.ready_seconds = start_seconds, ready_seconds
+        self._kubeconfig = Path(kubeconfig).expanduser() if kubeconfig else None
+        self._agent: NodeAgent | None = None
+        self.kubeconfig_path: Path | None = None
+        self.start_time = 0.0
+
+    @property
+    def url(self) -> str:
+        return self.control_plane.url
+
+    @property
+    def kubelet(self) -> NodeAgent:
+        if self._agent is None:
+            raise RuntimeError("the cluster is not running")
+        return self._agent
+
+    def write_kubeconfig(self, path: str | Path, *, token: str | None = None) -> Path:
+        return self.control_plane.write_kubeconfig(path, token=token)
+
+    def start(self) -> Self:
+        began = time.monotonic()
+        self.control_plane.start()
+        try:
+            self._agent = NodeAgent(
+                self.control_plane.admin,
+                nodes=self.nodes,
+                node_capacity=self.capacity,
+                start_seconds=self.start_seconds,
+                ready_seconds=self.ready_seconds,
+            ).start()
+            self.kubeconfig_path = (
+                self.write_kubeconfig(self._kubeconfig)
+                if self._kubeconfig
+                else self.control_plane.admin_kubeconfig
+            )
+        except BaseException:
+            self.stop()
+            raise
+        self.start_time = time.monotonic() - began
+        return self
+
+    def stop(self) -> None:
+        if self._agent is not None:
+            self._agent.stop()
+            self._agent = None
+        self.control_plane.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def serve(
+    kubeconfig: str = "~/.kube/ascend-fleet-real.yaml",
+    nodes: int = 4,
+    npus_per_node: int = 8,
+    resource_name: str = "huawei.com/Ascend910",
+    workdir: str | None = None,
+    start_seconds: float = 1.0,
+    ready_seconds: float = 1.0,
+) -> None:
+    """Run a real control plane with simulated nodes until SIGINT/SIGTERM (``ascend-fleet dev-cluster --real``)."""
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        ensure_binary(progress=lambda line: print(line, file=sys.stderr, flush=True))
+        print(
+            "Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        with RealCluster(
+            workdir=workdir,
+            kubeconfig=kubeconfig,
+            nodes=nodes,
+            npus_per_node=npus_per_node,
+            resource_name=resource_name,
+            start_seconds=start_seconds,
+            ready_seconds=ready_seconds,
+        ) as cluster:
+            print(f"Kubernetes API (real kube-apiserver, RBAC on): {cluster.url}", flush=True)
+            print(
+                f"{nodes} simulated nodes with {npus_per_node} x {resource_name} each, up in "
+                f"{cluster.start_time:.1f}s",
+                flush=True,
+            )
+            print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
+            print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
+            while not stopping.wait(0.5):
+                pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,74 @@
+"""The real control plane for tests: one per test session, with the project's CRD applied by kubectl.
+
+``real_cluster`` starts :class:`~ascend_fleet.devcluster.realcluster.RealCluster` (etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler built from the Kubernetes release's Go modules, plus the node agent's
+simulated NPU nodes). Without Go it skips on a developer's machine and fails under CI, which must have it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ascend_fleet.devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
+from ascend_fleet.devcluster.realcluster import RealCluster
+from ascend_fleet.kube import Kube
+from tests.support.paths import CRD_FILE
+
+
+@dataclass
+class RealClusterHandle:
+    """What a test gets: the running cluster, an admin kubeconfig and client, and kubectl."""
+
+    cluster: RealCluster
+    kubeconfig: Path
+    kube: Kube
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+    @property
+    def kubelet(self):  # noqa: ANN201 - the node agent, with the emulator kubelet's test controls
+        return self.cluster.kubelet
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the machine's kubectl against the cluster as the admin; ``check`` raises with its stderr."""
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True, text=True, input=input, timeout=120,
+        )  # fmt: skip
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
+        return result
+
+
+def control_plane_or_skip() -> None:
+    """Skip (fail under CI) where the control plane cannot be built."""
+    try:
+        ensure_binary(progress=lambda line: print(line, flush=True))
+    except ControlPlaneUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must be able to run the real control plane: {error}")
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[RealClusterHandle]:
+    control_plane_or_skip()
+    # Six 16-NPU nodes: room for the largest example (4 pods of 8 NPUs) and the A3 example (16 NPUs a pod).
+    with RealCluster(nodes=6, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3) as cluster:
+        assert cluster.kubeconfig_path is not None
+        handle = RealClusterHandle(
+            cluster, cluster.kubeconfig_path, Kube.connect(str(cluster.kubeconfig_path))
+        )
+        handle.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
+        handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_FILE))
+        yield handle
