@@ -36,7 +36,7 @@ if not client.available():
     pytest.skip(client.INSTALL_HINT, allow_module_level=True)
 
 # Every prompt at the curve's 512-token reference length, so TTFT p99 reads the curve directly.
-LOAD = Load(request_rate=64, input_tokens=512, output_tokens=48, range_ratio=1.0, prompts_per_slot=3)
+LOAD = Load(request_rate=64, input_tokens=512, output_tokens=48, range_ratio=1.0, prompts_per_slot=5)
 
 
 class Recorder(Progress):
@@ -124,7 +124,10 @@ def serving(local_cluster):
 
     with SimulatedEngines(Scenario.constant(0.0)) as engines:
         local_cluster.kubelet.add_listener(engines)
-        yield engines
+        try:
+            yield engines
+        finally:
+            local_cluster.kubelet.remove_listener(engines)
 
 
 def test_tune_a_fleet_in_the_dev_cluster_rolls_each_rung_out_and_writes_the_choice(
@@ -138,15 +141,20 @@ def test_tune_a_fleet_in_the_dev_cluster_rolls_each_rung_out_and_writes_the_choi
              60, "the fleet to be ready")  # fmt: skip
     fleet = Fleet(kube, namespace, name, poll_seconds=0.2)
     recorder = Recorder()
+    # This test is about the fleet side (rollouts, the write, the record). The control plane's own processes
+    # share the machine with the engines here, so its goal leaves room for their noise on the p99: 150 ms
+    # still separates 32 (105 ms on the curve) from 64 (210 ms). The seeds' 100 ms target is measured
+    # against a bare engine above.
+    goal = Goal(0.150, tolerance=0.0)
     plan = Plan(
         rungs=[Rung(16), Rung(32), Rung(64)],
-        goal=Goal(),
+        goal=goal,
         load=LOAD,
         model="qwen2.5-7b-instruct",
         engine="vllm-ascend",
         fleet=fleet,
         port=8000,
-        repeats=3,
+        repeats=2,
         rollout_timeout=120,
         workdir=tmp_path,
     )
@@ -157,6 +165,7 @@ def test_tune_a_fleet_in_the_dev_cluster_rolls_each_rung_out_and_writes_the_choi
     assert stored.spec.batching.max_batch_size == 32
     assert stored.status.tuning.batch_size == 32
     assert stored.status.tuning.table_hash == outcome.table_hash
+    assert stored.status.tuning.goal == "ttft_p99 <= 150ms (+0%)"
     assert [r.batch_size for r in stored.status.tuning.rungs] == [16, 32, 64]
     # Each rung was rolled out before it was measured, and the final choice too: the leader runs with it.
     assert sum(p.startswith("rolling out maxBatchSize") for p in recorder.phases) == 3
@@ -193,3 +202,40 @@ def finished_requests(engine) -> float:
         if family.name == "vllm:request_success":
             total += sum(sample.value for sample in family.samples if sample.name.endswith("_total"))
     return total
+
+
+def test_try_adaptive_rolls_each_sglang_knob_out_before_measuring_it(
+    serving, kube, namespace, operator, tmp_path
+):
+    doc = example("sglang-small.yaml", rules=[], disruption={"maxUnavailable": 1, "drainSeconds": 1})
+    doc["metadata"]["namespace"] = namespace
+    del doc["spec"]["model"]["volume"]  # no PVC in the test namespace: the simulated engine needs no weights
+    kube.create(doc)
+    name = doc["metadata"]["name"]
+    wait_for(lambda: (kube.get(names.KIND, namespace, name).get("status") or {}).get("readyReplicas") == 1,
+             60, "the fleet to be ready")  # fmt: skip
+    seen: list[list[str]] = []
+
+    def leader_command() -> list[str]:
+        pods = kube.list("Pod", namespace, {names.LABEL_NAME: name, names.LABEL_RANK: "0"})
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return live[0]["spec"]["containers"][0]["command"] if len(live) == 1 else []
+
+    recorder = Recorder()
+    recorder.phase = lambda text: seen.append(leader_command()) if text.startswith("measuring") else None
+    load = Load(request_rate=64, input_tokens=128, output_tokens=16, range_ratio=1.0, prompts_per_slot=2)
+    plan = Plan(rungs=rungs((16,), "sglang", True), goal=Goal(None), load=load, model="qwen2.5-1.5b",
+                engine="sglang", fleet=Fleet(kube, namespace, name, poll_seconds=0.2), port=30000,
+                dry_run=True, settle_seconds=1.0, rollout_timeout=120, workdir=tmp_path)  # fmt: skip
+    outcome = run(plan, recorder)
+
+    assert [r.label for r in outcome.rows] == ["16", "16 +prefillDelayer", "16 +chunkedPrefill=false"]
+    assert all(r.completed == load.prompts(16) for r in outcome.rows)
+    plain, delayer, unchunked = (" ".join(command) for command in seen)
+    assert "--max-running-requests 16" in plain and "--enable-prefill-delayer" not in plain
+    assert "--enable-prefill-delayer" in delayer and "--chunked-prefill-size" not in delayer
+    assert "--chunked-prefill-size -1" in unchunked and "--enable-prefill-delayer" not in unchunked
+    # --dry-run: the fleet's batching is back as it was (maxBatchSize 64, no knobs), and nothing recorded.
+    stored = AscendInference.model_validate(kube.get(names.KIND, namespace, name))
+    assert stored.spec.batching.max_batch_size == 64 and stored.spec.batching.prefill_delayer is None
+    assert stored.status.tuning is None and not outcome.written
