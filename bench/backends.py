@@ -49,21 +49,34 @@ def backend(real: bool, pods: int, npus_per_pod: int = 2) -> Iterator[Backend]:
             configuration.host = cluster.url
             client = kubernetes.client.ApiClient(configuration)
             kubernetes.client.ApiextensionsV1Api(client).create_custom_resource_definition(
-                yaml.safe_load(CRD_FILE.read_text()))
-            yield Backend(NAMES[False], Kube(client, user_agent="bench"), client, ["--api", cluster.url], cluster)
+                yaml.safe_load(CRD_FILE.read_text())
+            )
+            yield Backend(
+                NAMES[False], Kube(client, user_agent="bench"), client, ["--api", cluster.url], cluster
+            )
         return
     from ascend_fleet.devcluster.realcluster import RealCluster
 
     nodes = max(2, min(8, pods // 500 + 1))
     per_node = pods // nodes + 8
-    cluster = RealCluster(nodes=nodes, npus_per_node=per_node * npus_per_pod, start_seconds=0.2, ready_seconds=0.2)
+    cluster = RealCluster(
+        nodes=nodes, npus_per_node=per_node * npus_per_pod, start_seconds=0.2, ready_seconds=0.2
+    )
     # A real kubelet admits 110 pods; the simulated nodes stand for a larger fleet, so they admit more.
-    cluster.capacity = {**cluster.capacity, "pods": str(per_node), "cpu": str(per_node * 16),
-                        "memory": f"{per_node * 128}Gi"}
+    cluster.capacity = {
+        **cluster.capacity,
+        "pods": str(per_node),
+        "cpu": str(per_node * 16),
+        "memory": f"{per_node * 128}Gi",
+    }
     with cluster:
         kubeconfig = str(cluster.kubeconfig_path)
-        for args in (["apply", "--server-side", "-f", str(CRD_FILE)],
-                     ["wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_FILE)]):
+        for args in (
+            ["apply", "--server-side", "-f", str(CRD_FILE)],
+            ["wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_FILE)],
+        ):
             subprocess.run(["kubectl", "--kubeconfig", kubeconfig, *args], check=True, capture_output=True)
         client = _client_from_kubeconfig(kubeconfig)
-        yield Backend(NAMES[True], Kube(client, user_agent="bench"), client, ["--kubeconfig", kubeconfig], cluster)
+        yield Backend(
+            NAMES[True], Kube(client, user_agent="bench"), client, ["--kubeconfig", kubeconfig], cluster
+        )

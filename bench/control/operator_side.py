@@ -65,22 +65,36 @@ def driver(args: argparse.Namespace, done: threading.Event, summary: dict):
     def run(loop: ControlLoop):
         async def cycles() -> None:
             try:
-                summary["cache_fill_seconds"] = round(await wait_for_caches(loop, args.objects, args.pods_total), 1)
+                summary["cache_fill_seconds"] = round(
+                    await wait_for_caches(loop, args.objects, args.pods_total), 1
+                )
                 summary["idle_rss_mib"] = round(rss_mib(), 1)
                 sources = {"cache": loop.source, "list": ListSource(loop.kube)}
                 for index in range(args.cycles):
                     for name in args.sources.split(","):
                         started, cpu = time.monotonic(), time.process_time()
                         report = await loop.cycle(sources[name])
-                        print(json.dumps({
-                            "source": name, "cycle": index, "objects": report.objects, "queries": report.queries,
-                            "failed_queries": report.failed_queries, "decisions": len(report.decisions),
-                            "writes": report.writes, "list_calls": report.list_calls,
-                            "seconds": round(report.seconds, 3), "read_seconds": round(report.read_seconds, 3),
-                            "query_seconds": round(report.query_seconds, 3),
-                            "cpu_seconds": round(time.process_time() - cpu, 3),
-                            "rss_mib": round(rss_mib(), 1), "error": report.error,
-                        }), flush=True)
+                        print(
+                            json.dumps(
+                                {
+                                    "source": name,
+                                    "cycle": index,
+                                    "objects": report.objects,
+                                    "queries": report.queries,
+                                    "failed_queries": report.failed_queries,
+                                    "decisions": len(report.decisions),
+                                    "writes": report.writes,
+                                    "list_calls": report.list_calls,
+                                    "seconds": round(report.seconds, 3),
+                                    "read_seconds": round(report.read_seconds, 3),
+                                    "query_seconds": round(report.query_seconds, 3),
+                                    "cpu_seconds": round(time.process_time() - cpu, 3),
+                                    "rss_mib": round(rss_mib(), 1),
+                                    "error": report.error,
+                                }
+                            ),
+                            flush=True,
+                        )
                         await asyncio.sleep(max(0.0, args.interval - (time.monotonic() - started)))
             finally:
                 done.set()
@@ -103,14 +117,20 @@ def main() -> int:
     parser.add_argument("--sources", default="cache,list")
     args = parser.parse_args()
     kube = connect(args.api, args.kubeconfig)
-    settings = OperatorSettings.model_validate({
-        "prometheus": {"url": args.prometheus, "timeout": "30s"},
-        "control": {"interval": args.interval, "step": args.step},
-    })
+    settings = OperatorSettings.model_validate(
+        {
+            "prometheus": {"url": args.prometheus, "timeout": "30s"},
+            "control": {"interval": args.interval, "step": args.step},
+        }
+    )
     loop = ControlLoop(settings, kube)
     done, summary = threading.Event(), {"start_rss_mib": round(rss_mib(), 1)}
-    ctx = OperatorContext(settings, kube, reconcile=False,
-                          extra_startup=[control_loop_hook(loop, run=driver(args, done, summary))])
+    ctx = OperatorContext(
+        settings,
+        kube,
+        reconcile=False,
+        extra_startup=[control_loop_hook(loop, run=driver(args, done, summary))],
+    )
     with OperatorThread(ctx):
         done.wait()
     summary["peak_rss_mib"] = round(peak_rss_mib(), 1)

@@ -58,8 +58,13 @@ class Run:
 
 class OperatorProcess:
     def __init__(self, connect: list[str]):
-        self.process = subprocess.Popen([sys.executable, "-m", "bench.reconcile.operator_side", *connect],
-                                        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.reconcile.operator_side", *connect],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.ready = self._answer()
 
     def _answer(self) -> dict:
@@ -102,8 +107,12 @@ def converge(real: bool, args: argparse.Namespace) -> Run:
                 api.kube.create(obj)
             while True:
                 items = api.kube.list(names.KIND, "default")
-                ready = sum(1 for o in items if (o.get("status") or {}).get("readyReplicas") == args.replicas
-                            and (o.get("status") or {}).get("updatedReplicas") == args.replicas)
+                ready = sum(
+                    1
+                    for o in items
+                    if (o.get("status") or {}).get("readyReplicas") == args.replicas
+                    and (o.get("status") or {}).get("updatedReplicas") == args.replicas
+                )
                 if args.verbose:
                     print(f"  [{api.name}] ready {ready}/{args.objects}", flush=True)
                 if ready == args.objects:
@@ -117,8 +126,17 @@ def converge(real: bool, args: argparse.Namespace) -> Run:
         finally:
             operator.close()
     print(f"  [{api.name}] converged in {converged:.1f} s", flush=True)
-    return Run(api.name, args.objects, converged, at_convergence["counts"], idle["counts"], args.idle,
-               operator.ready["rss_mib"], at_convergence["rss_mib"], idle["peak_rss_mib"])
+    return Run(
+        api.name,
+        args.objects,
+        converged,
+        at_convergence["counts"],
+        idle["counts"],
+        args.idle,
+        operator.ready["rss_mib"],
+        at_convergence["rss_mib"],
+        idle["peak_rss_mib"],
+    )
 
 
 def main() -> None:
@@ -133,8 +151,10 @@ def main() -> None:
 
     children = args.replicas + 3  # pods + serving Service + headless Service + PDB
     minimum = children + 1  # ... and one status write
-    print(f"\nobjects: {args.objects} x {args.replicas} replicas (1 pod each), operator with default timers; "
-          f"minimum {minimum} writes per object ({children} children + 1 status write)")
+    print(
+        f"\nobjects: {args.objects} x {args.replicas} replicas (1 pod each), operator with default timers; "
+        f"minimum {minimum} writes per object ({children} children + 1 status write)"
+    )
     width = max(len(r.backend) for r in runs) + 2
     header = "".join(f"{r.backend:>{width}}" for r in runs)
 
@@ -147,12 +167,17 @@ def main() -> None:
     row("operator API requests per object", [f"{r.total() / r.objects:.2f}" for r in runs])
     row("operator writes per object", [f"{r.writes() / r.objects:.2f}" for r in runs])
     row(f"  ratio to the minimum ({minimum})", [f"{r.writes() / r.objects / minimum:.2f}x" for r in runs])
-    kinds = sorted({k for r in runs for k in r.counts if not k.startswith("WATCH")},
-                   key=lambda k: -max(r.counts.get(k, 0) for r in runs))
+    kinds = sorted(
+        {k for r in runs for k in r.counts if not k.startswith("WATCH")},
+        key=lambda k: -max(r.counts.get(k, 0) for r in runs),
+    )
     for kind in kinds:
         row(f"  {kind}", [f"{r.counts.get(kind, 0) / r.objects:.2f}" for r in runs])
     row(f"writes during {args.idle:.0f} s idle (goal 0)", [str(r.idle_writes()) for r in runs])
-    row("operator memory, MiB (before -> converged)", [f"{r.rss_before:.0f} -> {r.rss_after:.0f}" for r in runs])
+    row(
+        "operator memory, MiB (before -> converged)",
+        [f"{r.rss_before:.0f} -> {r.rss_after:.0f}" for r in runs],
+    )
     row("  per object, KiB", [f"{(r.rss_after - r.rss_before) * 1024 / r.objects:.0f}" for r in runs])
 
 

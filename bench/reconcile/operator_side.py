@@ -29,7 +29,7 @@ def classify(method: str, path: str, query: list | None) -> str:
     """``METHOD resource[/subresource]`` of one request path."""
     parts = [p for p in path.split("/") if p]
     if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
-        parts = parts[parts.index("namespaces") + 2:]
+        parts = parts[parts.index("namespaces") + 2 :]
     else:
         parts = parts[-1:]
     resource = parts[0]
@@ -48,8 +48,14 @@ class CountingKube(Kube):
         self.counts: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
 
-    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> dict:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list | None = None,
+        content_type: str = "application/json",
+    ) -> dict:
         with self._lock:
             self.counts[classify(method, path, query)] += 1
         return super()._call(method, path, body, query, content_type)
@@ -77,8 +83,16 @@ def main() -> int:
                 kube.take()
                 print(json.dumps({"marked": True}), flush=True)
             elif command == "report":
-                print(json.dumps({"counts": kube.take(), "rss_mib": round(rss_mib(), 1),
-                                  "peak_rss_mib": round(peak_rss_mib(), 1)}), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "counts": kube.take(),
+                            "rss_mib": round(rss_mib(), 1),
+                            "peak_rss_mib": round(peak_rss_mib(), 1),
+                        }
+                    ),
+                    flush=True,
+                )
             elif command == "quit":
                 break
     return 0

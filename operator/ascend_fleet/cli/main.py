@@ -169,10 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_runtime_commands(sub: argparse._SubParsersAction) -> None:
     """Commands that run the operator, the local cluster or the simulator; heavy imports load only when used."""
     from ..simulate.cli import register as register_simulate
+    from ..tune.cli import register as register_tune
     from . import runtime
 
     runtime.register(sub)
     register_simulate(sub)
+    register_tune(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

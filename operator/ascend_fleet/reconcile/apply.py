@@ -257,6 +257,8 @@ def _record(kube: Kube, body: dict, events: list) -> None:
         kube.event(body, event.type, event.reason, event.message)
 
 
+# Status fields other writers own.
+NOT_OWN_STATUS = ("actions", "tuning")
 # Condition types this reconciler writes; the control loop owns MetricsAvailable (and status.actions).
 OWN_CONDITIONS = frozenset({"Ready", "Progressing", "Degraded"})
 
@@ -270,8 +272,9 @@ def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
     """
     if not result.status or result.status == canonical_status(body.get("status")):
         return None
-    # status.actions belongs to the control loop: a merge patch without the key keeps the stored list.
-    status = {k: v for k, v in result.status.items() if k != "actions"}
+    # status.actions belongs to the control loop and status.tuning to `ascend-fleet tune`: a merge patch
+    # without their keys keeps what is stored (a retry on a fresh object must not restore a stale copy).
+    status = {k: v for k, v in result.status.items() if k not in NOT_OWN_STATUS}
     meta = body["metadata"]
     try:
         return _patch_status(kube, meta, status, meta.get("resourceVersion"))

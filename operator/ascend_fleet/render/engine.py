@@ -71,6 +71,11 @@ def _vllm_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Fla
         ),
     ]
     flags += _shared_flags(spec, VLLM_SPELLING)
+    if spec.batching.chunked_prefill is not None:
+        switch = (
+            "--enable-chunked-prefill" if spec.batching.chunked_prefill else "--no-enable-chunked-prefill"
+        )
+        flags.append(Flag(switch, None, "spec.batching.chunkedPrefill"))
     if spec.scheduling.priority:
         # Requests carry `priority`; vLLM serves lower values first.
         flags.append(Flag("--scheduling-policy", "priority", "spec.scheduling.priority"))
@@ -133,7 +138,7 @@ def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[F
         Flag("--mem-fraction-static", _fraction(spec.memory.static_fraction), "spec.memory.staticFraction"),
         Flag("--enable-metrics", None, "the operator"),
     ]
-    flags += _shared_flags(spec, SGLANG_SPELLING)
+    flags += _shared_flags(spec, SGLANG_SPELLING) + _sglang_adaptive_flags(spec)
     if spec.scheduling.priority:
         # SGLang has no "priority" policy: priority scheduling runs on fcfs (or lof), and serves higher
         # values first unless told otherwise; lower-first matches vLLM, so one client works with both.
@@ -148,6 +153,22 @@ def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[F
             Flag("--node-rank", str(at.rank), "the pod's rank"),
             Flag("--dist-init-addr", f"$(LEADER_ADDRESS):{SGLANG_DIST_PORT}", "the replica's leader"),
         ]
+    return flags
+
+
+def _sglang_adaptive_flags(spec: AscendInferenceSpec) -> list[Flag]:
+    """SGLang's own adaptive batching knobs: chunked prefill off, and the prefill delayer."""
+    flags = []
+    if spec.batching.chunked_prefill is False:  # on by default; -1 is SGLang's spelling of off
+        flags.append(Flag("--chunked-prefill-size", "-1", "spec.batching.chunkedPrefill"))
+    delayer = spec.batching.prefill_delayer
+    if delayer is not None and delayer.enabled:
+        source = "spec.batching.prefillDelayer"
+        flags.append(Flag("--enable-prefill-delayer", None, source))
+        if delayer.max_delay_ms is not None:
+            flags.append(Flag("--prefill-delayer-max-delay-ms", f"{delayer.max_delay_ms:g}", source))
+        if delayer.queue_min_ratio is not None:
+            flags.append(Flag("--prefill-delayer-queue-min-ratio", f"{delayer.queue_min_ratio:g}", source))
     return flags
 
 
