@@ -356,10 +356,10 @@ NAMESPACED_RULES = {
     ("inference.ascendfleet.io", "ascendinferences/status"): {"patch"},
     # blockOwnerDeletion on the children (checked at admission, see tests/realapi/test_rbac_admission.py)
     ("inference.ascendfleet.io", "ascendinferences/finalizers"): {"update"},
-    ("", "pods"): {"list", "watch", "create", "delete", "patch"},
-    ("", "services"): {"list", "watch", "create", "patch"},
-    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
-    ("", "events"): {"create"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
+    ("", "events"): {"create", "patch"},
 }
 CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 NAMESPACE_WATCH = {
