@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test lint crds demo prometheus bench images clean control-plane epp
+.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp
 
 setup: $(STAMP)
 
@@ -22,8 +22,38 @@ lint: setup
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/lint-imports
 
+# The end-to-end, chart and kubectl tests run on the real control plane (built first, once); without Go
+# they are skipped on a developer machine and fail under CI.
 test: lint
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane; \
+	else echo "No Go toolchain: the tests on the real control plane will be skipped (CI runs them)."; fi
 	$(BIN)/pytest
+
+# Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images.
+# Their packages live in a cached environment under .cache/engines/, keyed by the requirements file's hash.
+ENGINES_REQUIREMENTS := tests/engines/requirements.txt
+ENGINES_VENV := .cache/engines/$(shell sha256sum $(ENGINES_REQUIREMENTS) 2>/dev/null | cut -c1-16)
+
+$(ENGINES_VENV)/.installed: $(ENGINES_REQUIREMENTS) pyproject.toml
+	[ -x $(ENGINES_VENV)/bin/python ] || $(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_VENV)/bin/pip install -q --upgrade pip
+	$(ENGINES_VENV)/bin/pip install -q --no-deps -r $(ENGINES_REQUIREMENTS)
+	# This project without its dependencies: the engines' plugin loaders must find its entry points.
+	$(ENGINES_VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+# Checkov, the security scanner, in its own environment (its dependencies are not the engines').
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := .cache/checkov/$(CHECKOV_VERSION)
+
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
+	touch $@
+
+test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed
+	ASCEND_FLEET_ENGINES_PYTHON=$(CURDIR)/$(ENGINES_VENV)/bin/python \
+	ASCEND_FLEET_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(BIN)/pytest tests/engines -q
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
@@ -59,11 +89,13 @@ bench: setup
 	$(BIN)/python -m bench.policy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache/engines .cache/checkov
 
-# The operator and engine images (images/*/Dockerfile), tagged with the package version. Where no Docker
-# engine answers, say so and succeed: `make test` checks the Dockerfiles without one.
-# REGISTRY=registry.example.com/ai tags them for another registry (nothing is pushed).
+# The operator and engine images (images/*/Dockerfile), tagged with the package version, for linux/arm64 (Ascend
+# servers) and linux/amd64 through buildx. Where no Docker engine answers, say so and succeed: `make test`
+# checks the Dockerfiles without one. REGISTRY=registry.example.com/ai tags them for another registry;
+# PUSH=1 pushes the multi-platform result (a local image store holds one platform only); PLATFORMS overrides.
+PLATFORMS ?= linux/arm64,linux/amd64
 images:
 	@if ! docker info >/dev/null 2>&1; then \
 	  echo "No Docker engine is reachable (docker info failed), so no images were built; make test still checks the Dockerfiles."; \
@@ -72,7 +104,8 @@ images:
 	set -e; \
 	version=$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml); \
 	registry=$${REGISTRY:-ghcr.io/ascend-fleet}; \
+	output=$$([ -n "$(PUSH)" ] && echo --push || echo); \
 	for image in operator vllm-ascend sglang; do \
-	  echo "docker build -f images/$$image/Dockerfile -t $$registry/$$image:$$version ."; \
-	  DOCKER_BUILDKIT=1 docker build -f images/$$image/Dockerfile -t $$registry/$$image:$$version .; \
+	  echo "docker buildx build --platform $(PLATFORMS) -f images/$$image/Dockerfile -t $$registry/$$image:$$version $$output ."; \
+	  docker buildx build --platform $(PLATFORMS) -f images/$$image/Dockerfile -t $$registry/$$image:$$version $$output .; \
 	done

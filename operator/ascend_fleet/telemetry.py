@@ -5,12 +5,17 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter(
-    "ascend_fleet_operator_reconciles_total", "Reconcile passes, by result (converged, changed, invalid, error).",
+    "ascend_fleet_operator_reconciles_total",
+    "Reconcile passes, by result (converged, changed, invalid, error).",
     ["result"],
 )
-RECONCILE_ERRORS = Counter("ascend_fleet_operator_reconcile_errors_total", "Reconcile passes that raised an error.")
+RECONCILE_ERRORS = Counter(
+    "ascend_fleet_operator_reconcile_errors_total", "Reconcile passes that raised an error."
+)
 DECISIONS = Counter(
-    "ascend_fleet_operator_decisions_total", "Control-loop decisions, by action and dry run.", ["action", "dry_run"]
+    "ascend_fleet_operator_decisions_total",
+    "Control-loop decisions, by action and dry run.",
+    ["action", "dry_run"],
 )
 RULE_EVALUATION = Histogram(
     "ascend_fleet_operator_rule_evaluation_seconds", "Time of one control-loop cycle (queries and decisions)."
@@ -19,6 +24,7 @@ PROMETHEUS_FAILURES = Counter(
     "ascend_fleet_operator_prometheus_query_failures_total", "Prometheus queries that failed or timed out."
 )
 REPLICAS = Gauge(
-    "ascend_fleet_operator_replicas", "Replicas per inference, by state (desired, ready, draining).",
+    "ascend_fleet_operator_replicas",
+    "Replicas per inference, by state (desired, ready, draining).",
     ["namespace", "inference", "state"],
 )

@@ -81,11 +81,17 @@ def merged_values(override: dict[str, Any] | None = None) -> dict[str, Any]:
     return coalesce(default_values(), override or {})
 
 
-def _run(request: dict[str, Any]) -> Any:
-    env = {**os.environ, "HELM_DRIVER": "memory"}
+def _run(request: dict[str, Any], driver: str = "memory") -> Any:
+    env = {**os.environ, "HELM_DRIVER": driver}
     done = subprocess.run(
-        [sys.executable, "-m", "tests.chart.helm"], input=json.dumps(request), capture_output=True, text=True,
-        cwd=ROOT, env=env, timeout=_TIMEOUT, check=False,
+        [sys.executable, "-m", "tests.chart.helm"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=_TIMEOUT,
+        check=False,
     )
     if done.returncode != 0:
         raise HelmFailed(f"the Helm child process failed ({done.returncode}):\n{done.stderr[-4000:]}")
@@ -104,15 +110,36 @@ def lint(values: dict[str, Any] | None = None) -> list[LintMessage]:
             shutil.copytree(CHART, chart)
             (chart / "values.yaml").write_text(yaml.safe_dump(merged_values(values), sort_keys=False))
         result = _run({"action": "lint", "chart": str(chart)})
-    return [LintMessage(SEVERITIES.get(m["Severity"], str(m["Severity"])), m["Path"]) for m in result["Messages"] or []]
+    return [
+        LintMessage(SEVERITIES.get(m["Severity"], str(m["Severity"])), m["Path"])
+        for m in result["Messages"] or []
+    ]
 
 
-def install(kubeconfig: Path, release: str, namespace: str, values: dict[str, Any] | None = None) -> Release:
-    """``helm install`` the chart (no waiting; the namespace must exist)."""
-    result = _run({
-        "action": "install", "chart": str(CHART), "kubeconfig": str(kubeconfig), "release": release,
-        "namespace": namespace, "values": values or {},
-    })
+def install(
+    kubeconfig: Path,
+    release: str,
+    namespace: str,
+    values: dict[str, Any] | None = None,
+    *,
+    driver: str = "memory",
+) -> Release:
+    """``helm install`` the chart (no waiting; the namespace must exist).
+
+    ``driver`` is Helm's release storage: ``secret`` (Helm's default) on a real API server, ``memory`` on the
+    local emulator, which cannot store Helm's release Secrets.
+    """
+    result = _run(
+        {
+            "action": "install",
+            "chart": str(CHART),
+            "kubeconfig": str(kubeconfig),
+            "release": release,
+            "namespace": namespace,
+            "values": values or {},
+        },
+        driver,
+    )
     objects = [obj for obj in yaml.safe_load_all(result["manifest"]) if obj]
     return Release(objects, result["info"].get("notes", ""))
 
@@ -129,15 +156,19 @@ async def _child(request: dict[str, Any]) -> Any:
         config = helm_sdkpy.Configuration(namespace=request["namespace"], kubeconfig=request["kubeconfig"])
         # create_namespace=True makes Helm download the OpenAPI document, which the local API does not serve.
         return await helm_sdkpy.Install(config).run(
-            request["release"], request["chart"], values=request["values"], wait=False, create_namespace=False,
+            request["release"],
+            request["chart"],
+            values=request["values"],
+            wait=False,
+            create_namespace=False,
             timeout=60,
         )
     raise ValueError(f"unknown action {request['action']!r}")
 
 
 def main() -> int:
-    if os.environ.get("HELM_DRIVER") != "memory":
-        print("HELM_DRIVER=memory must be set when this process starts", file=sys.stderr)
+    if os.environ.get("HELM_DRIVER") not in ("memory", "secret"):
+        print("HELM_DRIVER (memory or secret) must be set when this process starts", file=sys.stderr)
         return 2
     request = json.loads(sys.stdin.read())
     try:

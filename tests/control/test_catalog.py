@@ -39,11 +39,17 @@ def test_operator_entries_add_and_replace():
 
 def _doc(metric: str) -> dict:
     return {
-        "apiVersion": "inference.ascendfleet.io/v1alpha1", "kind": "AscendInference",
+        "apiVersion": "inference.ascendfleet.io/v1alpha1",
+        "kind": "AscendInference",
         "metadata": {"name": "qwen", "namespace": "team-a"},
-        "spec": {"model": {"name": "qwen", "path": "/models/q"}, "engine": {"type": "vllm-ascend"},
-                 "rules": [{"metric": "npu_utilization", "threshold": "85%", "for": "5m", "action": "scale_up"},
-                           {"metric": metric, "threshold": 0.5, "for": "1m", "action": "notify"}]},
+        "spec": {
+            "model": {"name": "qwen", "path": "/models/q"},
+            "engine": {"type": "vllm-ascend"},
+            "rules": [
+                {"metric": "npu_utilization", "threshold": "85%", "for": "5m", "action": "scale_up"},
+                {"metric": metric, "threshold": 0.5, "for": "1m", "action": "notify"},
+            ],
+        },
     }
 
 

@@ -1,42 +1,65 @@
 """End-to-end fixtures: the operator against a Kubernetes API, through the API only.
 
-By default the API is the project's local cluster (kmock's emulator + compatibility layer + kubelet
-simulator). With ``ASCEND_FLEET_E2E_KUBECONFIG`` pointing at a real cluster (with the CRD installed),
-the same tests run there; tests that need the simulated kubelet's controls (crashing a pod,
-injecting API faults) are skipped.
+By default the API is the real control plane (``real_cluster``: kube-apiserver, etcd, the controller manager
+and the scheduler built from the Kubernetes release's Go modules, with the node agent's simulated NPU nodes),
+and the operator authenticates with a token of the ServiceAccount the Helm chart creates, so the real RBAC
+authorizer enforces the chart's roles. ``ASCEND_FLEET_E2E_BACKEND=emulator`` runs the suite on the local
+emulator instead; tests marked ``emulator`` (fault injection into the emulator) always run there. With
+``ASCEND_FLEET_E2E_KUBECONFIG`` pointing at an existing cluster (with the CRD installed) the same tests run
+there; tests that need the simulated kubelet's controls are skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
+from ascend_fleet.devcluster.realcluster import provide_model_claim
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
 from tests.e2e.fleet import Fleet
-from tests.support.rbac import HARNESS, record_operator_requests
+from tests.support.rbac import HARNESS, SUITES, record_operator_requests
 
 REAL_CLUSTER = os.environ.get("ASCEND_FLEET_E2E_KUBECONFIG")
+BACKEND = os.environ.get("ASCEND_FLEET_E2E_BACKEND", "real")
+OPERATOR_NAMESPACE = "ascend-system"
+OPERATOR_RELEASE = "ascend-fleet"
 
 
 def fast_settings() -> OperatorSettings:
     """Timers in seconds so the suite runs quickly."""
     return OperatorSettings.model_validate(
-        {"reconcile": {"backoffInitial": "2s", "backoffMax": "8s", "resyncInterval": "5s", "watchTimeout": "3s"}}
+        {
+            "reconcile": {
+                "backoffInitial": "2s",
+                "backoffMax": "8s",
+                "resyncInterval": "5s",
+                "watchTimeout": "3s",
+            }
+        }
     )
 
 
+def on_emulator(request: pytest.FixtureRequest) -> bool:
+    return BACKEND == "emulator" or request.node.get_closest_marker("emulator") is not None
+
+
 @pytest.fixture
-def cluster():
-    """The local cluster (None against a real one)."""
+def cluster(request):
+    """The cluster of this test: the real control plane, the emulator (DevCluster), or None (an existing one)."""
     if REAL_CLUSTER:
         yield None
+        return
+    if not on_emulator(request):
+        yield request.getfixturevalue("real_cluster")
         return
     from ascend_fleet.devcluster.cluster import DevCluster
 
@@ -47,30 +70,116 @@ def cluster():
 
 @pytest.fixture
 def local_cluster(cluster):
+    """A cluster whose nodes this project simulates (crash, fail and vanish pods); skipped on an existing one."""
     if cluster is None:
-        pytest.skip("needs the local cluster's simulated kubelet or fault injection")
+        pytest.skip("needs the simulated nodes' test controls")
     return cluster
 
 
 @pytest.fixture
-def kube(cluster) -> Kube:
-    if cluster is None:
-        return Kube.connect(REAL_CLUSTER)
-    from ascend_fleet.devcluster.testing import api_client
-
-    client = Kube(api_client(cluster.url), user_agent=HARNESS)
-    client._call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd())
-    return client
+def emulator(cluster):
+    """The local emulator (its fault-injection DSL); only for tests marked ``emulator``."""
+    if cluster is None or not hasattr(cluster, "emulator"):
+        pytest.skip("needs the local emulator's fault injection (mark the test `emulator`)")
+    return cluster.emulator
 
 
 @pytest.fixture
-def namespace(kube) -> Iterator[str]:
+def kube(cluster) -> Kube:
+    """The test harness's own client (an administrator)."""
+    if cluster is None:
+        return Kube.connect(REAL_CLUSTER)
+    if hasattr(cluster, "emulator"):
+        from ascend_fleet.devcluster.testing import api_client
+
+        client = Kube(api_client(cluster.url), user_agent=HARNESS)
+        client._call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd())
+        return client
+    client = Kube.connect(str(cluster.kubeconfig))
+    client.api.user_agent = HARNESS
+    return client
+
+
+def wait_for_service_account(
+    kube: Kube, namespace: str, name: str = "default", timeout: float = 60.0
+) -> None:
+    """Pods are admitted once their service account exists; the real controller manager creates ``default``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube._call("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def namespace(kube, cluster) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    kube._call("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
-                                                    "metadata": {"name": name}})
+    kube._call(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+    )
+    real = cluster is not None and not hasattr(cluster, "emulator")
+    if real:
+        wait_for_service_account(kube, name)
+        provide_model_claim(kube, name)
     yield name
     with contextlib.suppress(Exception):
         kube._call("DELETE", f"/api/v1/namespaces/{name}")
+    if real:
+        with contextlib.suppress(Exception):
+            kube._call("DELETE", f"/api/v1/persistentvolumes/models-{name}")  # named by provide_model_claim
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(real_cluster, tmp_path_factory) -> Path:
+    """A kubeconfig holding a token of the chart's ServiceAccount: ``helm install`` of the chart, then a
+    TokenRequest, as the operator's pod would get it (no operator pod runs: the tests run the operator)."""
+    from tests.chart import helm
+
+    admin = real_cluster.kube
+    with contextlib.suppress(Exception):
+        admin._call(
+            "POST",
+            "/api/v1/namespaces",
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        )
+    release = helm.install(
+        real_cluster.kubeconfig,
+        OPERATOR_RELEASE,
+        OPERATOR_NAMESPACE,
+        {"operator": {"replicas": 0}},
+        driver="secret",
+    )
+    (account,) = [o["metadata"]["name"] for o in release.objects if o["kind"] == "ServiceAccount"]
+    wait_for_service_account(admin, OPERATOR_NAMESPACE, account)
+    answer = admin._call(
+        "POST",
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{account}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86400},
+        },
+    )
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    return real_cluster.cluster.write_kubeconfig(path, token=answer["status"]["token"])
+
+
+def operator_client(request: pytest.FixtureRequest, cluster) -> Kube:
+    """The operator's own client: on the real control plane, as the chart's ServiceAccount."""
+    if cluster is None:
+        return Kube.connect(REAL_CLUSTER)
+    if hasattr(cluster, "emulator"):
+        from ascend_fleet.devcluster.testing import api_client
+
+        return Kube(api_client(cluster.url))
+    SUITES.add("e2e")  # the API server's audit log records what the operator asked for
+    return Kube.connect(str(request.getfixturevalue("operator_kubeconfig")))
 
 
 @pytest.fixture
@@ -79,14 +188,9 @@ def settings() -> OperatorSettings:
 
 
 @pytest.fixture
-def operator(cluster, kube, settings):
+def operator(request, cluster, kube, settings):
     """A running operator with its own client; ``operator.restart()`` replaces it with a fresh one."""
-    if cluster is None:
-        handle = OperatorHandle(Kube.connect(REAL_CLUSTER), settings)
-    else:
-        from ascend_fleet.devcluster.testing import api_client
-
-        handle = OperatorHandle(Kube(api_client(cluster.url)), settings)
+    handle = OperatorHandle(operator_client(request, cluster), settings)
     yield handle
     handle.stop()
 

@@ -56,21 +56,28 @@ class Fleet:
         return self.kube.patch(names.KIND, self.namespace, name, {"spec": {"replicas": replicas}}, "scale")
 
     def pods(self, name: str) -> list[dict]:
-        return sorted(self.kube.list("Pod", self.namespace, {names.LABEL_NAME: name}),
-                      key=lambda p: p["metadata"]["name"])
+        return sorted(
+            self.kube.list("Pod", self.namespace, {names.LABEL_NAME: name}),
+            key=lambda p: p["metadata"]["name"],
+        )
 
     def pod_names(self, name: str) -> list[str]:
         return [p["metadata"]["name"] for p in self.pods(name) if not p["metadata"].get("deletionTimestamp")]
 
     def condition(self, name: str, type_: str) -> dict:
-        return next((c for c in self.get(name).get("status", {}).get("conditions", []) if c["type"] == type_), {})
+        return next(
+            (c for c in self.get(name).get("status", {}).get("conditions", []) if c["type"] == type_), {}
+        )
 
     def ready(self, name: str, replicas: int) -> dict | None:
         obj = self.get(name)
         status = obj.get("status", {})
-        done = (status.get("readyReplicas") == replicas and status.get("updatedReplicas") == replicas
-                and status.get("replicas") == replicas
-                and status.get("observedGeneration") == obj["metadata"].get("generation"))
+        done = (
+            status.get("readyReplicas") == replicas
+            and status.get("updatedReplicas") == replicas
+            and status.get("replicas") == replicas
+            and status.get("observedGeneration") == obj["metadata"].get("generation")
+        )
         return obj if done else None
 
     def wait_ready(self, name: str, replicas: int, timeout: float = 20.0) -> dict:

@@ -1,4 +1,8 @@
-"""As a user would: `ascend-fleet dev-cluster`, `ascend-fleet run`, and kubectl against them."""
+"""As a user would: `ascend-fleet dev-cluster --real`, `ascend-fleet run`, and kubectl against them.
+
+The cluster is the real control plane (the emulator with ``ASCEND_FLEET_E2E_BACKEND=emulator``), so
+``kubectl apply`` runs with its default validation: the server's schema and strict field validation.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,46 @@ import time
 
 import pytest
 
+from tests.e2e.conftest import BACKEND
 from tests.e2e.fleet import wait_for
 from tests.support.paths import ROOT
+from tests.support.realcluster import control_plane_or_skip
+
+REAL = BACKEND == "real"
+# The examples mount the claim `models`: a volume pre-bound to it, as a cluster admin would provide.
+MODEL_VOLUME = """
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: models-kubectl-test}
+spec:
+  capacity: {storage: 1Ti}
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  hostPath: {path: /var/lib/ascend-fleet-test-models}
+  claimRef: {namespace: default, name: models}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: models, namespace: default}
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  volumeName: models-kubectl-test
+  resources: {requests: {storage: 1Ti}}
+"""
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
 
 
 def start(*args, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "ascend_fleet.cli.main", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ascend_fleet.cli.main", *args],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
 
 
 def stop(process: subprocess.Popen) -> str:
@@ -35,10 +70,20 @@ def stop(process: subprocess.Popen) -> str:
 @pytest.fixture
 def dev_cluster(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
-    process = start("dev-cluster", "--kubeconfig", str(kubeconfig), "--pod-start-seconds", "0.2",
-                    "--pod-ready-seconds", "0.2")
+    if REAL:
+        control_plane_or_skip()
+    process = start(
+        "dev-cluster",
+        *(["--real"] if REAL else []),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--pod-start-seconds",
+        "0.2",
+        "--pod-ready-seconds",
+        "0.2",
+    )
     line = ""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while "export KUBECONFIG=" not in line and time.monotonic() < deadline:
         line = process.stdout.readline()
     assert f"export KUBECONFIG={kubeconfig}" in line, stop(process)
@@ -47,9 +92,15 @@ def dev_cluster(tmp_path):
     assert process.returncode == 0
 
 
-def kubectl(kubeconfig, *args) -> str:
-    result = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                            cwd=ROOT, timeout=60)
+def kubectl(kubeconfig, *args, input: str | None = None) -> str:
+    result = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        input=input,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -58,21 +109,46 @@ def test_kubectl_apply_get_and_scale_against_the_dev_cluster(dev_cluster):
     env = {**os.environ, "KUBECONFIG": str(dev_cluster)}  # `run` honours KUBECONFIG
     operator = start("run", "--health-port", "0", "--metrics-port", "0", env=env)
     try:
-        kubectl(dev_cluster, "apply", "--validate=false", "-f", "crds/")
-        kubectl(dev_cluster, "apply", "--validate=false", "-f", "examples/sglang-small.yaml")
-        wait_for(lambda: "qwen-1-5b-0" in kubectl(dev_cluster, "get", "pods", "-o", "name"), 30, "the engine pod")
-        table = wait_for(lambda: (out := kubectl(dev_cluster, "get", "ainf"))
-                         and out.split("\n")[1].split()[5:6] == ["1"] and out, 30, "READY 1 in kubectl get ainf")
+        validation = [] if REAL else ["--validate=false"]  # the emulator serves no OpenAPI schema
+        kubectl(dev_cluster, "apply", *validation, "-f", "crds/")
+        if REAL:
+            kubectl(dev_cluster, "wait", "--for=condition=Established", "-f", "crds/")
+            kubectl(dev_cluster, "apply", "-f", "-", input=MODEL_VOLUME)
+        kubectl(dev_cluster, "apply", *validation, "-f", "examples/sglang-small.yaml")
+        wait_for(
+            lambda: "qwen-1-5b-0" in kubectl(dev_cluster, "get", "pods", "-o", "name"), 90, "the engine pod"
+        )
+        table = wait_for(
+            lambda: (
+                (out := kubectl(dev_cluster, "get", "ainf"))
+                and out.split("\n")[1].split()[5:6] == ["1"]
+                and out
+            ),
+            30,
+            "READY 1 in kubectl get ainf",
+        )
         header, row = table.splitlines()[:2]
         assert header.split() == ["NAME", "ENGINE", "TP", "PP", "REPLICAS", "READY", "NPUS", "AGE"]
         assert row.split()[:7] == ["qwen-1-5b", "sglang", "2", "1", "1", "1", "2"]
 
         kubectl(dev_cluster, "scale", "ainf/qwen-1-5b", "--replicas=2")
-        wait_for(lambda: kubectl(dev_cluster, "get", "pods", "-o", "name").split() ==
-                 ["pod/qwen-1-5b-0", "pod/qwen-1-5b-1"], 30, "two engine pods")
+        wait_for(
+            lambda: (
+                kubectl(dev_cluster, "get", "pods", "-o", "name").split()
+                == ["pod/qwen-1-5b-0", "pod/qwen-1-5b-1"]
+            ),
+            30,
+            "two engine pods",
+        )
         described = kubectl(dev_cluster, "get", "ainf", "qwen-1-5b", "-o", "jsonpath={.status.replicas}")
-        wait_for(lambda: kubectl(dev_cluster, "get", "ainf", "qwen-1-5b", "-o",
-                                 "jsonpath={.status.readyReplicas}") == "2", 30, "two ready replicas")
+        wait_for(
+            lambda: (
+                kubectl(dev_cluster, "get", "ainf", "qwen-1-5b", "-o", "jsonpath={.status.readyReplicas}")
+                == "2"
+            ),
+            30,
+            "two ready replicas",
+        )
         assert described in {"1", "2"}
     finally:
         output = stop(operator)

@@ -60,14 +60,22 @@ def control_plane_or_skip() -> None:
         pytest.skip(str(error))
 
 
+STARTED: list[
+    RealClusterHandle
+] = []  # the session's cluster once started (the RBAC check reads its audit log)
+
+
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[RealClusterHandle]:
     control_plane_or_skip()
-    with RealCluster(nodes=4, start_seconds=0.2, ready_seconds=0.3) as cluster:
+    # Six 16-NPU nodes: room for the largest example (4 pods of 8 NPUs) and the A3 example (16 NPUs a pod).
+    with RealCluster(nodes=6, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3) as cluster:
         assert cluster.kubeconfig_path is not None
         handle = RealClusterHandle(
             cluster, cluster.kubeconfig_path, Kube.connect(str(cluster.kubeconfig_path))
         )
         handle.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
         handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_FILE))
+        STARTED.append(handle)
         yield handle
+        STARTED.remove(handle)

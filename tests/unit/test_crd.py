@@ -9,7 +9,8 @@ import yaml
 from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api.crd import crd, crd_yaml
-from tests.support.crdcheck import api_server_errors, cel_errors
+from tests.support.corpus import ACCEPTED, SAME_SENTENCE
+from tests.support.crdcheck import api_server_errors, cel_errors, with_defaults
 from tests.support.paths import CRD_FILE, EXAMPLES
 
 CRD = crd()
@@ -38,8 +39,11 @@ def test_schema_is_structural():
     for path, node in walk(SCHEMA):
         for banned in ("$ref", "anyOf", "oneOf", "allOf", "const", "title"):
             assert banned not in node, f"{path} has {banned}"
-        typed = "type" in node or node.get("x-kubernetes-int-or-string") or node.get(
-            "x-kubernetes-preserve-unknown-fields")
+        typed = (
+            "type" in node
+            or node.get("x-kubernetes-int-or-string")
+            or node.get("x-kubernetes-preserve-unknown-fields")
+        )
         assert typed, f"{path} has no type"
         if "properties" in node:
             assert "additionalProperties" not in node, f"{path} mixes properties and additionalProperties"
@@ -47,7 +51,9 @@ def test_schema_is_structural():
 
 def test_every_spec_field_is_described():
     spec = SCHEMA["properties"]["spec"]
-    missing = [path for path, node in walk(spec, "spec") if "description" not in node and path.count(".") <= 1]
+    missing = [
+        path for path, node in walk(spec, "spec") if "description" not in node and path.count(".") <= 1
+    ]
     assert not missing
 
 
@@ -59,7 +65,14 @@ def test_scale_subresource_and_printer_columns():
         "labelSelectorPath": ".status.selector",
     }
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Engine", "TP", "PP", "Replicas", "Ready", "NPUs", "Age"]
+        "Engine",
+        "TP",
+        "PP",
+        "Replicas",
+        "Ready",
+        "NPUs",
+        "Age",
+    ]
     assert CRD["spec"]["names"]["shortNames"] == ["ainf"]
 
 
@@ -89,15 +102,20 @@ def rule(**fields):
 BAD = {
     "memory fractions": (with_spec(memory={"staticFraction": 0.7}), "must add up to 1.0"),
     "memory fractions, all set": (
-        with_spec(memory={"staticFraction": 0.5, "dynamicFraction": 0.5, "reserveFraction": 0.5}), "add up to 1.0"),
+        with_spec(memory={"staticFraction": 0.5, "dynamicFraction": 0.5, "reserveFraction": 0.5}),
+        "add up to 1.0",
+    ),
     "min above max": (with_spec(autoscaling={"minReplicas": 5, "maxReplicas": 2}), "minReplicas must be <="),
     "min above default max": (with_spec(autoscaling={"minReplicas": 9}), "minReplicas must be <="),
-    "percentage over 100": (with_spec(rules=[rule(threshold="150%")]), "percentage between 0% and 100%"),
-    "negative threshold": (with_spec(rules=[rule(threshold=-1)]), "number >= 0"),
-    "word threshold": (with_spec(rules=[rule(threshold="high")]), "percentage between"),
+    "percentage over 100": (with_spec(rules=[rule(threshold="150%")]), "does not match"),
+    "negative threshold": (with_spec(rules=[rule(threshold=-1)]), "less than the minimum of 0"),
+    "word threshold": (with_spec(rules=[rule(threshold="high")]), "does not match"),
+    "too many rules": (with_spec(rules=[rule()] * 33), "is too long"),
     "metric and query": (with_spec(rules=[rule(query="up")]), "exactly one of metric"),
-    "neither metric nor query": (with_spec(rules=[{k: v for k, v in rule().items() if k != "metric"}]),
-                                 "exactly one of metric"),
+    "neither metric nor query": (
+        with_spec(rules=[{k: v for k, v in rule().items() if k != "metric"}]),
+        "exactly one of metric",
+    ),
     "fleet restart": (with_spec(rules=[rule(action="restart_service", scope="fleet")]), "use scope: replica"),
     "long name": ({**GOOD, "metadata": {"name": "x" * 60}}, "at most 52 characters"),
     "tensor zero": (with_spec(parallelism={"tensor": 0}), "parallelism.tensor"),
@@ -140,5 +158,32 @@ def test_cel_and_pydantic_agree_on_the_corpus():
         assert api_server_errors(CRD, doc), case
 
 
+@pytest.mark.parametrize("case", SAME_SENTENCE, ids=list(SAME_SENTENCE))
+def test_cel_says_what_validate_says(case):
+    """The CEL rule's message (or messageExpression) is the sentence `ascend-fleet validate` prints."""
+    from ascend_fleet.render import InvalidSpec, validate
+
+    doc = SAME_SENTENCE[case]
+    with pytest.raises(InvalidSpec) as refused:
+        validate(doc)
+    errors = api_server_errors(CRD, doc)
+    for problem in refused.value.problems:
+        sentence = problem.split(": ", 1)[1] if problem.startswith("spec") else problem
+        assert any(error.endswith(sentence) for error in errors), (sentence, errors)
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=list(ACCEPTED))
+def test_accepted_by_both(case):
+    from ascend_fleet.render import validate
+
+    validate(ACCEPTED[case])
+    assert api_server_errors(CRD, ACCEPTED[case]) == []
+
+
+def test_layout_rules_report_at_spec_parallelism():
+    errors = api_server_errors(CRD, SAME_SENTENCE["tensor must divide the node"])
+    assert errors and all(e.startswith("spec.parallelism: ") for e in errors), errors
+
+
 def test_cel_rules_compile():
-    assert cel_errors(SCHEMA, GOOD) == []
+    assert cel_errors(SCHEMA, with_defaults(SCHEMA, GOOD)) == []

@@ -40,10 +40,13 @@ def _either(aggregation: str, *metrics: str) -> str:
     return " or ".join(f"{aggregation} {_BY} ({metric})" for metric in metrics)
 
 
-# Engine metrics (ENGINES.md): only the leader (rank 0) serves them, so sum/max over a replica is that pod's.
+# Engine metrics: only the leader (rank 0) serves them, so sum/max over a replica is that pod's. Newer SGLang
+# writes each queue gauge once with priority="" (the total) and again per priority value: the total alone is
+# selected before summing (older versions have no priority label, which priority="" also matches).
+_SGLANG_TOTAL = '{priority=""}'
 _ENGINE_ENTRIES = {
-    "queue_depth": _either("sum", "vllm:num_requests_waiting", "sglang:num_queue_reqs"),
-    "running_requests": _either("sum", "vllm:num_requests_running", "sglang:num_running_reqs"),
+    "queue_depth": _either("sum", "vllm:num_requests_waiting", f"sglang:num_queue_reqs{_SGLANG_TOTAL}"),
+    "running_requests": _either("sum", "vllm:num_requests_running", f"sglang:num_running_reqs{_SGLANG_TOTAL}"),
     "kv_cache_usage": _either("max", "vllm:kv_cache_usage_perc", "sglang:token_usage"),
 }
 
@@ -87,7 +90,7 @@ _EXPORTER_ENTRIES = {
 # kube-state-metrics exposes pod labels as label_<sanitized key> once allowed with
 # --metric-labels-allowlist=pods=[inference.ascendfleet.io/name,inference.ascendfleet.io/replica].
 POD_REPLICA_LABELS = (
-    'max by (namespace, pod, inference, replica) ('
+    "max by (namespace, pod, inference, replica) ("
     'label_replace(label_replace(kube_pod_labels{label_inference_ascendfleet_io_name!=""}, '
     '"inference", "$1", "label_inference_ascendfleet_io_name", "(.+)"), '
     '"replica", "$1", "label_inference_ascendfleet_io_replica", "(.+)"))'
@@ -109,12 +112,14 @@ _NPU_EXPORTER_ENTRIES = {
     "hbm_usage": f"max {_BY} ({_npu_exporter(_HBM_RATIO)})",
 }
 
-PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType({
-    PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_REQUEST_ENTRIES}),
-    PRESET_NPU_EXPORTER: MappingProxyType(
-        {**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_REQUEST_ENTRIES, **_NPU_EXPORTER_ENTRIES}
-    ),
-})
+PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {
+        PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_REQUEST_ENTRIES}),
+        PRESET_NPU_EXPORTER: MappingProxyType(
+            {**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_REQUEST_ENTRIES, **_NPU_EXPORTER_ENTRIES}
+        ),
+    }
+)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from . import names
+from .checks import root_validations, spec_validations
 from .units import DURATION_PATTERN, format_duration
 from .v1alpha1 import AscendInferenceSpec, AscendInferenceStatus
 
@@ -75,6 +76,7 @@ def openapi_schema() -> dict[str, Any]:
     """The whole object's openAPIV3Schema."""
     spec = model_schema(AscendInferenceSpec)
     spec["description"] = "What to serve and how: model, engine, parallel layout, memory pools and rules."
+    spec.setdefault("x-kubernetes-validations", []).extend(spec_validations())
     status = model_schema(AscendInferenceStatus)
     status["description"] = "What the operator observed and did."
     return {
@@ -88,12 +90,7 @@ def openapi_schema() -> dict[str, Any]:
             "spec": spec,
             "status": status,
         },
-        "x-kubernetes-validations": [
-            {
-                "rule": "size(self.metadata.name) <= 52",
-                "message": "metadata.name must be at most 52 characters: pod and Service names derive from it",
-            }
-        ],
+        "x-kubernetes-validations": root_validations(),
     }
 
 

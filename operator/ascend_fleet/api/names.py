@@ -26,6 +26,12 @@ ANNOTATION_DRAIN_STARTED = f"{GROUP}/drain-started"  # RFC 3339 time a replica's
 ANNOTATION_DRAIN_REASON = f"{GROUP}/drain-reason"  # why: scale-in, rollout, rule restart
 ANNOTATION_RESTARTS = f"{GROUP}/group-restarts"  # JSON: replica -> {count, last} for gang backoff
 
+# Volcano gang scheduling: the annotation naming a pod's PodGroup, and the PodGroup's API.
+ANNOTATION_POD_GROUP = "scheduling.k8s.io/group-name"
+VOLCANO_SCHEDULER = "volcano"
+POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
+POD_GROUP_KIND = "PodGroup"
+
 # Well-known labels, for tools that group by app.
 LABEL_APP_NAME = "app.kubernetes.io/name"
 LABEL_APP_INSTANCE = "app.kubernetes.io/instance"

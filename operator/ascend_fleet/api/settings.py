@@ -8,12 +8,15 @@ command-line flags override both.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 
+from .checks import MAX_WINDOW_SECONDS
+from .units import format_duration
 from .v1alpha1 import Duration, Model
 
 
@@ -24,25 +27,48 @@ class PrometheusSettings(Model):
 
 class ControlSettings(Model):
     interval: Duration = Field(default=15.0, description="Seconds between control-loop cycles.")
-    step: Duration = Field(default=15.0, description="Subquery resolution: one sample per step in a rule window.")
+    step: Duration = Field(
+        default=15.0, description="Subquery resolution: one sample per step in a rule window."
+    )
     min_samples_fraction: float = Field(
         default=0.8, gt=0, le=1, description="Share of a window's samples that must exist for a rule to hold."
     )
     actions_history: int = Field(default=20, ge=1, le=200, description="Decisions kept in status.actions.")
     catalog_preset: Literal["ascend-fleet", "npu-exporter"] = Field(
-        default="ascend-fleet", description="Default metric names: the project's exporter or Huawei's npu-exporter."
+        default="ascend-fleet",
+        description="Default metric names: the project's exporter or Huawei's npu-exporter.",
     )
     catalog: dict[str, str] = Field(
-        default_factory=dict, description="Extra or replaced catalog entries: logical name -> PromQL template."
+        default_factory=dict,
+        description="Extra or replaced catalog entries: logical name -> PromQL template.",
     )
+    max_window: Duration = Field(
+        default=MAX_WINDOW_SECONDS,
+        description="Longest rule window (`for`) an AscendInference may ask for; longer ones are InvalidSpec. "
+        "Each window makes Prometheus evaluate that many samples per object and cycle.",
+    )
+
+    @field_validator("max_window")
+    @classmethod
+    def _window_within_crd(cls, value: float) -> float:
+        if not 0 < value <= MAX_WINDOW_SECONDS:
+            raise ValueError(
+                f"control.maxWindow {format_duration(value)} is outside 0..{format_duration(MAX_WINDOW_SECONDS)}: "
+                f"the CRD refuses rule windows above {format_duration(MAX_WINDOW_SECONDS)}, so a larger bound "
+                "would never apply; lower it, or leave it at the default"
+            )
+        return value
 
 
 class ReconcileSettings(Model):
-    backoff_initial: Duration = Field(default=30.0, description="First delay before recreating a failed replica.")
+    backoff_initial: Duration = Field(
+        default=30.0, description="First delay before recreating a failed replica."
+    )
     backoff_max: Duration = Field(default=600.0, description="Cap of the doubling replica-restart backoff.")
     resync_interval: Duration = Field(default=30.0, description="Periodic reconcile even without changes.")
     watch_timeout: Duration = Field(
-        default=300.0, description="Server-side timeout of each watch; kopf then resumes it (or relists on 410)."
+        default=300.0,
+        description="Server-side timeout of each watch; kopf then resumes it (or relists on 410).",
     )
 
 
@@ -67,6 +93,29 @@ class OperatorSettings(Model):
         description="Default engine images for specs that name none, keyed by engine type (vllm-ascend, sglang) "
         "or engine/chip (vllm-ascend/ascend910_93); the more specific key wins.",
     )
+    allow_host_path_models: bool = Field(
+        default=False,
+        description="Let spec.model.volume be a hostPath. Off by default: a hostPath reads any node file, and "
+        "anyone who may create an AscendInference would get that.",
+    )
+
+    def with_default_image(self, body: dict) -> dict:
+        """The object with the configured default image filled in where the spec names none.
+
+        ``images`` keys are ``<engine>/<chip>`` (e.g. ``vllm-ascend/ascend910_93`` for A3 builds) or just
+        ``<engine>``; the more specific key wins. The operator and ``ascend-fleet render --config`` both use
+        this, so GitOps output names the image the operator would run.
+        """
+        spec = body.get("spec") or {}
+        engine = spec.get("engine") or {}
+        chip = (spec.get("hardware") or {}).get("chip", "ascend910b")
+        kind = engine.get("type", "")
+        default = self.images.get(f"{kind}/{chip}") or self.images.get(kind)
+        if not default or engine.get("image"):
+            return body
+        body = copy.deepcopy(body)
+        body["spec"]["engine"]["image"] = default
+        return body
 
     @classmethod
     def load(cls, path: str | None = None, environ: dict[str, str] | None = None) -> OperatorSettings:

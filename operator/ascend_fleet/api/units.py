@@ -9,8 +9,12 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|min|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 # The same grammar for the CRD's OpenAPI pattern, so kubectl rejects what pydantic would.
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|min|s|m|h))+$"
-# 0% to 100%, so the CRD can reject "150%" without arithmetic in CEL.
-PERCENT_PATTERN = r"^(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)%$"
+# A threshold written as a string: a plain number, or a percentage from 0% to 100% (so the CRD can refuse
+# "150%" without arithmetic); pydantic accepts exactly the strings this pattern does.
+THRESHOLD_PATTERN = r"^([0-9]+(\.[0-9]+)?|(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)%)$"
+
+
+_THRESHOLD = re.compile(THRESHOLD_PATTERN)
 
 
 def parse_duration(value: object) -> float:
@@ -51,21 +55,24 @@ def format_duration(seconds: float) -> str:
 def parse_threshold(value: object) -> float:
     """Return a plain number for ``0.85``, ``12`` or ``"85%"`` (a percentage becomes a ratio, 0.85)."""
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a threshold; write a number such as 0.85 or a percentage such as '85%'")
+        raise ValueError(
+            f"{value!r} is not a threshold; write a number such as 0.85 or a percentage such as '85%'"
+        )
     if isinstance(value, int | float):
         number = float(value)
     elif isinstance(value, str):
-        text = value.strip()
-        try:
-            number = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
-        except ValueError:
+        text = value
+        if text.endswith("%") and re.fullmatch(r"[0-9]+(\.[0-9]+)?%", text) and not _THRESHOLD.match(text):
+            raise ValueError(f"{value!r} is out of range; a percentage is between 0% and 100%")
+        if not _THRESHOLD.match(text):
             raise ValueError(
                 f"{value!r} is not a threshold; write a number such as 0.85 or a percentage such as '85%'"
-            ) from None
-        if text.endswith("%") and not 0.0 <= number <= 1.0:
-            raise ValueError(f"{value!r} is out of range; a percentage is between 0% and 100%")
+            )
+        number = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
     else:
-        raise ValueError(f"{value!r} is not a threshold; write a number such as 0.85 or a percentage such as '85%'")
+        raise ValueError(
+            f"{value!r} is not a threshold; write a number such as 0.85 or a percentage such as '85%'"
+        )
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"{value!r} is out of range; a threshold is zero or more")
     return number
@@ -76,3 +83,18 @@ def format_threshold(value: float) -> str:
     if 0.0 <= value <= 1.0:
         return f"{value * 100:g}%"
     return f"{value:g}"
+
+
+_QUANTITY_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+}
+
+
+def parse_quantity(value: str) -> float:
+    """A Kubernetes memory quantity (``16Gi``, ``512M``, ``1073741824``) in bytes."""
+    text = str(value).strip()
+    for suffix, factor in sorted(_QUANTITY_SUFFIXES.items(), key=lambda item: -len(item[0])):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor
+    return float(text)

@@ -21,43 +21,60 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from .units import DURATION_PATTERN, PERCENT_PATTERN, format_duration, parse_duration, parse_threshold
+from .checks import (
+    DEFAULT_NPUS_PER_NODE,
+    MAX_DURATION_LENGTH,
+    MAX_MODEL_DIMENSION,
+    MAX_WINDOW_SECONDS,
+    engine_chip_problem,
+    window_sentence,
+    window_validations,
+)
+from .images import DEFAULT_IMAGES
+from .k8s import EnvVarSource, ResourceRequirements, Size, Toleration, VolumeSource, env_name_problem
+from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
+
+_DURATION_SCHEMA = {
+    "x-kubernetes-int-or-string": True,
+    "pattern": DURATION_PATTERN,
+    "maxLength": MAX_DURATION_LENGTH,
+    "description": "A duration: 30s, 5m, 5min, 1h, 1h30m, or a number of seconds.",
+}
 
 Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema(
-        {
-            "x-kubernetes-int-or-string": True,
-            "pattern": DURATION_PATTERN,
-            "description": "A duration: 30s, 5m, 5min, 1h, 1h30m, or a number of seconds.",
-        }
-    ),
+    WithJsonSchema(_DURATION_SCHEMA),
 ]
 """Seconds, written as ``30s``, ``5m``, ``5min``, ``1h`` or a number of seconds."""
+
+Window = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema({**_DURATION_SCHEMA, "x-kubernetes-validations": window_validations()}),
+]
+"""A rule's window: a Duration of at most ``MAX_WINDOW_SECONDS`` (the CRD says so too)."""
 
 Threshold = Annotated[
     float,
     BeforeValidator(parse_threshold),
+    # A number or a string: no structural type covers both, and the API server compiles no CEL on an
+    # untyped node, so OpenAPI value checks do the work (pattern applies to strings, minimum to numbers).
     WithJsonSchema(
         {
             "x-kubernetes-preserve-unknown-fields": True,
-            "description": "A number such as 0.85 or 12, or a percentage string such as \"85%\".",
-            "x-kubernetes-validations": [
-                {
-                    "rule": "type(self) == string ? self.matches('" + PERCENT_PATTERN + "') "
-                    ": (type(self) == int || type(self) == double) && self >= 0",
-                    "message": "threshold must be a number >= 0 (e.g. 0.85) or a percentage between 0% and 100% "
-                    "(e.g. '85%')",
-                },
-            ],
+            "description": 'A number such as 0.85 or 12, or a percentage string such as "85%".',
+            "pattern": THRESHOLD_PATTERN,
+            "minimum": 0,
         }
     ),
 ]
 """A plain number; percentages are converted to ratios (``"85%"`` -> 0.85)."""
 
 EngineType = Literal["vllm-ascend", "sglang"]
+MultiNode = Literal["ray", "native"]
 Chip = Literal["ascend910a", "ascend910b", "ascend910_93"]
 Precision = Literal["bf16", "fp16", "int8"]
 Action = Literal["scale_up", "scale_down", "restart_service", "notify"]
@@ -67,17 +84,6 @@ RoutingMode = Literal["service", "inferencePool"]
 SchedulingPolicy = Literal["fcfs", "short-request-first"]
 
 DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
-DEFAULT_NPUS_PER_NODE: dict[str, int] = {"ascend910a": 8, "ascend910b": 8, "ascend910_93": 16}
-# Upstream images per engine and chip (ENGINES.md); the Helm chart can point them at the project's
-# engine images, which add the NPU exporter on top of these.
-DEFAULT_IMAGES: dict[tuple[str, str], str] = {
-    ("vllm-ascend", "ascend910a"): "quay.io/ascend/vllm-ascend:v0.11.0",
-    ("vllm-ascend", "ascend910b"): "quay.io/ascend/vllm-ascend:v0.11.0",
-    ("vllm-ascend", "ascend910_93"): "quay.io/ascend/vllm-ascend:v0.11.0-a3",
-    ("sglang", "ascend910a"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
-    ("sglang", "ascend910b"): "lmsysorg/sglang:v0.5.5-cann8.5.0-910b",
-    ("sglang", "ascend910_93"): "lmsysorg/sglang:v0.5.5-cann8.5.0-a3",
-}
 
 
 class Model(BaseModel):
@@ -103,10 +109,10 @@ class ModelSource(Model):
         pattern=r"^/",
         description="Absolute path of the weights inside the engine container.",
     )
-    volume: dict[str, Any] | None = Field(
+    volume: VolumeSource | None = Field(
         default=None,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
-        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, hostPath, nfs), "
+        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
+        "where the operator configuration allows it), "
         "mounted read-only at mountPath.",
     )
     mount_path: str = Field(
@@ -115,12 +121,20 @@ class ModelSource(Model):
         description="Where the volume is mounted; path must lie under it when a volume is given.",
     )
     num_attention_heads: int | None = Field(
-        default=None, ge=1, description="Optional: lets the planner check that tensor divides the heads."
+        default=None,
+        ge=1,
+        le=MAX_MODEL_DIMENSION,
+        description="Optional: lets the planner check that tensor divides the heads.",
     )
     num_layers: int | None = Field(
-        default=None, ge=1, description="Optional: lets the planner check that pipeline fits the layers."
+        default=None,
+        ge=1,
+        le=MAX_MODEL_DIMENSION,
+        description="Optional: lets the planner check that pipeline fits the layers.",
     )
-    max_model_len: int | None = Field(default=None, ge=1, description="Maximum context length, if not the model's.")
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Maximum context length, if not the model's."
+    )
 
     @model_validator(mode="after")
     def _path_under_mount(self) -> ModelSource:
@@ -145,11 +159,18 @@ def _parent(path: str) -> str:
 class EnvVar(Model):
     """An environment variable: a literal value or a Kubernetes valueFrom source."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=256)
     value: str | None = None
-    value_from: dict[str, Any] | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
-    )
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _valid_for_a_container(self) -> EnvVar:
+        problem = env_name_problem(self.name)
+        if problem:
+            raise ValueError(problem)
+        if self.value and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
 
 
 class Engine(Model):
@@ -160,23 +181,31 @@ class Engine(Model):
         default=None, description="Engine image; defaults to the upstream image for the engine and chip."
     )
     port: int | None = Field(
-        default=None, ge=1, le=65535, description="HTTP port of the OpenAI API (default 8000 vLLM, 30000 SGLang)."
+        default=None,
+        ge=1,
+        le=65535,
+        description="HTTP port of the OpenAI API (default 8000 vLLM, 30000 SGLang).",
     )
     args: list[str] = Field(
         default_factory=list,
         description="Extra engine arguments, appended; one that repeats a generated flag is rejected.",
     )
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment; a name set here wins.")
-    resources: dict[str, Any] | None = Field(
-        default=None,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
-        description="CPU/memory requests and limits (the NPU resource is set from the layout).",
+    resources: ResourceRequirements | None = Field(
+        default=None, description="CPU/memory requests and limits (the NPU resource is set from the layout)."
     )
     exporter: bool = Field(default=True, description="Run the project's NPU exporter inside the engine.")
     startup_timeout: Duration = Field(
         default=1800.0, description="How long model loading may take before the startup probe gives up."
     )
-    shm_size: str = Field(default="16Gi", description="Size limit of the in-memory /dev/shm.")
+    shm_size: Size = Field(
+        default="16Gi", description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi."
+    )
+    multi_node: MultiNode | None = Field(
+        default=None,
+        description="vLLM replicas spanning pods: native (--nnodes/--node-rank/--master-addr, --headless on "
+        "non-leaders; vLLM 0.23+) or ray; default native where the image's vLLM has it, else ray.",
+    )
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Engine:
@@ -194,12 +223,25 @@ CRD_DEFAULT = {"x-crd-default": True}
 class Parallelism(Model):
     """The hybrid parallel layout: tensor x pipeline NPUs per replica, data replicas."""
 
-    tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size (never crosses a node).",
-                        json_schema_extra=CRD_DEFAULT)
-    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel stages per replica.",
-                          json_schema_extra=CRD_DEFAULT)
+    tensor: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Tensor-parallel size (never crosses a node).",
+        json_schema_extra=CRD_DEFAULT,
+    )
+    pipeline: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pipeline-parallel stages per replica.",
+        json_schema_extra=CRD_DEFAULT,
+    )
     data: int = Field(
-        default=1, ge=0, le=1024, description="Number of replicas; the scale subresource changes this field.",
+        default=1,
+        ge=0,
+        le=1024,
+        description="Number of replicas; the scale subresource changes this field.",
         json_schema_extra=CRD_DEFAULT,
     )
 
@@ -284,7 +326,9 @@ class Memory(Model):
 class Scheduling(Model):
     """Request scheduling in the engine and pod placement in the cluster."""
 
-    priority: bool = Field(default=False, description="Priority request scheduling (requests carry `priority`).")
+    priority: bool = Field(
+        default=False, description="Priority request scheduling (requests carry `priority`)."
+    )
     policy: SchedulingPolicy = Field(
         default="fcfs",
         description="Order of the engine's own queue: fcfs, or short-request-first (vllm-ascend only: prompts "
@@ -300,10 +344,7 @@ class Scheduling(Model):
         default=2.0, description="How long short-request-first lets a long prompt wait before it goes first."
     )
     node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(
-        default_factory=list,
-        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-    )
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
     scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
     priority_class_name: str | None = None
 
@@ -439,7 +480,9 @@ class Autoscaling(Model):
     max_replicas: int = Field(default=8, ge=1)
     scale_up_cooldown: Duration = Field(default=180.0, description="Quiet time after a scale-up.")
     scale_down_cooldown: Duration = Field(default=600.0, description="Quiet time after a scale-down.")
-    restart_cooldown: Duration = Field(default=600.0, description="Quiet time between rule restarts of one replica.")
+    restart_cooldown: Duration = Field(
+        default=600.0, description="Quiet time between rule restarts of one replica."
+    )
     dry_run: bool = Field(default=False, description="Record decisions without acting on them.")
 
     @model_validator(mode="after")
@@ -489,7 +532,9 @@ class Rule(Model):
     )
     comparison: Comparison = Field(default=">", description="How the metric compares to the threshold.")
     threshold: Threshold
-    for_: Duration = Field(alias="for", description="How long the condition must hold at every sample.")
+    for_: Window = Field(
+        alias="for", description="How long the condition must hold at every sample; at most 24h."
+    )
     action: Action
     scope: Scope | None = Field(
         default=None, description="fleet (aggregate over replicas) or replica; default by action."
@@ -503,6 +548,8 @@ class Rule(Model):
             self.scope = DEFAULT_SCOPE[self.action]
         if self.action == "restart_service" and self.scope != "replica":
             raise ValueError("restart_service acts on one replica; use scope: replica (the default)")
+        if self.for_ > MAX_WINDOW_SECONDS:
+            raise ValueError(window_sentence())
         return self
 
     def describe(self) -> str:
@@ -519,6 +566,9 @@ class Rule(Model):
         return self.name or self.describe()
 
 
+MAX_RULES = 32  # bounds the CEL cost of the per-rule checks, and Prometheus' work per object
+
+
 def default_rules() -> list[Rule]:
     """The two rules from the project's brief."""
     return [
@@ -530,9 +580,37 @@ def default_rules() -> list[Rule]:
 class Disruption(Model):
     """How many replicas may be out of service at once, and how long a drain lasts."""
 
-    max_unavailable: int = Field(default=1, ge=1, description="Replicas out of service at once (rollouts, restarts).")
+    max_unavailable: int = Field(
+        default=1, ge=1, description="Replicas out of service at once (rollouts, restarts)."
+    )
     drain_seconds: int = Field(
-        default=30, ge=0, le=3600, description="In-flight requests get this long after a leader leaves the Service."
+        default=30,
+        ge=0,
+        le=3600,
+        description="In-flight requests get this long after a leader leaves the Service.",
+    )
+
+
+class TemplateMetadata(Model):
+    """Labels and annotations added to every engine pod."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+_OPEN_OBJECT = {"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
+
+
+class PodTemplate(Model):
+    """A partial PodTemplateSpec merged into every engine pod (strategic-merge semantics)."""
+
+    metadata: TemplateMetadata | None = None
+    spec: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra=_OPEN_OBJECT,
+        description="Pod spec fields: affinity, tolerations, nodeSelector, imagePullSecrets, serviceAccountName, "
+        "priorityClassName, securityContext, volumes, initContainers, containers (the one named engine takes "
+        "env, volumeMounts and resources; others are sidecars), automountServiceAccountToken, ...",
     )
 
 
@@ -554,15 +632,28 @@ class AscendInferenceSpec(Model):
 
     model: ModelSource
     engine: Engine
-    parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra={"x-crd-default-object": True})
+    parallelism: Parallelism = Field(
+        default_factory=Parallelism, json_schema_extra={"x-crd-default-object": True}
+    )
     hardware: Hardware = Field(default_factory=Hardware)
     batching: Batching = Field(default_factory=Batching)
     memory: Memory = Field(default_factory=Memory)
-    precision: Precision = Field(default="bf16", description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
+    precision: Precision = Field(
+        default="bf16", description="bf16, fp16, or int8 (ModelSlim-quantized weights)."
+    )
     scheduling: Scheduling = Field(default_factory=Scheduling)
     autoscaling: Autoscaling = Field(default_factory=Autoscaling)
-    rules: list[Rule] = Field(default_factory=default_rules, description="Control-loop rules; [] disables them.")
+    rules: list[Rule] = Field(
+        default_factory=default_rules,
+        max_length=MAX_RULES,
+        description="Control-loop rules; [] disables them.",
+    )
     disruption: Disruption = Field(default_factory=Disruption)
+    template: PodTemplate | None = Field(
+        default=None,
+        description="A partial pod template merged into every engine pod: labels, annotations, affinity, pull "
+        "secrets, service account, sidecars, ... Fields the operator owns are refused.",
+    )
     routing: Routing = Field(default_factory=Routing)
 
     @model_validator(mode="after")
@@ -575,9 +666,16 @@ class AscendInferenceSpec(Model):
             )
         return self
 
-    def image(self) -> str:
-        """The engine image to run: the user's, or the upstream one for the engine and chip."""
-        return self.engine.image or DEFAULT_IMAGES[(self.engine.type, self.hardware.chip)]
+    @model_validator(mode="after")
+    def _engine_runs_on_chip(self) -> AscendInferenceSpec:
+        problem = engine_chip_problem(self.engine.type, self.hardware.chip)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def image(self) -> str | None:
+        """The engine image to run: the user's, or the upstream one for the engine and chip (None: no image)."""
+        return self.engine.image or DEFAULT_IMAGES.get((self.engine.type, self.hardware.chip))
 
 
 # ----- status -----
@@ -610,7 +708,9 @@ class ActionRecord(Model):
     value: float | None = None
     action: Action
     target: str = Field(description="fleet, or replica-N.")
-    result: str = Field(default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'.")
+    result: str = Field(
+        default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'."
+    )
     dry_run: bool = False
 
 

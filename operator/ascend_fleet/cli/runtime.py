@@ -12,43 +12,100 @@ import sys
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``run`` and ``dev-cluster`` to the CLI."""
-    run = sub.add_parser("run", help="Run the operator against a cluster (kubeconfig or in-cluster).",
-                         description="Run the operator against a cluster (KUBECONFIG, --kubeconfig or in-cluster).")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    run = sub.add_parser(
+        "run",
+        help="Run the operator against a cluster (kubeconfig or in-cluster).",
+        description="Run the operator against a cluster (KUBECONFIG, --kubeconfig or in-cluster).",
+    )
+    run.add_argument(
+        "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
+    )
     run.add_argument("--context", help="kubeconfig context")
     run.add_argument("--config", help="operator configuration file (default: $ASCEND_FLEET_CONFIG)")
-    run.add_argument("-n", "--namespace", action="append", default=[], dest="namespaces",
-                     help="watch only this namespace (repeatable; default: cluster-wide)")
-    run.add_argument("--peering", metavar="NAME",
-                     help="coordinate several operator replicas through kopf peering NAME (default: standalone)")
-    run.add_argument("--priority", type=int, default=0,
-                     help="peering priority: with several replicas, give each a different one (highest acts)")
-    run.add_argument("--health-port", type=int, default=8081, help="liveness endpoint port (/healthz; 0 = off)")
-    run.add_argument("--metrics-port", type=int, default=8080, help="operator metrics port (/metrics; 0 = off)")
+    run.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: cluster-wide)",
+    )
+    run.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="coordinate several operator replicas through kopf peering NAME (default: standalone)",
+    )
+    run.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="peering priority: with several replicas, give each a different one (highest acts)",
+    )
+    run.add_argument(
+        "--health-port", type=int, default=8081, help="liveness endpoint port (/healthz; 0 = off)"
+    )
+    run.add_argument(
+        "--metrics-port", type=int, default=8080, help="operator metrics port (/metrics; 0 = off)"
+    )
     run.add_argument("--prometheus-url", help="Prometheus for the control loop (overrides the config file)")
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     run.set_defaults(handler=cmd_run)
 
-    dev = sub.add_parser("dev-cluster", help="Serve a local Kubernetes API with a kubelet simulator.",
-                         description="Serve a local Kubernetes API (no auth, 127.0.0.1) with a kubelet simulator "
-                         "that runs created pods; writes a kubeconfig for kubectl, helm and `ascend-fleet run`.")
+    dev = sub.add_parser(
+        "dev-cluster",
+        help="Serve a local Kubernetes API with a kubelet simulator.",
+        description="Serve a local Kubernetes API (no auth, 127.0.0.1) with a kubelet simulator "
+        "that runs created pods; writes a kubeconfig for kubectl, helm and `ascend-fleet run`.",
+    )
+    dev.add_argument(
+        "--real",
+        action="store_true",
+        help="the real control plane (etcd, kube-apiserver, controller manager, scheduler, built from "
+        "Go modules on first use) instead of the local emulator; RBAC on, TLS, an admin kubeconfig",
+    )
     dev.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
-    dev.add_argument("--kubeconfig", default="~/.kube/ascend-fleet-dev.yaml", metavar="PATH",
-                     help="where to write the kubeconfig (default: %(default)s)")
+    dev.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="where to write the kubeconfig (default: ~/.kube/ascend-fleet-dev.yaml, "
+        "with --real ~/.kube/ascend-fleet-real.yaml)",
+    )
+    dev.add_argument("--nodes", type=int, default=4, help="simulated NPU nodes (default: %(default)s)")
+    dev.add_argument(
+        "--npus-per-node", type=int, default=8, help="NPUs each node offers (default: %(default)s)"
+    )
+    dev.add_argument(
+        "--resource-name",
+        default="huawei.com/Ascend910",
+        help="the device plugin's resource name (default: %(default)s)",
+    )
     dev.add_argument("--pod-start-seconds", type=float, default=1.0, help="Pending -> Running delay")
     dev.add_argument("--pod-ready-seconds", type=float, default=1.0, help="Running -> Ready delay")
     dev.set_defaults(handler=cmd_dev_cluster)
 
     demo = sub.add_parser(
-        "dev", help="Run the whole system on this machine and show a scale-up, a restart and a scale-down.",
+        "dev",
+        help="Run the whole system on this machine and show a scale-up, a restart and a scale-down.",
         description="Start a local Kubernetes API with simulated engines, a real Prometheus and the operator; "
-        "apply the demo fleet and show it live until scale_up, restart_service and scale_down have happened.")
-    demo.add_argument("-f", "--file", help="the AscendInference to run (default: the packaged examples/demo.yaml)")
+        "apply the demo fleet and show it live until scale_up, restart_service and scale_down have happened.",
+    )
+    demo.add_argument(
+        "-f", "--file", help="the AscendInference to run (default: the packaged examples/demo.yaml)"
+    )
     demo.add_argument("--scenario", help="a load scenario YAML file (default: the packaged demo scenario)")
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     demo.add_argument("--keep", action="store_true", help="keep everything running afterwards, for kubectl")
-    demo.add_argument("--kubeconfig", default="~/.kube/ascend-fleet-dev.yaml", metavar="PATH",
-                      help="where to write the kubeconfig (default: %(default)s)")
+    demo.add_argument(
+        "--real",
+        action="store_true",
+        help="on the real control plane (built from Go modules on first use) instead of the emulator",
+    )
+    demo.add_argument(
+        "--kubeconfig",
+        default="~/.kube/ascend-fleet-dev.yaml",
+        metavar="PATH",
+        help="where to write the kubeconfig (default: %(default)s)",
+    )
     demo.set_defaults(handler=cmd_dev)
 
 
@@ -58,16 +115,45 @@ def cmd_dev(args: argparse.Namespace) -> int:
     from ..demo.runner import DEMO_FILE, DemoOptions, run_demo
 
     logging.basicConfig(level=logging.ERROR)  # the live view is the output; the parts' logs would drown it
-    options = DemoOptions(file=Path(args.file) if args.file else DEMO_FILE,
-                          scenario=Path(args.scenario) if args.scenario else None,
-                          timeout=args.timeout, keep=args.keep, kubeconfig=Path(args.kubeconfig))
+    options = DemoOptions(
+        file=Path(args.file) if args.file else DEMO_FILE,
+        scenario=Path(args.scenario) if args.scenario else None,
+        timeout=args.timeout,
+        keep=args.keep,
+        kubeconfig=Path(args.kubeconfig),
+    )
     return run_demo(options)
 
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
+    if args.real:
+        from ..devcluster.controlplane import ControlPlaneUnavailable
+        from ..devcluster.realcluster import serve as serve_real
+
+        logging.basicConfig(level=logging.WARNING)
+        try:
+            serve_real(
+                args.kubeconfig or "~/.kube/ascend-fleet-real.yaml",
+                nodes=args.nodes,
+                npus_per_node=args.npus_per_node,
+                resource_name=args.resource_name,
+                start_seconds=args.pod_start_seconds,
+                ready_seconds=args.pod_ready_seconds,
+            )
+        except ControlPlaneUnavailable as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
     from ..devcluster.cluster import serve
 
-    serve("127.0.0.1", args.port, args.kubeconfig, args.pod_start_seconds, args.pod_ready_seconds)
+    serve(
+        "127.0.0.1",
+        args.port,
+        args.kubeconfig or "~/.kube/ascend-fleet-dev.yaml",
+        args.pod_start_seconds,
+        args.pod_ready_seconds,
+        nodes=args.nodes,
+    )
     return 0
 
 
@@ -80,7 +166,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..handlers.operator import OperatorContext, RunOptions, run_operator
     from ..kube import Kube
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         settings = OperatorSettings.load(args.config)
     except (OSError, ValueError) as error:
@@ -95,8 +183,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     if args.metrics_port:
         start_http_server(args.metrics_port)
-    options = RunOptions(namespaces=args.namespaces, peering=args.peering, priority=args.priority,
-                         health_port=args.health_port or None)
+    options = RunOptions(
+        namespaces=args.namespaces,
+        peering=args.peering,
+        priority=args.priority,
+        health_port=args.health_port or None,
+    )
     ctx = OperatorContext(settings, kube)
     if settings.prometheus.url:
         from ..control.loop import ControlLoop

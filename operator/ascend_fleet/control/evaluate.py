@@ -44,7 +44,13 @@ REASON_QUERY_FAILED = "QueryFailed"
 REASON_UNKNOWN_METRIC = "UnknownMetric"
 REASON_NO_DATA = "NoData"
 REASON_INSUFFICIENT = "InsufficientSamples"
-_PRIORITY = (REASON_UNAVAILABLE, REASON_QUERY_FAILED, REASON_UNKNOWN_METRIC, REASON_NO_DATA, REASON_INSUFFICIENT)
+_PRIORITY = (
+    REASON_UNAVAILABLE,
+    REASON_QUERY_FAILED,
+    REASON_UNKNOWN_METRIC,
+    REASON_NO_DATA,
+    REASON_INSUFFICIENT,
+)
 _MAX_MESSAGES = 5
 
 
@@ -216,14 +222,21 @@ def decide(
     return [d for fleet in fleets for d in evaluate(fleet, observations, now, policy).decisions]
 
 
-def evaluate(fleet: FleetState, observations: Observations, now: float, policy: Policy | None = None) -> Evaluation:
+def evaluate(
+    fleet: FleetState, observations: Observations, now: float, policy: Policy | None = None
+) -> Evaluation:
     """Check one object's rules against the answers and turn those that held into decisions."""
     policy = policy or Policy()
     result = Evaluation(fleet)
     if not fleet.rules:
         return result
-    unknown = sorted({r.metric for r in fleet.rules if r.query is None and policy.catalog.expression(r.metric or "")
-                      is None})
+    unknown = sorted(
+        {
+            r.metric
+            for r in fleet.rules
+            if r.query is None and policy.catalog.expression(r.metric or "") is None
+        }
+    )
     if unknown:
         # The reconciler holds an object with an unknown metric at InvalidSpec and touches none of its
         # children, so no rule of it may act (a drain would never finish).
@@ -242,8 +255,14 @@ def evaluate(fleet: FleetState, observations: Observations, now: float, policy: 
     return result
 
 
-def _check_rule(fleet: FleetState, rule: Rule, observations: Observations, now: float, policy: Policy,
-                problems: list[tuple[str, str]]) -> list[_Held]:
+def _check_rule(
+    fleet: FleetState,
+    rule: Rule,
+    observations: Observations,
+    now: float,
+    policy: Policy,
+    problems: list[tuple[str, str]],
+) -> list[_Held]:
     queries = rule_queries(rule, policy.catalog, policy.step)
     assert queries is not None  # unknown metrics were handled by the caller
     extreme, count = queries
@@ -265,13 +284,23 @@ def _check_rule(fleet: FleetState, rule: Rule, observations: Observations, now: 
             samples = 0.0  # Prometheus was not scraping during the window: no step counted
         if value is None or samples is None:
             if not warming:
-                problems.append((REASON_NO_DATA, f"{subject}: no series{where} in Prometheus (are the engine "
-                                 "pods scraped with namespace, inference and replica labels?)"))
+                problems.append(
+                    (
+                        REASON_NO_DATA,
+                        f"{subject}: no series{where} in Prometheus (are the engine "
+                        "pods scraped with namespace, inference and replica labels?)",
+                    )
+                )
             continue
         if samples < needed:
             if not warming:
-                problems.append((REASON_INSUFFICIENT, f"{subject}: {samples:g} samples{where} in the last "
-                                 f"{format_duration(window)}, {needed} needed"))
+                problems.append(
+                    (
+                        REASON_INSUFFICIENT,
+                        f"{subject}: {samples:g} samples{where} in the last "
+                        f"{format_duration(window)}, {needed} needed",
+                    )
+                )
             continue
         if _compare(value, rule.comparison, rule.threshold):
             held.append(_Held(rule, target, replica, value))
@@ -282,8 +311,11 @@ def _check_rule(fleet: FleetState, rule: Rule, observations: Observations, now: 
 
 def _targets(fleet: FleetState, rule: Rule) -> list[tuple[str, int | None, float | None]]:
     """(target, replica, serving since) for each thing a rule is checked on; nothing without ready replicas."""
-    ready = [fleet.replica_states[i] for i in sorted(fleet.replica_states)
-             if i < fleet.replicas and fleet.replica_states[i].ready and not fleet.replica_states[i].draining]
+    ready = [
+        fleet.replica_states[i]
+        for i in sorted(fleet.replica_states)
+        if i < fleet.replicas and fleet.replica_states[i].ready and not fleet.replica_states[i].draining
+    ]
     if not ready:
         return []
     if rule.scope == "replica":
@@ -295,8 +327,12 @@ def _targets(fleet: FleetState, rule: Rule) -> list[tuple[str, int | None, float
 
 
 def _compare(value: float, comparison: str, threshold: float) -> bool:
-    return {">": value > threshold, ">=": value >= threshold,
-            "<": value < threshold, "<=": value <= threshold}[comparison]
+    return {
+        ">": value > threshold,
+        ">=": value >= threshold,
+        "<": value < threshold,
+        "<=": value <= threshold,
+    }[comparison]
 
 
 def _metrics_status(fleet: FleetState, problems: list[tuple[str, str]]) -> MetricsStatus:
@@ -311,8 +347,17 @@ def _metrics_status(fleet: FleetState, problems: list[tuple[str, str]]) -> Metri
 
 
 def _decision(fleet: FleetState, held: _Held, action: Action, **extra) -> Decision:
-    return Decision(fleet.namespace, fleet.name, held.rule.display_name(), held.rule.metric, held.value, action,
-                    held.target, fleet.dry_run, **extra)
+    return Decision(
+        fleet.namespace,
+        fleet.name,
+        held.rule.display_name(),
+        held.rule.metric,
+        held.value,
+        action,
+        held.target,
+        fleet.dry_run,
+        **extra,
+    )
 
 
 def _scale(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
@@ -325,24 +370,36 @@ def _scale(fleet: FleetState, held: list[_Held], now: float, result: Evaluation)
         if fleet.replicas >= bounds.max_replicas:
             result.notes.append(f"{first.rule.display_name()}: at maxReplicas ({bounds.max_replicas})")
         elif last is not None and now - last < bounds.scale_up_cooldown:
-            result.notes.append(f"{first.rule.display_name()}: scale-up cooldown, "
-                                f"{bounds.scale_up_cooldown - (now - last):.0f}s left")
+            result.notes.append(
+                f"{first.rule.display_name()}: scale-up cooldown, "
+                f"{bounds.scale_up_cooldown - (now - last):.0f}s left"
+            )
         else:
-            result.decisions.append(_decision(fleet, first, "scale_up", replicas_from=fleet.replicas,
-                                              replicas_to=fleet.replicas + 1))
+            result.decisions.append(
+                _decision(
+                    fleet, first, "scale_up", replicas_from=fleet.replicas, replicas_to=fleet.replicas + 1
+                )
+            )
         return  # a scale-up signal, acted on or not, vetoes scaling down
     if downs:
         first = downs[0]
-        last = max((t for t in (fleet.last("scale_up", FLEET), fleet.last("scale_down", FLEET)) if t is not None),
-                   default=None)
+        last = max(
+            (t for t in (fleet.last("scale_up", FLEET), fleet.last("scale_down", FLEET)) if t is not None),
+            default=None,
+        )
         if fleet.replicas <= bounds.min_replicas:
             result.notes.append(f"{first.rule.display_name()}: at minReplicas ({bounds.min_replicas})")
         elif last is not None and now - last < bounds.scale_down_cooldown:
-            result.notes.append(f"{first.rule.display_name()}: scale-down cooldown, "
-                                f"{bounds.scale_down_cooldown - (now - last):.0f}s left")
+            result.notes.append(
+                f"{first.rule.display_name()}: scale-down cooldown, "
+                f"{bounds.scale_down_cooldown - (now - last):.0f}s left"
+            )
         else:
-            result.decisions.append(_decision(fleet, first, "scale_down", replicas_from=fleet.replicas,
-                                              replicas_to=fleet.replicas - 1))
+            result.decisions.append(
+                _decision(
+                    fleet, first, "scale_down", replicas_from=fleet.replicas, replicas_to=fleet.replicas - 1
+                )
+            )
 
 
 def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
@@ -359,14 +416,20 @@ def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluatio
     for h in order:
         last = fleet.last("restart_service", h.target)
         if last is not None and now - last < cooldown:
-            result.notes.append(f"{h.rule.display_name()}: replica {h.replica} restarted "
-                                f"{now - last:.0f}s ago (restartCooldown {format_duration(cooldown)})")
+            result.notes.append(
+                f"{h.rule.display_name()}: replica {h.replica} restarted "
+                f"{now - last:.0f}s ago (restartCooldown {format_duration(cooldown)})"
+            )
         elif budget <= 0:
-            result.notes.append(f"{h.rule.display_name()}: replica {h.replica} waits for the disruption budget "
-                                f"(maxUnavailable {fleet.max_unavailable})")
+            result.notes.append(
+                f"{h.rule.display_name()}: replica {h.replica} waits for the disruption budget "
+                f"(maxUnavailable {fleet.max_unavailable})"
+            )
         else:
             info = fleet.replica_states[h.replica]
-            result.decisions.append(_decision(fleet, h, "restart_service", replica=h.replica, leader=info.leader))
+            result.decisions.append(
+                _decision(fleet, h, "restart_service", replica=h.replica, leader=info.leader)
+            )
             budget -= 1
 
 

@@ -45,8 +45,12 @@ ENGINE_PODS = {names.LABEL_APP_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP_COM
 DRAIN_REASON = "rule restart"
 WRITE_ATTEMPTS = 3
 PARALLEL_WRITES = 4
-EVENT_REASONS = {"scale_up": "ScaleUp", "scale_down": "ScaleDown", "restart_service": "RuleRestart",
-                 "notify": "RuleNotify"}
+EVENT_REASONS = {
+    "scale_up": "ScaleUp",
+    "scale_down": "ScaleDown",
+    "restart_service": "RuleRestart",
+    "notify": "RuleNotify",
+}
 
 
 @dataclass
@@ -67,8 +71,14 @@ class CycleReport:
 class ControlLoop:
     """Evaluates every object's rules each interval and acts on what held."""
 
-    def __init__(self, settings: OperatorSettings, kube: Kube, prometheus: Prometheus | None = None,
-                 namespaces: Sequence[str] = (), clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        kube: Kube,
+        prometheus: Prometheus | None = None,
+        namespaces: Sequence[str] = (),
+        clock: Callable[[], float] = time.time,
+    ):
         if prometheus is None:
             if not settings.prometheus.url:
                 raise ValueError("the control loop needs prometheus.url in the operator configuration")
@@ -90,9 +100,15 @@ class ControlLoop:
                 log.exception("control-loop cycle failed")
             else:
                 if report.decisions or report.error:
-                    log.info("control cycle: %d objects, %d queries (%d failed), %d decisions in %.2fs%s",
-                             report.objects, report.queries, report.failed_queries, len(report.decisions),
-                             report.seconds, f": {report.error}" if report.error else "")
+                    log.info(
+                        "control cycle: %d objects, %d queries (%d failed), %d decisions in %.2fs%s",
+                        report.objects,
+                        report.queries,
+                        report.failed_queries,
+                        len(report.decisions),
+                        report.seconds,
+                        f": {report.error}" if report.error else "",
+                    )
             # Keep a steady cadence; a cycle that overran starts the next one at once, never two at a time.
             next_at = max(next_at + interval, time.monotonic())
             await asyncio.sleep(next_at - time.monotonic())
@@ -112,13 +128,17 @@ class ControlLoop:
         report.objects = len(fleets)
         queries = queries_for([state for _, state in fleets], self.policy)
         asked = time.perf_counter()
-        observations = (await self.prometheus.observe(queries, self.policy.step, now)) if queries \
-            else Observations()
+        observations = (
+            (await self.prometheus.observe(queries, self.policy.step, now)) if queries else Observations()
+        )
         report.query_seconds = time.perf_counter() - asked
         report.queries, report.failed_queries = len(queries), len(observations.failures)
         evaluations = await asyncio.to_thread(
-            lambda: [(body, evaluate(state, observations, now, self.policy)) for body, state in fleets])
-        changed = [(body, ev) for body, ev in evaluations if ev.decisions or _condition_changes(body, ev.metrics)]
+            lambda: [(body, evaluate(state, observations, now, self.policy)) for body, state in fleets]
+        )
+        changed = [
+            (body, ev) for body, ev in evaluations if ev.decisions or _condition_changes(body, ev.metrics)
+        ]
         slots = asyncio.Semaphore(PARALLEL_WRITES)
 
         async def write(body: dict, ev: Evaluation) -> list[Decision]:
@@ -147,7 +167,9 @@ class ControlLoop:
                 grouped.setdefault((meta.get("namespace", "default"), name), []).append(_slim(pod))
         return bodies, grouped
 
-    def _fleets(self, bodies: list[dict], pods: dict[tuple[str, str], list[dict]]) -> list[tuple[dict, FleetState]]:
+    def _fleets(
+        self, bodies: list[dict], pods: dict[tuple[str, str], list[dict]]
+    ) -> list[tuple[dict, FleetState]]:
         fleets = []
         for body in bodies:
             state = self._fleet(body, pods)
@@ -161,7 +183,7 @@ class ControlLoop:
             return None
         body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **body}  # list items lack them
         try:
-            valid = validate(body)
+            valid = validate(body, max_window=self.settings.control.max_window)
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
         uid = meta.get("uid")
@@ -186,15 +208,23 @@ class ControlLoop:
             if not patch:
                 return []
             try:
-                written = self.kube.patch(names.KIND, fleet.namespace, fleet.name,
-                                          {"metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]},
-                                           "status": patch}, "status")
+                written = self.kube.patch(
+                    names.KIND,
+                    fleet.namespace,
+                    fleet.name,
+                    {"metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]}, "status": patch},
+                    "status",
+                )
             except Conflict:
                 continue
             except KubeError as error:
-                log.warning("cannot record control-loop status of %s/%s: %s", fleet.namespace, fleet.name, error)
+                log.warning(
+                    "cannot record control-loop status of %s/%s: %s", fleet.namespace, fleet.name, error
+                )
                 return []
-            self._announce_condition(fresh, get_condition(status.get("conditions") or [], CONDITION), ev.metrics)
+            self._announce_condition(
+                fresh, get_condition(status.get("conditions") or [], CONDITION), ev.metrics
+            )
             return [d for d in decisions if self._act(fresh, written, d, now)]
         log.info("status of %s/%s kept changing; trying again next cycle", fleet.namespace, fleet.name)
         return []
@@ -205,20 +235,35 @@ class ControlLoop:
         patch: dict = {}
         before = status.get("conditions") or []
         metrics = ev.metrics
-        conditions = set_condition(before, CONDITION, metrics.available, metrics.reason, metrics.message, now,
-                                   (fresh.get("metadata") or {}).get("generation"))
+        conditions = set_condition(
+            before,
+            CONDITION,
+            metrics.available,
+            metrics.reason,
+            metrics.message,
+            now,
+            (fresh.get("metadata") or {}).get("generation"),
+        )
         if conditions != before:
             patch["conditions"] = conditions
         if decisions:
             records = [action_record(d, now) for d in decisions]
-            patch["actions"] = updated_actions(list(status.get("actions") or []), records,
-                                               self.settings.control.actions_history, ev.fleet.autoscaling, now)
+            patch["actions"] = updated_actions(
+                list(status.get("actions") or []),
+                records,
+                self.settings.control.actions_history,
+                ev.fleet.autoscaling,
+                now,
+            )
         return patch
 
     def _announce_condition(self, body: dict, before: dict | None, metrics: MetricsStatus) -> None:
         was_false = before is not None and before.get("status") == "False"
-        if not metrics.available and (not was_false or before.get("reason") != metrics.reason
-                                      or before.get("message") != metrics.message):
+        if not metrics.available and (
+            not was_false
+            or before.get("reason") != metrics.reason
+            or before.get("message") != metrics.message
+        ):
             self.kube.event(body, "Warning", metrics.reason, metrics.message)
         elif metrics.available and was_false:
             self.kube.event(body, "Normal", CONDITION, f"metrics are available again: {metrics.message}")
@@ -232,18 +277,27 @@ class ControlLoop:
                 pass
             elif decision.action in ("scale_up", "scale_down"):
                 # The precondition is our own status write: nobody changed the object since we recorded this.
-                self.kube.patch(names.KIND, decision.namespace, decision.name, {
-                    "metadata": {"resourceVersion": written["metadata"]["resourceVersion"]},
-                    "spec": {"parallelism": {"data": decision.replicas_to}},
-                })
+                self.kube.patch(
+                    names.KIND,
+                    decision.namespace,
+                    decision.name,
+                    {
+                        "metadata": {"resourceVersion": written["metadata"]["resourceVersion"]},
+                        "spec": {"parallelism": {"data": decision.replicas_to}},
+                    },
+                )
             elif decision.leader:
-                self.kube.patch("Pod", decision.namespace, decision.leader, drain_patch(rfc3339_ms(now), DRAIN_REASON))
+                self.kube.patch(
+                    "Pod", decision.namespace, decision.leader, drain_patch(rfc3339_ms(now), DRAIN_REASON)
+                )
         except KubeError as error:
             self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
             log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
             return False
         event_type = "Warning" if decision.action == "notify" else "Normal"
-        self.kube.event(fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message())
+        self.kube.event(
+            fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message()
+        )
         log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
         return True
 
@@ -252,9 +306,14 @@ def _slim(pod: dict) -> dict:
     """The parts of a pod the loop reads; pod specs are large and a cycle holds thousands of pods."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences",
-                                          "deletionTimestamp") if k in meta},
-        "status": {k: status[k] for k in ("phase", "conditions", "containerStatuses", "startTime") if k in status},
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "labels", "annotations", "ownerReferences", "deletionTimestamp")
+            if k in meta
+        },
+        "status": {
+            k: status[k] for k in ("phase", "conditions", "containerStatuses", "startTime") if k in status
+        },
     }
 
 
@@ -265,13 +324,16 @@ def _owned_by(pod: dict, uid: str | None) -> bool:
 
 def _same_basis(listed: dict, fresh: dict) -> bool:
     """Same spec generation and same recorded actions as the cycle decided from."""
-    return ((listed.get("metadata") or {}).get("generation") == (fresh.get("metadata") or {}).get("generation")
-            and (listed.get("status") or {}).get("actions") == (fresh.get("status") or {}).get("actions"))
+    return (listed.get("metadata") or {}).get("generation") == (fresh.get("metadata") or {}).get(
+        "generation"
+    ) and (listed.get("status") or {}).get("actions") == (fresh.get("status") or {}).get("actions")
 
 
 def _condition_changes(body: dict, metrics: MetricsStatus) -> bool:
     current = get_condition((body.get("status") or {}).get("conditions") or [], CONDITION)
     wanted = "True" if metrics.available else "False"
     return current is None or (current.get("status"), current.get("reason"), current.get("message")) != (
-        wanted, metrics.reason, metrics.message)
-
+        wanted,
+        metrics.reason,
+        metrics.message,
+    )

@@ -41,8 +41,9 @@ class Prometheus:
         self._parallel = max(1, parallel)
 
     def _client(self) -> PrometheusConnect:
-        return PrometheusConnect(url=self.url, retry=Retry(total=0, raise_on_status=False),
-                                 timeout=self.timeout, method="POST")
+        return PrometheusConnect(
+            url=self.url, retry=Retry(total=0, raise_on_status=False), timeout=self.timeout, method="POST"
+        )
 
     async def observe(self, queries: Sequence[Query], step: float, at: float) -> Observations:
         """Evaluate every query at time ``at`` and collect the answers (or why there is none)."""
@@ -51,8 +52,9 @@ class Prometheus:
         await asyncio.gather(*(self._one(query, step, at, observations, slots) for query in queries))
         return observations
 
-    async def _one(self, query: Query, step: float, at: float, observations: Observations,
-                   slots: asyncio.Semaphore) -> None:
+    async def _one(
+        self, query: Query, step: float, at: float, observations: Observations, slots: asyncio.Semaphore
+    ) -> None:
         async with slots:
             client = self._idle.pop() if self._idle else self._client()
             try:
@@ -60,27 +62,45 @@ class Prometheus:
             finally:
                 self._idle.append(client)
 
-    async def _ask(self, client: PrometheusConnect, query: Query, step: float, at: float,
-                   observations: Observations) -> None:
+    async def _ask(
+        self, client: PrometheusConnect, query: Query, step: float, at: float, observations: Observations
+    ) -> None:
         promql = query.promql(step)
         try:
             result = await asyncio.wait_for(
-                asyncio.to_thread(client.custom_query, promql, params={"time": f"{at:.3f}"}, timeout=self.timeout),
+                asyncio.to_thread(
+                    client.custom_query, promql, params={"time": f"{at:.3f}"}, timeout=self.timeout
+                ),
                 self.timeout + 1.0,
             )
         except TimeoutError:
-            self._failed(observations, query, "PrometheusUnavailable",
-                         f"Prometheus at {self.url} did not answer within {self.timeout:g}s")
+            self._failed(
+                observations,
+                query,
+                "PrometheusUnavailable",
+                f"Prometheus at {self.url} did not answer within {self.timeout:g}s",
+            )
         except requests.RequestException as error:
-            self._failed(observations, query, "PrometheusUnavailable",
-                         f"Prometheus at {self.url} is unreachable ({type(error).__name__})")
+            self._failed(
+                observations,
+                query,
+                "PrometheusUnavailable",
+                f"Prometheus at {self.url} is unreachable ({type(error).__name__})",
+            )
         except PrometheusApiClientException as error:
             status, message = _http_error(str(error))
             reason = "QueryFailed" if status in _REJECTED else "PrometheusUnavailable"
-            self._failed(observations, query, reason, f"Prometheus answered {status or 'an error'}: {message}"
-                         + (f" (query: {promql})" if reason == "QueryFailed" else ""))
+            self._failed(
+                observations,
+                query,
+                reason,
+                f"Prometheus answered {status or 'an error'}: {message}"
+                + (f" (query: {promql})" if reason == "QueryFailed" else ""),
+            )
         except ValueError as error:  # an answer that is not the JSON the API documents
-            self._failed(observations, query, "PrometheusUnavailable", f"unreadable answer from Prometheus: {error}")
+            self._failed(
+                observations, query, "PrometheusUnavailable", f"unreadable answer from Prometheus: {error}"
+            )
         else:
             observations.record(query, result if isinstance(result, list) else [])
 

@@ -59,8 +59,10 @@ class Query:
 
     def promql(self, step: float) -> str:
         """The query text: the window's subquery at ``step`` resolution, reduced by ``stat``."""
-        inner = (f"avg by ({_GROUPING[self.window.scope]}) ({self.window.expression}) "
-                 f"and on () (time() - max(timestamp(up)) < {FRESH_STEPS * step:g})")
+        inner = (
+            f"avg by ({_GROUPING[self.window.scope]}) ({self.window.expression}) "
+            f"and on () (time() - max(timestamp(up)) < {FRESH_STEPS * step:g})"
+        )
         # One step more than the window: subquery points are aligned to multiples of the step, and only a
         # range of for + step is sure to include a point at or before now - for. Without it a condition
         # could "hold for 5m" after up to one step less.

@@ -49,7 +49,9 @@ def _serving_since(group: ReplicaState, pods: Mapping[str, dict]) -> float | Non
     for state in group.pods:
         status = pods.get(state.name, {}).get("status") or {}
         ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        when = parse_rfc3339((ready or {}).get("lastTransitionTime")) or parse_rfc3339(status.get("startTime"))
+        when = parse_rfc3339((ready or {}).get("lastTransitionTime")) or parse_rfc3339(
+            status.get("startTime")
+        )
         if when is None:
             return None
         times.append(when)
@@ -85,8 +87,9 @@ def action_record(decision: Decision, now: float) -> dict:
     return record
 
 
-def updated_actions(records: list[dict], new: list[dict], limit: int, autoscaling: Autoscaling,
-                    now: float) -> list[dict]:
+def updated_actions(
+    records: list[dict], new: list[dict], limit: int, autoscaling: Autoscaling, now: float
+) -> list[dict]:
     """``new`` (newest first) ahead of ``records``, cut to ``limit`` entries.
 
     An older entry past the limit is kept while it is the newest of its kind and its cooldown still
@@ -106,8 +109,12 @@ def updated_actions(records: list[dict], new: list[dict], limit: int, autoscalin
 
 
 def _key(record: dict) -> tuple:
-    return record.get("action"), record.get("target"), bool(record.get("dryRun")), (
-        record.get("rule") if record.get("action") == "notify" else None)
+    return (
+        record.get("action"),
+        record.get("target"),
+        bool(record.get("dryRun")),
+        (record.get("rule") if record.get("action") == "notify" else None),
+    )
 
 
 def _cooldown(record: dict, autoscaling: Autoscaling) -> float:

@@ -25,6 +25,7 @@ from ..api.settings import OperatorSettings
 from ..api.times import parse_rfc3339
 from ..control.loop import ControlLoop
 from ..devcluster.cluster import DevCluster
+from ..devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
 from ..devcluster.engines import SimulatedEngines
 from ..devcluster.prometheus import (
     PrometheusError,
@@ -32,6 +33,7 @@ from ..devcluster.prometheus import (
     PrometheusServer,
     find_prometheus_binary,
 )
+from ..devcluster.realcluster import RealCluster, provide_model_claim
 from ..devcluster.scenario import Scenario, ScenarioError
 from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
@@ -52,6 +54,7 @@ class DemoOptions:
     timeout: float = 300.0
     keep: bool = False
     kubeconfig: Path = Path("~/.kube/ascend-fleet-dev.yaml")
+    real: bool = False  # the real control plane instead of the local emulator
     tick: float = 1.0
     linger: float = 5.0  # seconds shown after the story completes
     out: TextIO = field(default_factory=lambda: sys.stdout)
@@ -59,11 +62,13 @@ class DemoOptions:
 
 def demo_settings(prometheus_url: str) -> OperatorSettings:
     """The operator's configuration for the demo: the same code, with timers in seconds."""
-    return OperatorSettings.model_validate({
-        "prometheus": {"url": prometheus_url, "timeout": "5s"},
-        "control": {"interval": "2s", "step": "1s"},
-        "reconcile": {"backoffInitial": "5s", "backoffMax": "30s", "resyncInterval": "5s"},
-    })
+    return OperatorSettings.model_validate(
+        {
+            "prometheus": {"url": prometheus_url, "timeout": "5s"},
+            "control": {"interval": "2s", "step": "1s"},
+            "reconcile": {"backoffInitial": "5s", "backoffMax": "30s", "resyncInterval": "5s"},
+        }
+    )
 
 
 class Setup(Exception):
@@ -84,16 +89,26 @@ def run_demo(options: DemoOptions) -> int:
         return EXIT_SETUP
     stop = _stop_on_signals()
     name = doc["metadata"]["name"]
-    print(f"Starting a local Kubernetes API, a real Prometheus, simulated engines and the operator "
-          f"for {name} ...", file=out, flush=True)
+    api = "the real Kubernetes control plane" if options.real else "a local Kubernetes API"
+    print(
+        f"Starting {api}, a real Prometheus, simulated engines and the operator for {name} ...",
+        file=out,
+        flush=True,
+    )
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(DevCluster(start_seconds=0.5, ready_seconds=1.0,
-                                                 kubeconfig=options.kubeconfig.expanduser()))
+        try:
+            cluster = stack.enter_context(_cluster(options))
+        except ControlPlaneUnavailable as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_SETUP
         prometheus = stack.enter_context(PrometheusServer(scrape_interval="1s"))
         engines = stack.enter_context(SimulatedEngines(scenario, prometheus=prometheus, start_scenario=False))
         cluster.kubelet.add_listener(engines)
         kube = Kube.connect(str(cluster.kubeconfig_path))
         kube.create_crd(crd())
+        if options.real:
+            _wait_served(kube)
+            provide_model_claim(kube, doc["metadata"].get("namespace", "default"))
         settings = demo_settings(prometheus.url)
         context = OperatorContext(settings, kube)
         context.extra_startup.append(control_loop_hook(ControlLoop(settings, kube)))
@@ -106,11 +121,40 @@ def run_demo(options: DemoOptions) -> int:
         for line in view.summary(story.decisions, story.elapsed(), story.npu_minutes, story.last):
             print(line, file=out)
         if options.keep and not stop.is_set():
-            print(f"\nStill running. In another shell:\n  export KUBECONFIG={cluster.kubeconfig_path}\n"
-                  f"  kubectl get ainf,pods\nPress Ctrl+C to stop.", file=out, flush=True)
+            print(
+                f"\nStill running. In another shell:\n  export KUBECONFIG={cluster.kubeconfig_path}\n"
+                f"  kubectl get ainf,pods\nPress Ctrl+C to stop.",
+                file=out,
+                flush=True,
+            )
             stop.wait()
-        print("Stopping the operator, Prometheus, simulated engines and the local API ...", file=out, flush=True)
+        print(
+            "Stopping the operator, Prometheus, simulated engines and the Kubernetes API ...",
+            file=out,
+            flush=True,
+        )
     return EXIT_OK if completed else EXIT_INCOMPLETE
+
+
+def _cluster(options: DemoOptions) -> DevCluster | RealCluster:
+    kubeconfig = options.kubeconfig.expanduser()
+    if options.real:
+        ensure_binary(progress=lambda line: print(line, file=options.out, flush=True))
+        return RealCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
+    return DevCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
+
+
+def _wait_served(kube: Kube, timeout: float = 60.0) -> None:
+    """A new CRD's resource is served a moment after it is created (once Established)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube.list(names.KIND, "default")
+            return
+        except KubeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _load(options: DemoOptions) -> tuple[dict, Scenario]:
@@ -211,18 +255,31 @@ class Story:
         for pod in pods:
             labels = pod["metadata"].get("labels", {})
             replica = int(labels.get(names.LABEL_REPLICA, -1))
-            row = rows.setdefault(replica, view.ReplicaRow(replica, 0, 0, values["utilization"].get(replica),
-                                                           values["fragmentation"].get(replica),
-                                                           values["queue"].get(replica)))
+            row = rows.setdefault(
+                replica,
+                view.ReplicaRow(
+                    replica,
+                    0,
+                    0,
+                    values["utilization"].get(replica),
+                    values["fragmentation"].get(replica),
+                    values["queue"].get(replica),
+                ),
+            )
             row.pods += 1
             row.ready += _is_ready(pod)
             row.draining |= labels.get(names.LABEL_SERVING) == "false"
         conditions = {c["type"]: f"{c['status']}({c['reason']})" for c in status.get("conditions", [])}
         return view.Snapshot(
-            elapsed=self.elapsed(), name=self.name, desired=spec.get("parallelism", {}).get("data", 0),
-            ready=status.get("readyReplicas", 0), conditions=conditions,
-            rows=[rows[k] for k in sorted(rows)], rules=self._progress(obj, values, dt),
-            npu_minutes=self.npu_minutes)
+            elapsed=self.elapsed(),
+            name=self.name,
+            desired=spec.get("parallelism", {}).get("data", 0),
+            ready=status.get("readyReplicas", 0),
+            conditions=conditions,
+            rows=[rows[k] for k in sorted(rows)],
+            rules=self._progress(obj, values, dt),
+            npu_minutes=self.npu_minutes,
+        )
 
     def _progress(self, obj: dict, values: dict, dt: float) -> list[view.RuleProgress]:
         try:
@@ -253,9 +310,15 @@ class Story:
                 continue
             self._seen_actions.add(key)
             at = parse_rfc3339(action.get("time")) or time.time()
-            decision = view.Decision(at - self.started, action.get("action", "?"), action.get("rule", "?"),
-                                     action.get("target", "?"), action.get("value"), action.get("result", ""),
-                                     bool(action.get("dryRun")))
+            decision = view.Decision(
+                at - self.started,
+                action.get("action", "?"),
+                action.get("rule", "?"),
+                action.get("target", "?"),
+                action.get("value"),
+                action.get("result", ""),
+                bool(action.get("dryRun")),
+            )
             self.decisions.append(decision)
             new.append(decision)
         return new
@@ -275,13 +338,19 @@ class Story:
 
 
 def _compare(value: float, comparison: str, threshold: float) -> bool:
-    return {">": value > threshold, ">=": value >= threshold, "<": value < threshold,
-            "<=": value <= threshold}[comparison]
+    return {
+        ">": value > threshold,
+        ">=": value >= threshold,
+        "<": value < threshold,
+        "<=": value <= threshold,
+    }[comparison]
 
 
 def _is_ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions", []))
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in pod.get("status", {}).get("conditions", [])
+    )
 
 
 def _running_npus(pods: list[dict]) -> int:

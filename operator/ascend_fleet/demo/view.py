@@ -80,16 +80,22 @@ def frame(snapshot: Snapshot) -> list[str]:
     ]
     for row in snapshot.rows:
         queue = "-" if row.queue is None else f"{row.queue:.0f}"
-        state = "draining" if row.draining else ("serving" if row.ready == row.pods and row.pods else "starting")
-        lines.append(f"{row.replica:<8}{row.pods:<6}{row.ready:<7}{_percent(row.utilization):>9}"
-                     f"{_percent(row.fragmentation):>9}{queue:>7}  {state}")
+        state = (
+            "draining" if row.draining else ("serving" if row.ready == row.pods and row.pods else "starting")
+        )
+        lines.append(
+            f"{row.replica:<8}{row.pods:<6}{row.ready:<7}{_percent(row.utilization):>9}"
+            f"{_percent(row.fragmentation):>9}{queue:>7}  {state}"
+        )
     if snapshot.rules:
         lines += ["", "rule windows:"]
         for progress in snapshot.rules:
             shown = "" if progress.value is None else f" (now {_percent(progress.value).strip()})"
-            lines.append(f"  {_bar(progress.held / progress.window if progress.window else 0)} "
-                         f"{min(progress.held, progress.window):4.0f}/{progress.window:.0f}s  "
-                         f"{progress.rule}{shown}")
+            lines.append(
+                f"  {_bar(progress.held / progress.window if progress.window else 0)} "
+                f"{min(progress.held, progress.window):4.0f}/{progress.window:.0f}s  "
+                f"{progress.rule}{shown}"
+            )
     return lines
 
 
@@ -100,8 +106,10 @@ def status_line(snapshot: Snapshot) -> str:
         + ("(drain)" if row.draining else "")
         for row in snapshot.rows
     )
-    return (f"[{clock(snapshot.elapsed)}] {snapshot.ready}/{snapshot.desired} ready; util/frag {cells}; "
-            f"NPU-min {snapshot.npu_minutes:.1f}")
+    return (
+        f"[{clock(snapshot.elapsed)}] {snapshot.ready}/{snapshot.desired} ready; util/frag {cells}; "
+        f"NPU-min {snapshot.npu_minutes:.1f}"
+    )
 
 
 def _value(value: float) -> str:
@@ -111,8 +119,10 @@ def _value(value: float) -> str:
 def decision_line(decision: Decision) -> str:
     value = "" if decision.value is None else f" at {_value(decision.value)}"
     dry = " (dry run)" if decision.dry_run else ""
-    return (f"[{clock(decision.elapsed)}] {decision.action} on {decision.target}{dry}: "
-            f"{decision.rule}{value} -> {decision.result}")
+    return (
+        f"[{clock(decision.elapsed)}] {decision.action} on {decision.target}{dry}: "
+        f"{decision.rule}{value} -> {decision.result}"
+    )
 
 
 REQUIRED = ("scale_up", "restart_service", "scale_down")
@@ -124,7 +134,9 @@ def story_complete(decisions: list[Decision]) -> bool:
     return all(action in seen for action in REQUIRED)
 
 
-def summary(decisions: list[Decision], elapsed: float, npu_minutes: float, final: Snapshot | None) -> list[str]:
+def summary(
+    decisions: list[Decision], elapsed: float, npu_minutes: float, final: Snapshot | None
+) -> list[str]:
     """The closing report: every decision with its rule, time to each kind of action, NPU-minutes."""
     lines = ["", f"Summary after {format_duration(round(elapsed))}:", "  decisions:"]
     lines += [f"    {decision_line(d)}" for d in decisions] or ["    none"]
@@ -137,6 +149,12 @@ def summary(decisions: list[Decision], elapsed: float, npu_minutes: float, final
     lines.append(f"  NPU-minutes used: {npu_minutes:.1f}")
     if final is not None:
         lines.append(f"  final: {final.ready}/{final.desired} replicas ready")
-    lines.append("  story: " + ("complete (scale_up, restart_service and scale_down all happened)"
-                                if story_complete(decisions) else "INCOMPLETE: see which action never came"))
+    lines.append(
+        "  story: "
+        + (
+            "complete (scale_up, restart_service and scale_down all happened)"
+            if story_complete(decisions)
+            else "INCOMPLETE: see which action never came"
+        )
+    )
     return lines

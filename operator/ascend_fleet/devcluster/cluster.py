@@ -209,6 +209,7 @@ def serve(
     kubeconfig: str = "~/.kube/ascend-fleet-dev.yaml",
     start_seconds: float = 1.0,
     ready_seconds: float = 1.0,
+    nodes: int = 4,
 ) -> None:
     """Run a dev cluster until SIGINT or SIGTERM (``ascend-fleet dev-cluster``); print how to reach it."""
     stopping = threading.Event()
@@ -224,6 +225,7 @@ def serve(
             kubeconfig=kubeconfig,
             start_seconds=start_seconds,
             ready_seconds=ready_seconds,
+            nodes=nodes,
             request_log_limit=10_000,
         ) as cluster:
             print(f"Kubernetes API (local, no auth): {cluster.url}", flush=True)

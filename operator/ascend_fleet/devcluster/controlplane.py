@@ -236,10 +236,7 @@ class ControlPlane:
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
             subprocess.run([str(self.binary), "pki", "--dir", str(self.pki)], check=True, capture_output=True)
-            self.etcd_port, self.port = free_port(), free_port()
-            self._spawn("etcd", self._etcd_args())
-            self._spawn("kube-apiserver", self._apiserver_args())
-            self.wait_ready()
+            self._start_storage_and_api()
             self.timings["apiserver"] = time.monotonic() - began
             self.write_kubeconfig(self.admin_kubeconfig)
             for component in ("kube-controller-manager", "kube-scheduler"):
@@ -252,6 +249,24 @@ class ControlPlane:
             self.stop()
             raise
         return self
+
+    def _start_storage_and_api(self, attempts: int = 3) -> None:
+        # A free port can be taken by another process between choosing it and binding it: choose again.
+        for attempt in range(attempts):
+            self.etcd_port, self.port = free_port(), free_port()
+            self._spawn("etcd", self._etcd_args())
+            self._spawn("kube-apiserver", self._apiserver_args())
+            try:
+                self.wait_ready()
+                return
+            except ControlPlaneUnavailable:
+                taken = any("address already in use" in self.log(c) for c in ("etcd", "kube-apiserver"))
+                if not taken or attempt == attempts - 1:
+                    raise
+                self._terminate("kube-apiserver")
+                self._terminate("etcd")
+                for component in ("etcd", "kube-apiserver"):
+                    (self.workdir / f"{component}.log").write_text("")
 
     def stop(self) -> None:
         """Stop every component, newest first, and remove a temporary workdir (idempotent)."""
@@ -309,8 +324,9 @@ class ControlPlane:
         """Wait for ``/readyz`` to answer ok; raise with the API server's log if it exits or times out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.running("kube-apiserver"):
-                raise ControlPlaneUnavailable(f"kube-apiserver exited:\n{self.log('kube-apiserver')}")
+            for component in ("etcd", "kube-apiserver"):
+                if not self.running(component):
+                    raise ControlPlaneUnavailable(f"{component} exited:\n{self.log(component)}")
             status, body = self.request("/readyz", timeout=2.0)
             if status == 200 and body.strip() == b"ok":
                 return
@@ -389,9 +405,29 @@ class ControlPlane:
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cert-dir={self.workdir / 'certs'}",
+            # Who asked for what (kept as metadata only): tests read it to check RBAC grants against use.
+            f"--audit-policy-file={self._audit_policy()}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
             "--profiling=false",
             f"--v={self.verbosity}",
         ]
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON event per request, at the Metadata level."""
+        return self.workdir / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        path = self.workdir / "audit-policy.yaml"
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived", "ResponseStarted"],
+            "rules": [{"level": "Metadata"}],
+        }
+        path.write_text(yaml.safe_dump(policy))
+        return path
 
     def _controller_manager_args(self) -> list[str]:
         pki = self.pki
@@ -409,21 +445,34 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # Quick reactions for tests: the default sync periods are tuned for large clusters.
             "--concurrent-gc-syncs=4",
-            "--node-monitor-grace-period=40s",
+            "--node-monitor-grace-period=90s",  # simulated nodes stay Ready through a short API outage
+            # Claims bind within seconds (default sync every 15 s): the examples mount a pre-bound claim.
+            "--pvclaimbinder-sync-period=2s",
             "--profiling=false",
             f"--v={self.verbosity}",
         ]
 
     def _scheduler_args(self) -> list[str]:
         kubeconfig = str(self.workdir / "kube-scheduler.kubeconfig")
+        config = self.workdir / "kube-scheduler.yaml"
+        # A pod that did not fit is tried again within 2 s (default: 1 s doubling to 10 s), so tests see a
+        # freed node or a newly bound claim used at once.
+        config.write_text(
+            yaml.safe_dump({
+                "apiVersion": "kubescheduler.config.k8s.io/v1",
+                "kind": "KubeSchedulerConfiguration",
+                "clientConnection": {"kubeconfig": kubeconfig},
+                "leaderElection": {"leaderElect": False},
+                "podInitialBackoffSeconds": 1,
+                "podMaxBackoffSeconds": 2,
+            })
+        )  # fmt: skip
         return [
-            f"--kubeconfig={kubeconfig}",
+            f"--config={config}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--bind-address=127.0.0.1",
             f"--secure-port={free_port()}",
-            "--leader-elect=false",
-            "--profiling=false",
             f"--v={self.verbosity}",
         ]
 

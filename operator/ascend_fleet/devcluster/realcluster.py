@@ -11,6 +11,7 @@ controls as the emulator's kubelet simulator.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -20,9 +21,11 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Self
 
-from ascend_fleet.devcluster.controlplane import ControlPlane
+from ascend_fleet.devcluster.controlplane import ControlPlane, ensure_binary
 from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY
 from ascend_fleet.devcluster.nodeagent import NodeAgent
+from ascend_fleet.kube import Kube
+from ascend_fleet.kube.client import Conflict
 
 
 class RealCluster:
@@ -101,12 +104,38 @@ class RealCluster:
         self.stop()
 
 
+def provide_model_claim(kube: Kube, namespace: str, claim: str = "models") -> None:
+    """A PersistentVolume pre-bound to the claim ``claim`` in ``namespace``, and the claim: what the examples
+    mount. The real scheduler places no pod whose claim is missing or unbound; the simulated nodes mount nothing.
+    """
+    volume = f"{claim}-{namespace}"
+    _create(kube, {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadOnlyMany", "ReadWriteMany"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "hostPath": {"path": "/var/lib/ascend-fleet-dev-models"},
+                 "claimRef": {"namespace": namespace, "name": claim}},
+    }, "/api/v1/persistentvolumes")  # fmt: skip
+    _create(kube, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": namespace},
+        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Ti"}}},
+    }, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")  # fmt: skip
+
+
+def _create(kube: Kube, body: dict, path: str) -> None:
+    with contextlib.suppress(Conflict):  # there already
+        kube._call("POST", path, body=body)
+
+
 def serve(
     kubeconfig: str = "~/.kube/ascend-fleet-real.yaml",
     nodes: int = 4,
     npus_per_node: int = 8,
     resource_name: str = "huawei.com/Ascend910",
     workdir: str | None = None,
+    start_seconds: float = 1.0,
+    ready_seconds: float = 1.0,
 ) -> None:
     """Run a real control plane with simulated nodes until SIGINT/SIGTERM (``ascend-fleet dev-cluster --real``)."""
     stopping = threading.Event()
@@ -116,6 +145,7 @@ def serve(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        ensure_binary(progress=lambda line: print(line, file=sys.stderr, flush=True))
         print(
             "Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ...",
             file=sys.stderr,
@@ -127,6 +157,8 @@ def serve(
             nodes=nodes,
             npus_per_node=npus_per_node,
             resource_name=resource_name,
+            start_seconds=start_seconds,
+            ready_seconds=ready_seconds,
         ) as cluster:
             print(f"Kubernetes API (real kube-apiserver, RBAC on): {cluster.url}", flush=True)
             print(

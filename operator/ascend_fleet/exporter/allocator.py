@@ -120,6 +120,7 @@ def combine(stats: list[AllocatorStats]) -> AllocatorStats:
     Ratios of the result are ratios of the sums, which is what the device as a whole shows. A field
     unknown in every input stays unknown; a ratio uses only the processes that know both its terms.
     """
+
     def total(field: str) -> float | None:
         known = [getattr(s, field) for s in stats if getattr(s, field) is not None]
         return sum(known) if known else None
@@ -138,12 +139,16 @@ def combined_ratios(stats: list[AllocatorStats]) -> tuple[float | None, float | 
     paired_frag = [s for s in stats if s.inactive_split_bytes is not None and s.reserved_bytes is not None]
     paired_slack = [s for s in stats if s.allocated_bytes is not None and s.reserved_bytes is not None]
     fragmentation = (
-        fragmentation_ratio(sum(s.inactive_split_bytes for s in paired_frag), sum(s.reserved_bytes for s in paired_frag))
-        if paired_frag else None
+        fragmentation_ratio(
+            sum(s.inactive_split_bytes for s in paired_frag), sum(s.reserved_bytes for s in paired_frag)
+        )
+        if paired_frag
+        else None
     )
     slack = (
         slack_ratio(sum(s.allocated_bytes for s in paired_slack), sum(s.reserved_bytes for s in paired_slack))
-        if paired_slack else None
+        if paired_slack
+        else None
     )
     return fragmentation, slack
 
@@ -178,11 +183,15 @@ def _inconsistencies(stats: AllocatorStats) -> list[str]:
     problems = []
     reserved = stats.reserved_bytes
     if reserved is not None:
-        for name, part in (("inactive_split_bytes", stats.inactive_split_bytes),
-                           ("allocated_bytes", stats.allocated_bytes)):
+        for name, part in (
+            ("inactive_split_bytes", stats.inactive_split_bytes),
+            ("allocated_bytes", stats.allocated_bytes),
+        ):
             if part is not None and part > reserved:
-                problems.append(f"memory_stats {name} ({part:.0f}) exceeds reserved_bytes ({reserved:.0f}); "
-                                "the ratio is clamped to 0..1")
+                problems.append(
+                    f"memory_stats {name} ({part:.0f}) exceeds reserved_bytes ({reserved:.0f}); "
+                    "the ratio is clamped to 0..1"
+                )
     return problems
 
 

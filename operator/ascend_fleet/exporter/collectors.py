@@ -142,7 +142,9 @@ class NpuSmi:
             self._read_card(npu_id, card_devices, chips, reading)
         return reading
 
-    def _read_card(self, npu_id: int, devices: list[int], chips: dict[int, Chip], reading: Reading[NpuUsage]) -> None:
+    def _read_card(
+        self, npu_id: int, devices: list[int], chips: dict[int, Chip], reading: Reading[NpuUsage]
+    ) -> None:
         # One call per card covers all its chips (two on A3 cards), with or without `-c` support.
         try:
             text = self._run("info", "-t", "usages", "-i", str(npu_id))
@@ -154,8 +156,9 @@ class NpuSmi:
         for device in devices:
             usage = usage_of_chip(usages, chips[device].chip_id)
             if usage is None:
-                reading.problems.append(f"device {device}: npu-smi usages of NPU {npu_id} show no chip "
-                                        f"{chips[device].chip_id}")
+                reading.problems.append(
+                    f"device {device}: npu-smi usages of NPU {npu_id} show no chip {chips[device].chip_id}"
+                )
                 reading.failed += 1
                 continue
             reading.values[device] = usage
@@ -197,4 +200,3 @@ class NpuSmi:
             detail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise NpuSmiFailed(f"{' '.join(command)} exited with {done.returncode}: {detail[0]}")
         return done.stdout
-

@@ -123,7 +123,9 @@ class ExporterConfig:
         return cls(port=port, interval=interval, spool_dir=Path(spool) if spool else None)
 
 
-def _setting(env: Mapping[str, str], name: str, parse: Callable[[str], _T | None], default: _T, expected: str) -> _T:
+def _setting(
+    env: Mapping[str, str], name: str, parse: Callable[[str], _T | None], default: _T, expected: str
+) -> _T:
     text = env.get(name, "").strip()
     if not text:
         return default

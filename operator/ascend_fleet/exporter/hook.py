@@ -23,6 +23,7 @@ def arm_safely() -> bool:
 
         return arm()
     except Exception:
-        logger.exception("NPU exporter could not start (%s is on); the engine runs without NPU metrics",
-                         ENV_ENABLED)
+        logger.exception(
+            "NPU exporter could not start (%s is on); the engine runs without NPU metrics", ENV_ENABLED
+        )
         return False

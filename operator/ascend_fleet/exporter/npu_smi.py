@@ -92,7 +92,7 @@ def parse_chip_map(text: str) -> tuple[list[Chip], tuple[str, ...]]:
     columns = _header_columns(lines[header_at])
     chips: list[Chip] = []
     problems: list[str] = []
-    for line in lines[header_at + 1:]:
+    for line in lines[header_at + 1 :]:
         if not line.strip():
             continue
         row = dict(zip(columns, line.split(None, len(columns) - 1), strict=False))
@@ -135,7 +135,7 @@ def _chip_blocks(pairs: list[tuple[str, str]]) -> list[tuple[int | None, list[tu
     chip_lines = [i for i, (key, _) in enumerate(pairs) if key == _CHIP_ID]
     if not chip_lines:
         return [(None, pairs)]
-    closing = any(key in _USAGE_KEYS for key, _ in pairs[:chip_lines[0]])
+    closing = any(key in _USAGE_KEYS for key, _ in pairs[: chip_lines[0]])
     bounds = [-1, *chip_lines] if closing else [*chip_lines, len(pairs)]
     blocks = []
     for index, chip_line in enumerate(chip_lines):
@@ -188,4 +188,6 @@ def _chip(row: dict[str, str]) -> Chip | None:
         return None
     if not logic.isdigit() and logic != "-":
         return None
-    return Chip(int(npu), int(chip), int(logic) if logic.isdigit() else None, row.get("Chip Name", "").strip())
+    return Chip(
+        int(npu), int(chip), int(logic) if logic.isdigit() else None, row.get("Chip Name", "").strip()
+    )

@@ -109,14 +109,17 @@ def encode(record: ProcessRecord) -> str:
         devices.setdefault(device, {})["allocator"] = _fields(stats)
     for device, timed in record.usage.items():
         devices.setdefault(device, {})["usage"] = {"sampled_at": timed.sampled_at, **_fields(timed.usage)}
-    return json.dumps({
-        "schema": SCHEMA,
-        "pid": record.pid,
-        "written_at": record.written_at,
-        "interval": record.interval,
-        "devices": devices,
-        "errors": dict(record.errors),
-    }, sort_keys=True)
+    return json.dumps(
+        {
+            "schema": SCHEMA,
+            "pid": record.pid,
+            "written_at": record.written_at,
+            "interval": record.interval,
+            "devices": devices,
+            "errors": dict(record.errors),
+        },
+        sort_keys=True,
+    )
 
 
 def decode(text: str) -> ProcessRecord:

@@ -45,8 +45,13 @@ class ProblemLog:
     A broken value is seen at every sample; one warning says it, a flood would bury the engine's log.
     """
 
-    def __init__(self, log: logging.Logger, repeat_after: float = 600.0, limit: int = 512,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        log: logging.Logger,
+        repeat_after: float = 600.0,
+        limit: int = 512,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._log = log
         self._repeat_after = repeat_after
         self._limit = limit
@@ -71,8 +76,14 @@ class ProblemLog:
 class Exporter:
     """The exporter of one engine process; see the module docstring."""
 
-    def __init__(self, config: ExporterConfig, stats: StatsProvider | None, npu_smi: NpuSmi | None,
-                 visible: list[int] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: ExporterConfig,
+        stats: StatsProvider | None,
+        npu_smi: NpuSmi | None,
+        visible: list[int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.pid = os.getpid()
         self._stats = stats
@@ -110,8 +121,9 @@ class Exporter:
         if self._npu_smi is not None:
             steps.append((COLLECTOR_NPU_SMI, self._sample_usage))
         for name, step in steps:
-            thread = threading.Thread(target=self._every_interval, args=(step,), daemon=True,
-                                      name=f"ascend-fleet-exporter-{name}")
+            thread = threading.Thread(
+                target=self._every_interval, args=(step,), daemon=True, name=f"ascend-fleet-exporter-{name}"
+            )
             self._threads.append(thread)
             thread.start()
         return self
@@ -165,8 +177,9 @@ class Exporter:
         self._problems.warn(reading.problems)
         with self._lock:
             self._devices = {pod_device(device, self._visible) for device in self._owned}
-            self._allocator = {str(pod_device(device, self._visible)): stats
-                               for device, stats in reading.values.items()}
+            self._allocator = {
+                str(pod_device(device, self._visible)): stats for device, stats in reading.values.items()
+            }
             self._errors[COLLECTOR_TORCH_NPU] += reading.failed
         self._publish()
         return True
@@ -184,7 +197,9 @@ class Exporter:
         self._problems.warn(reading.problems)
         sampled_at = self._clock()
         with self._lock:
-            self._usage = {str(device): TimedUsage(sampled_at, usage) for device, usage in reading.values.items()}
+            self._usage = {
+                str(device): TimedUsage(sampled_at, usage) for device, usage in reading.values.items()
+            }
             self._errors[COLLECTOR_NPU_SMI] += reading.failed
         self._publish()
         return True
@@ -200,9 +215,14 @@ class Exporter:
 
     def _publish(self) -> None:
         with self._lock:
-            record = ProcessRecord(pid=self.pid, written_at=self._clock(), interval=self.config.interval,
-                                   allocator=dict(self._allocator), usage=dict(self._usage),
-                                   errors=dict(self._errors))
+            record = ProcessRecord(
+                pid=self.pid,
+                written_at=self._clock(),
+                interval=self.config.interval,
+                allocator=dict(self._allocator),
+                usage=dict(self._usage),
+                errors=dict(self._errors),
+            )
             try:
                 write_record(self.config.spool, record)
             except OSError as error:
@@ -217,19 +237,28 @@ class Exporter:
         if server is None:
             if not self._told_port_taken:
                 self._told_port_taken = True
-                logger.info("NPU exporter: port %d is taken, normally by another engine process of this pod "
-                            "that serves all of them; taking over if it goes away", self.config.port)
+                logger.info(
+                    "NPU exporter: port %d is taken, normally by another engine process of this pod "
+                    "that serves all of them; taking over if it goes away",
+                    self.config.port,
+                )
             return True
         with self._lock:
             if self._stopping.is_set():
                 server.server_close()
                 return False
             self._server = server
-        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": _SERVE_POLL_SECONDS},
-                                  name="ascend-fleet-exporter-http", daemon=True)
+        thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": _SERVE_POLL_SECONDS},
+            name="ascend-fleet-exporter-http",
+            daemon=True,
+        )
         self._threads.append(thread)
         thread.start()
-        logger.info("NPU exporter: serving this pod's NPU metrics on port %d%s", self.config.port, METRICS_PATH)
+        logger.info(
+            "NPU exporter: serving this pod's NPU metrics on port %d%s", self.config.port, METRICS_PATH
+        )
         return False
 
 
@@ -239,8 +268,9 @@ _active: Exporter | None = None
 _fork_hook_installed = False
 
 
-def start_exporter(config: ExporterConfig | None = None, stats: StatsProvider | None = None,
-                   npu_smi: NpuSmi | None = None) -> Exporter:
+def start_exporter(
+    config: ExporterConfig | None = None, stats: StatsProvider | None = None, npu_smi: NpuSmi | None = None
+) -> Exporter:
     """Start the exporter in this process, or return the one already running here.
 
     Defaults: settings from the environment, allocator statistics from torch_npu (imported now if
@@ -253,7 +283,9 @@ def start_exporter(config: ExporterConfig | None = None, stats: StatsProvider | 
             return _active
         config = config or ExporterConfig.from_env()
         stats = stats if stats is not None else TorchNpuStats()
-        npu_smi = npu_smi if npu_smi is not None else NpuSmi(config.npu_smi, timeout=max(config.interval, 10.0))
+        npu_smi = (
+            npu_smi if npu_smi is not None else NpuSmi(config.npu_smi, timeout=max(config.interval, 10.0))
+        )
         visible = parse_visible_devices(os.environ.get("ASCEND_RT_VISIBLE_DEVICES"))
         _active = Exporter(config, stats, npu_smi, visible).start()
         atexit.register(_active.withdraw)
@@ -275,8 +307,9 @@ def arm(environ: Mapping[str, str] | None = None) -> bool:
             return True
         _armed_pid = os.getpid()
     config = ExporterConfig.from_env(environ)
-    threading.Thread(target=_start_when_device_bound, args=(config,), daemon=True,
-                     name="ascend-fleet-exporter-watch").start()
+    threading.Thread(
+        target=_start_when_device_bound, args=(config,), daemon=True, name="ascend-fleet-exporter-watch"
+    ).start()
     _install_fork_hook()
     return True
 

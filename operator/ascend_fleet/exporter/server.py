@@ -82,14 +82,19 @@ class _Handler(BaseHTTPRequestHandler):
                 body = self.server.render().encode("utf-8")
             except Exception:
                 logger.exception("rendering %s failed", METRICS_PATH)
-                self._reply(500, b"rendering metrics failed; see the engine log\n", "text/plain; charset=utf-8")
+                self._reply(
+                    500, b"rendering metrics failed; see the engine log\n", "text/plain; charset=utf-8"
+                )
                 return
             self._reply(200, body, CONTENT_TYPE)
         elif path == "/":
             self._reply(200, _INDEX, "text/plain; charset=utf-8")
         else:
-            self._reply(404, b"not found; metrics are at " + METRICS_PATH.encode() + b"\n",
-                        "text/plain; charset=utf-8")
+            self._reply(
+                404,
+                b"not found; metrics are at " + METRICS_PATH.encode() + b"\n",
+                "text/plain; charset=utf-8",
+            )
 
     def _reply(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)

@@ -76,8 +76,10 @@ def read_records(directory: Path, now: float, alive: Callable[[int], bool] | Non
         if record.pid != pid:
             problems.append(f"skipping {path.name}: it holds the record of pid {record.pid}")
         elif record.stale(now):
-            problems.append(f"skipping {path.name}: not rewritten for {now - record.written_at:.0f} s "
-                            f"(more than {stale_after(record.interval):.0f} s); is process {pid} hung?")
+            problems.append(
+                f"skipping {path.name}: not rewritten for {now - record.written_at:.0f} s "
+                f"(more than {stale_after(record.interval):.0f} s); is process {pid} hung?"
+            )
         else:
             records.append(record)
     return SpoolRead(records, problems)

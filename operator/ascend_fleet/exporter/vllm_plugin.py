@@ -1,9 +1,15 @@
-"""vLLM general plugin that runs the NPU exporter inside vLLM's engine processes.
+"""vLLM (and SGLang) general plugin that runs the NPU exporter inside the engine's processes.
 
 Declared in ``pyproject.toml`` as::
 
     [project.entry-points."vllm.general_plugins"]
     ascend_fleet_exporter = "ascend_fleet.exporter.vllm_plugin:register"
+
+    [project.entry-points."sglang.srt.plugins"]
+    ascend_fleet_exporter = "ascend_fleet.exporter.vllm_plugin:register"
+
+SGLang from 0.5.14 calls its general plugins the same way in every process it starts; older SGLang has
+no plugin group, so the operator starts those images through ``python -m ascend_fleet.exporter.sglang``.
 
 vLLM calls every general plugin in every process it creates (API server, engine core, one worker
 per tensor-parallel rank, Ray workers). :func:`register` leaves all of them untouched unless

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import kopf
@@ -26,7 +26,11 @@ from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 ERROR_BACKOFF = (1.0, 30.0)  # first retry and cap after an API error during a pass
-SETTLE_SECONDS = 0.5  # after our own writes, let the watch deliver them before the next pass
+SETTLE_SECONDS = 0.5
+RESTART_BACKOFF = (1.0, 30.0)  # first restart of kopf after it stopped on an error, and the cap
+OPERATOR_RESTARTS: list[
+    str
+] = []  # why kopf had to be started again (read by the outage tests)  # after our own writes, let the watch deliver them before the next pass
 
 
 @dataclass
@@ -37,6 +41,22 @@ class OperatorContext:
     kube: Kube
     wakeups: Wakeups = field(default_factory=Wakeups)
     extra_startup: list = field(default_factory=list)  # callables(registry-scoped) e.g. the control loop
+
+
+class RetryForever:
+    """Backoffs for kopf: the given delays, then the last one again and again (a fresh sequence per request).
+
+    kopf escalates an API error once its backoff sequence ends, and an escalated error in a watch stops the
+    operator; a sequence without an end keeps every request (and watch) retrying through an outage.
+    """
+
+    def __init__(self, delays: Iterable[float]) -> None:
+        self.delays = tuple(delays)
+
+    def __iter__(self) -> Iterator[float]:
+        yield from self.delays
+        while True:
+            yield self.delays[-1]
 
 
 def _values(index: kopf.Index, key: tuple[str, str]) -> Iterable[dict]:
@@ -54,10 +74,14 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         settings.persistence.finalizer = f"{names.GROUP}/finalizer"
         settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=names.GROUP)
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=names.GROUP, key="last-handled-configuration")
+            prefix=names.GROUP, key="last-handled-configuration"
+        )
         settings.posting.level = logging.WARNING  # events are written by the reconciler itself
-        settings.watching.server_timeout = max(1, round(ctx.settings.reconcile.watch_timeout))  # whole seconds
-        settings.networking.error_backoffs = [1, 2, 5, 10]
+        settings.watching.server_timeout = max(
+            1, round(ctx.settings.reconcile.watch_timeout)
+        )  # whole seconds
+        # Retry API errors and outages for as long as they last: the operator never gives up on the API.
+        settings.networking.error_backoffs = RetryForever((1, 2, 5, 10))
 
     @kopf.on.login(registry=registry)
     def login(**_) -> kopf.ConnectionInfo:
@@ -71,7 +95,9 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     async def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
-    @kopf.index("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry, id="engine_pdbs")
+    @kopf.index(
+        "policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry, id="engine_pdbs"
+    )
     async def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
@@ -85,21 +111,37 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     async def object_changed(namespace: str, name: str, **_) -> None:
         ctx.wakeups.wake(namespace, name)
 
-    @kopf.daemon(names.GROUP, names.VERSION, names.PLURAL, registry=registry,
-                 cancellation_timeout=10.0, initial_delay=0)
-    async def reconciler(stopped: kopf.DaemonStopped, body: kopf.Body, namespace: str, name: str,
-                         engine_pods: kopf.Index, engine_services: kopf.Index, engine_pdbs: kopf.Index,
-                         logger: logging.Logger, **_) -> None:
-        await run_reconciler(ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs,
-                             logger)
+    @kopf.daemon(
+        names.GROUP,
+        names.VERSION,
+        names.PLURAL,
+        registry=registry,
+        cancellation_timeout=10.0,
+        initial_delay=0,
+    )
+    async def reconciler(
+        stopped: kopf.DaemonStopped,
+        body: kopf.Body,
+        namespace: str,
+        name: str,
+        engine_pods: kopf.Index,
+        engine_services: kopf.Index,
+        engine_pdbs: kopf.Index,
+        logger: logging.Logger,
+        **_,
+    ) -> None:
+        await run_reconciler(
+            ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs, logger
+        )
 
     for hook in ctx.extra_startup:
         hook(registry)
     return registry
 
 
-async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, pods, services, pdbs,
-                         logger) -> None:
+async def run_reconciler(
+    ctx: OperatorContext, stopped, body, namespace, name, pods, services, pdbs, logger
+) -> None:
     """The per-object loop: pass, then wait for a wake-up, a timer or the resync interval.
 
     It is a coroutine on kopf's loop and runs each pass (blocking HTTP) in a worker thread only for the
@@ -119,20 +161,28 @@ async def run_reconciler(ctx: OperatorContext, stopped, body, namespace, name, p
                 else:  # the watch has not delivered our own status write yet: do not act on old status
                     current["status"] = written.get("status", {})
             key = (namespace, name)
-            observed = observed_children(current["metadata"].get("uid", ""), _values(pods, key),
-                                         _values(services, key), _values(pdbs, key))
+            observed = observed_children(
+                current["metadata"].get("uid", ""),
+                _values(pods, key),
+                _values(services, key),
+                _values(pdbs, key),
+            )
             try:
                 result = await asyncio.to_thread(reconcile_once, ctx.kube, current, observed, ctx.settings)
             except KubeError as error:
-                logger.warning("reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error)
+                logger.warning(
+                    "reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error
+                )
                 await _wait(stopped, flag, error_delay, settle=error_delay)
                 error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
                 continue
             error_delay = ERROR_BACKOFF[0]
             if result.written is not None:
                 written = result.written
-            wait = min(result.requeue_after or ctx.settings.reconcile.resync_interval,
-                       ctx.settings.reconcile.resync_interval)
+            wait = min(
+                result.requeue_after or ctx.settings.reconcile.resync_interval,
+                ctx.settings.reconcile.resync_interval,
+            )
             await _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
     finally:
         ctx.wakeups.forget(namespace, name)
@@ -200,20 +250,52 @@ class RunOptions:
 
 
 async def run_operator(ctx: OperatorContext, options: RunOptions, stop_flag=None, ready_flag=None) -> None:
-    """Run kopf until stopped (the caller owns the event loop)."""
-    registry = build_registry(ctx)
+    """Run kopf until stopped (the caller owns the event loop).
+
+    Should kopf stop on an error (an API answer it does not retry), it is started again after a backoff
+    instead of ending the process: the reconciler is level-based and keeps its state in the objects' status,
+    so a fresh start picks up where the old one was.
+    """
     liveness = f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
-    await kopf.operator(
-        registry=registry,
-        clusterwide=not options.namespaces,
-        namespaces=options.namespaces,
-        standalone=options.peering is None,
-        peering_name=options.peering,
-        priority=options.priority,
-        liveness_endpoint=liveness,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    delay = RESTART_BACKOFF[0]
+    while True:
+        try:
+            await kopf.operator(
+                registry=build_registry(ctx),
+                clusterwide=not options.namespaces,
+                namespaces=options.namespaces,
+                standalone=options.peering is None,
+                peering_name=options.peering,
+                priority=options.priority,
+                liveness_endpoint=liveness,
+                stop_flag=stop_flag,
+                ready_flag=ready_flag,
+            )
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # kopf's and aiohttp's errors: anything but a stop
+            if _stopped(stop_flag):
+                return
+            log.error("the operator stopped on an error (%r); starting it again in %.0fs", error, delay)
+            OPERATOR_RESTARTS.append(repr(error))
+        if await _wait_stop(stop_flag, delay):
+            return
+        delay = min(delay * 2, RESTART_BACKOFF[1])
+
+
+def _stopped(stop_flag) -> bool:
+    return stop_flag is not None and stop_flag.is_set()
+
+
+async def _wait_stop(stop_flag, seconds: float) -> bool:
+    """Sleep ``seconds`` unless the stop flag (a threading.Event here) is set meanwhile; True if stopped."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        if _stopped(stop_flag):
+            return True
+        await asyncio.sleep(0.2)
+    return _stopped(stop_flag)
 
 
 class OperatorThread:

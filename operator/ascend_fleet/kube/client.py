@@ -60,6 +60,7 @@ KINDS = {
     "Service": _Kind("", "v1", "services"),
     "Event": _Kind("", "v1", "events"),
     "PodDisruptionBudget": _Kind("policy", "v1", "poddisruptionbudgets"),
+    "PodGroup": _Kind("scheduling.volcano.sh", "v1beta1", "podgroups"),  # Volcano gangs (schedulerName: volcano)
     names.KIND: _Kind(names.GROUP, names.VERSION, names.PLURAL),
 }
 
@@ -77,14 +78,18 @@ class Kube:
         """Use the kubeconfig (``KUBECONFIG`` or ~/.kube/config), or the in-cluster service account."""
         configuration = client.Configuration()
         try:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+            config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
         except config.ConfigException:
             if kubeconfig:
                 raise
             config.load_incluster_config(client_configuration=configuration)
         return cls(client.ApiClient(configuration))
 
-    def _path(self, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
+    def _path(
+        self, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None
+    ) -> str:
         """The resource path; ``namespace=None`` is the cluster-wide collection (lists only)."""
         k = KINDS[kind]
         base = f"/api/{k.version}" if not k.group else f"/apis/{k.group}/{k.version}"
@@ -95,22 +100,40 @@ class Kube:
             path += f"/{subresource}"
         return path
 
-    def _call(self, method: str, path: str, body: Any = None, query: list | None = None,
-              content_type: str = "application/json") -> dict:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list | None = None,
+        content_type: str = "application/json",
+    ) -> dict:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
             if hasattr(self.api, "param_serialize"):
                 # kubernetes >= 32 (OpenAPI generator 7): serialize, send, and check the status ourselves.
-                request = self.api.param_serialize(method, path, query_params=query or [], header_params=headers,
-                                                   body=body, auth_settings=["BearerToken"])
+                request = self.api.param_serialize(
+                    method,
+                    path,
+                    query_params=query or [],
+                    header_params=headers,
+                    body=body,
+                    auth_settings=["BearerToken"],
+                )
                 response = self.api.call_api(*request)
                 data = response.read()
                 if not 200 <= response.status <= 299:
                     raise ApiException(http_resp=response)
             else:
                 response = self.api.call_api(
-                    path, method, query_params=query or [], body=body, header_params=headers,
-                    auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+                    path,
+                    method,
+                    query_params=query or [],
+                    body=body,
+                    header_params=headers,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _return_http_data_only=True,
                 )
                 data = response.data
         except ApiException as exc:
@@ -134,13 +157,18 @@ class Kube:
             return None
 
     def patch(self, kind: str, namespace: str, name: str, body: dict, subresource: str | None = None) -> dict:
-        return self._call("PATCH", self._path(kind, namespace, name, subresource), body=body, content_type=MERGE_PATCH)
+        return self._call(
+            "PATCH", self._path(kind, namespace, name, subresource), body=body, content_type=MERGE_PATCH
+        )
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:
         """Delete in the background (dependents follow); False when it was already gone."""
         try:
-            self._call("DELETE", self._path(kind, namespace, name),
-                       body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+            self._call(
+                "DELETE",
+                self._path(kind, namespace, name),
+                body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
+            )
             return True
         except NotFound:
             return False
@@ -152,7 +180,9 @@ class Kube:
         except Conflict:
             return None
 
-    def event(self, regarding: dict, type_: str, reason: str, message: str, component: str = "ascend-fleet") -> None:
+    def event(
+        self, regarding: dict, type_: str, reason: str, message: str, component: str = "ascend-fleet"
+    ) -> None:
         """Record a core/v1 Event about an object; failures are logged, never raised (events are best effort)."""
         meta = regarding["metadata"]
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import time
@@ -36,30 +35,23 @@ class PassResult:
 
 
 def with_default_image(body: dict, settings: OperatorSettings) -> dict:
-    """The object with the operator's configured default image filled in where the spec names none.
-
-    ``images`` keys are ``<engine>/<chip>`` (e.g. ``vllm-ascend/ascend910_93`` for A3 builds) or just
-    ``<engine>``; the more specific key wins.
-    """
-    spec = body.get("spec") or {}
-    engine = spec.get("engine") or {}
-    chip = (spec.get("hardware") or {}).get("chip", "ascend910b")
-    kind = engine.get("type", "")
-    default = settings.images.get(f"{kind}/{chip}") or settings.images.get(kind)
-    if not default or engine.get("image"):
-        return body
-    body = copy.deepcopy(body)
-    body["spec"]["engine"]["image"] = default
-    return body
+    """The object with the operator's configured default image filled in (see OperatorSettings)."""
+    return settings.with_default_image(body)
 
 
-def reconcile_once(kube: Kube, body: dict, observed: Observed, settings: OperatorSettings,
-                   now: float | None = None) -> PassResult:
+def reconcile_once(
+    kube: Kube, body: dict, observed: Observed, settings: OperatorSettings, now: float | None = None
+) -> PassResult:
     """Bring one AscendInference's children to its spec and report what was done."""
     now = time.time() if now is None else now
     meta = body["metadata"]
     try:
-        valid = validate(with_default_image(body, settings), known_metrics=known_metrics(settings.control))
+        valid = validate(
+            with_default_image(body, settings),
+            known_metrics=known_metrics(settings.control),
+            max_window=settings.control.max_window,
+            allow_host_path=settings.allow_host_path_models,
+        )
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
         outcome = "invalid"
@@ -137,7 +129,9 @@ def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
         fresh = kube.get(names.KIND, meta["namespace"], meta["name"])
     except NotFound:
         return None
-    theirs = [c for c in (fresh.get("status") or {}).get("conditions", []) if c.get("type") not in OWN_CONDITIONS]
+    theirs = [
+        c for c in (fresh.get("status") or {}).get("conditions", []) if c.get("type") not in OWN_CONDITIONS
+    ]
     ours = [c for c in status.get("conditions", []) if c.get("type") in OWN_CONDITIONS]
     status = {**status, "conditions": sort_conditions(theirs + ours)}
     try:

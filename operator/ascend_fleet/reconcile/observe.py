@@ -13,7 +13,9 @@ def owned_by(obj: dict, uid: str) -> bool:
     return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
 
 
-def observed_children(uid: str, pods: Iterable[dict], services: Iterable[dict], pdbs: Iterable[dict]) -> Observed:
+def observed_children(
+    uid: str, pods: Iterable[dict], services: Iterable[dict], pdbs: Iterable[dict]
+) -> Observed:
     """Filter candidate children (found by the name label) down to the ones this object owns."""
     mine = [p for p in pods if owned_by(p, uid)]
     services_by_name = {s["metadata"]["name"]: s for s in services if owned_by(s, uid)}

@@ -21,10 +21,12 @@ from ..render import (
     Owner,
     drain_patch,
     leader_selector,
+    pod_group_name,
     render_pdb,
     render_replica,
     render_services,
     revision,
+    uses_volcano,
 )
 from ..status import ReplicaState, replica_states, set_condition
 from ..status.conditions import get_condition
@@ -122,34 +124,62 @@ def plan(
         elif group.failed or not group.complete(ppr):
             _restart_gang(group, restarts, now, settings, result)
         elif group.draining:
-            _drain_then_delete(group, group.drain_reason or "restart", spec.disruption.drain_seconds, now, result)
+            _drain_then_delete(
+                group, group.drain_reason or "restart", spec.disruption.drain_seconds, now, result
+            )
         elif not group.at_revision(rev):
             if group.ready(ppr):
                 outdated.append(group)
             else:  # not serving anyway: replacing it costs no availability
-                _delete_group(group, result, Event("Normal", "RolloutReplace",
-                                                   f"replica {index}: replacing not-ready pods with revision {rev}"))
+                _delete_group(
+                    group,
+                    result,
+                    Event(
+                        "Normal",
+                        "RolloutReplace",
+                        f"replica {index}: replacing not-ready pods with revision {rev}",
+                    ),
+                )
         else:
             _forget_stable_restarts(group, ppr, restarts, now, settings)
             _restore_serving(group, result)
 
     for group in sorted(outdated, key=lambda g: g.index, reverse=True)[: max(budget, 0)]:
         result.patches.append(Patch("Pod", group.leader.name, drain_patch(rfc3339_ms(now), "rollout")))
-        result.events.append(Event("Normal", "RolloutStep",
-                                   f"replica {group.index}: draining for revision {rev} "
-                                   f"({spec.disruption.drain_seconds}s)"))
+        result.events.append(
+            Event(
+                "Normal",
+                "RolloutStep",
+                f"replica {group.index}: draining for revision {rev} ({spec.disruption.drain_seconds}s)",
+            )
+        )
         result.later(spec.disruption.drain_seconds or SETTLE_SECONDS)
     if outdated and budget <= 0:
         result.later(SETTLE_SECONDS * 5)
 
+    _collect_pod_groups(obj, groups, result)
     result.status = derive_status(obj, layout, groups, rev, list(restarts.values()), now)
     if result.writes_children:
         result.later(SETTLE_SECONDS)
     return result
 
 
-def _plan_services(obj: AscendInference, layout: Layout, owner: Owner, observed: Observed, result: Plan) -> None:
-    desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner)]
+def _collect_pod_groups(obj: AscendInference, groups: dict[int, ReplicaState], result: Plan) -> None:
+    """A replica's Volcano PodGroup goes when its last pod goes, so it never holds queue resources alone;
+    the next gang of that index creates it afresh (with the layout of its revision)."""
+    if not uses_volcano(obj.spec):
+        return
+    deleting = {d.name for d in result.deletes if d.kind == "Pod"}
+    for group in groups.values():
+        alive = [p for p in group.pods if not p.deleting]
+        if alive and all(p.name in deleting for p in alive):
+            result.deletes.append(Delete(names.POD_GROUP_KIND, pod_group_name(obj.name, group.index)))
+
+
+def _plan_services(
+    obj: AscendInference, layout: Layout, owner: Owner, observed: Observed, result: Plan
+) -> None:
+    desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner, layout)]
     for want in desired:
         name = want["metadata"]["name"]
         have = observed.pdb if want["kind"] == "PodDisruptionBudget" else observed.services.get(name)
@@ -157,16 +187,26 @@ def _plan_services(obj: AscendInference, layout: Layout, owner: Owner, observed:
             result.creates.append(want)
             result.events.append(Event("Normal", "Created", f"created {want['kind']} {name}"))
         elif _drifted(want, have):
-            body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want)}
+            body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want, have)}
             result.patches.append(Patch(want["kind"], name, body))
             result.events.append(Event("Normal", "Updated", f"updated {want['kind']} {name}"))
 
 
-def _managed_spec(obj: dict) -> dict:
-    """The spec fields the operator owns (the API server fills in others, e.g. clusterIP)."""
-    keys = {"Service": ("selector", "ports", "type", "publishNotReadyAddresses"),
-            "PodDisruptionBudget": ("maxUnavailable", "selector")}[obj["kind"]]
-    return {k: obj["spec"][k] for k in keys if k in obj["spec"]}
+# Spec fields the operator owns but never sets: a stored value (from an older operator: PDBs used to carry
+# maxUnavailable, which the API server refuses next to minAvailable) is removed by the patch.
+_CLEARED = {"PodDisruptionBudget": ("maxUnavailable",)}
+
+
+def _managed_spec(obj: dict, have: dict | None = None) -> dict:
+    """The spec fields the operator owns (the API server fills in others, e.g. clusterIP), as a merge patch."""
+    keys = {
+        "Service": ("selector", "ports", "type", "publishNotReadyAddresses"),
+        "PodDisruptionBudget": ("minAvailable", "selector"),
+    }[obj["kind"]]
+    spec = {k: obj["spec"][k] for k in keys if k in obj["spec"]}
+    have_spec = (have or {}).get("spec") or {}
+    spec.update({k: None for k in _CLEARED.get(obj["kind"], ()) if have_spec.get(k) is not None})
+    return spec
 
 
 def _drifted(want: dict, have: dict) -> bool:
@@ -174,7 +214,7 @@ def _drifted(want: dict, have: dict) -> bool:
     if any(labels.get(k) != v for k, v in want["metadata"]["labels"].items()):
         return True
     have_spec = have.get("spec") or {}
-    return any(have_spec.get(k) != v for k, v in _managed_spec(want).items())
+    return any(have_spec.get(k) != v for k, v in _managed_spec(want, have).items())
 
 
 def _create_replica(obj, layout, owner, index, rev, restarts, now, settings, result) -> None:
@@ -186,42 +226,66 @@ def _create_replica(obj, layout, owner, index, rev, restarts, now, settings, res
             return
     result.creates.extend(render_replica(obj.spec, owner, index, layout, rev))
     pods = layout.pods_per_replica
-    result.events.append(Event("Normal", "CreatedReplica",
-                               f"replica {index}: created {pods} pod{'s' if pods > 1 else ''} (revision {rev})"))
+    result.events.append(
+        Event(
+            "Normal",
+            "CreatedReplica",
+            f"replica {index}: created {pods} pod{'s' if pods > 1 else ''} (revision {rev})",
+        )
+    )
 
 
-def _restart_gang(group: ReplicaState, restarts: dict, now: float, settings: ReconcileSettings, result: Plan) -> None:
+def _restart_gang(
+    group: ReplicaState, restarts: dict, now: float, settings: ReconcileSettings, result: Plan
+) -> None:
     previous = restarts.get(group.index)
     count = (previous["count"] if previous else 0) + 1
     restarts[group.index] = {"replica": group.index, "count": count, "lastTime": rfc3339_ms(now)}
     delay = backoff_delay(count, settings)
     failed = [p.name for p in group.pods if p.failed] or ["a missing rank"]
-    _delete_group(group, result, Event(
-        "Warning", "ReplicaRestart",
-        f"replica {group.index}: {', '.join(failed)} failed; recreating the whole gang"
-        + (f" in {delay:g}s (restart {count})" if delay else ""),
-    ))
+    _delete_group(
+        group,
+        result,
+        Event(
+            "Warning",
+            "ReplicaRestart",
+            f"replica {group.index}: {', '.join(failed)} failed; recreating the whole gang"
+            + (f" in {delay:g}s (restart {count})" if delay else ""),
+        ),
+    )
     result.later(max(delay, SETTLE_SECONDS))
 
 
-def _drain_then_delete(group: ReplicaState, reason: str, drain_seconds: int, now: float, result: Plan) -> None:
+def _drain_then_delete(
+    group: ReplicaState, reason: str, drain_seconds: int, now: float, result: Plan
+) -> None:
     leader = group.leader
     if leader is None or drain_seconds == 0 or not leader.ready:
         # Nothing is serving from this replica, so there is nothing to drain.
-        _delete_group(group, result, Event("Normal", "DeletedReplica", f"replica {group.index}: deleted ({reason})"))
+        _delete_group(
+            group, result, Event("Normal", "DeletedReplica", f"replica {group.index}: deleted ({reason})")
+        )
         return
     if leader.drain_started is None:
         result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339_ms(now), reason)))
-        result.events.append(Event("Normal", "Draining",
-                                   f"replica {group.index}: left the Service, deleting in {drain_seconds}s ({reason})"))
+        result.events.append(
+            Event(
+                "Normal",
+                "Draining",
+                f"replica {group.index}: left the Service, deleting in {drain_seconds}s ({reason})",
+            )
+        )
         result.later(drain_seconds)
         return
     remaining = leader.drain_started + drain_seconds - now
     if remaining > 0:
         result.later(remaining)
         return
-    _delete_group(group, result, Event("Normal", "DeletedReplica",
-                                       f"replica {group.index}: drained and deleted ({reason})"))
+    _delete_group(
+        group,
+        result,
+        Event("Normal", "DeletedReplica", f"replica {group.index}: drained and deleted ({reason})"),
+    )
 
 
 def _delete_group(group: ReplicaState, result: Plan, event: Event) -> None:
@@ -241,7 +305,9 @@ def _forget_stable_restarts(group, ppr, restarts, now, settings) -> None:
 def _restore_serving(group: ReplicaState, result: Plan) -> None:
     leader = group.leader
     if leader is not None and not leader.serving and leader.drain_started is None:
-        result.patches.append(Patch("Pod", leader.name, {"metadata": {"labels": {names.LABEL_SERVING: "true"}}}))
+        result.patches.append(
+            Patch("Pod", leader.name, {"metadata": {"labels": {names.LABEL_SERVING: "true"}}})
+        )
 
 
 def stored_status(obj: AscendInference) -> dict:
@@ -252,7 +318,12 @@ def stored_status(obj: AscendInference) -> dict:
 
 
 def derive_status(
-    obj: AscendInference, layout: Layout, groups: dict[int, ReplicaState], rev: str, restarts: list[dict], now: float
+    obj: AscendInference,
+    layout: Layout,
+    groups: dict[int, ReplicaState],
+    rev: str,
+    restarts: list[dict],
+    now: float,
 ) -> dict:
     """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing."""
     wanted, ppr = layout.data, layout.pods_per_replica
@@ -267,19 +338,35 @@ def derive_status(
 
     conditions = previous.get("conditions", [])
     conditions = set_condition(
-        conditions, "Ready", ready >= wanted,
+        conditions,
+        "Ready",
+        ready >= wanted,
         "AllReplicasReady" if ready >= wanted else "ReplicasNotReady",
-        f"{ready} of {wanted} replicas ready", now, generation)
-    progressing, reason = _progress(wanted, len([g for g in existing if g.index < wanted]), ready, updated, extra,
-                                    draining)
+        f"{ready} of {wanted} replicas ready",
+        now,
+        generation,
+    )
+    progressing, reason = _progress(
+        wanted, len([g for g in existing if g.index < wanted]), ready, updated, extra, draining
+    )
     conditions = set_condition(
-        conditions, "Progressing", progressing, reason,
+        conditions,
+        "Progressing",
+        progressing,
+        reason,
         f"{updated} of {wanted} replicas at revision {rev}" + (f", {extra} scaling in" if extra else ""),
-        now, generation)
+        now,
+        generation,
+    )
     conditions = set_condition(
-        conditions, "Degraded", bool(failing), "ReplicaFailing" if failing else "AsExpected",
+        conditions,
+        "Degraded",
+        bool(failing),
+        "ReplicaFailing" if failing else "AsExpected",
         f"replicas {', '.join(map(str, failing))} keep failing; recreating with backoff" if failing else "",
-        now, generation)
+        now,
+        generation,
+    )
     status = {
         **previous,
         "observedGeneration": generation,
@@ -288,8 +375,12 @@ def derive_status(
         "updatedReplicas": updated,
         "selector": ",".join(f"{k}={v}" for k, v in leader_selector(obj.name).items()),
         "revision": rev,
-        "layout": {"npusPerReplica": layout.npus_per_replica, "podsPerReplica": ppr,
-                   "npusPerPod": layout.npus_per_pod, "totalNpus": layout.total_npus},
+        "layout": {
+            "npusPerReplica": layout.npus_per_replica,
+            "podsPerReplica": ppr,
+            "npusPerPod": layout.npus_per_pod,
+            "totalNpus": layout.total_npus,
+        },
         "conditions": conditions,
         "groupRestarts": sorted(restarts, key=lambda r: r["replica"]),
     }
@@ -298,7 +389,9 @@ def derive_status(
     return status
 
 
-def _progress(wanted: int, present: int, ready: int, updated: int, extra: int, draining: int) -> tuple[bool, str]:
+def _progress(
+    wanted: int, present: int, ready: int, updated: int, extra: int, draining: int
+) -> tuple[bool, str]:
     if extra:
         return True, "ScalingDown"
     if present < wanted:

@@ -4,12 +4,14 @@ from .children import (
     Owner,
     drain_patch,
     leader_selector,
+    pod_group_name,
     pod_name,
     render_all,
     render_pdb,
     render_replica,
     render_services,
     revision,
+    uses_volcano,
 )
 from .engine import EXPORTER_PORT
 from .validation import InvalidSpec, Valid, validate
@@ -21,11 +23,13 @@ __all__ = [
     "Valid",
     "drain_patch",
     "leader_selector",
+    "pod_group_name",
     "pod_name",
     "render_all",
     "render_pdb",
     "render_replica",
     "render_services",
     "revision",
+    "uses_volcano",
     "validate",
 ]

@@ -9,11 +9,29 @@ import math
 from dataclasses import dataclass
 
 from ..api import names
+from ..api.units import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..layout import Layout, plan
-from .engine import EXPORTER_PORT, RAY_PORT, SGLANG_DIST_PORT, Rank, command, engine_env
+from .engine import (
+    EXPORTER_PORT,
+    RAY_PORT,
+    SGLANG_DIST_PORT,
+    VLLM_MASTER_PORT,
+    Rank,
+    command,
+    engine_env,
+    exporter_enabled,
+    multi_node_mode,
+)
+from .template import merge_template
 
 ENGINE_CONTAINER = "engine"
+# Default host resources per NPU of a pod (engine.resources overrides each key): tokenizers, the HTTP
+# server, host-side KV swap and weight loading need CPU and memory beside the NPUs; without requests a pod
+# is BestEffort, the first one evicted under node pressure.
+CPU_PER_NPU = 4
+MEMORY_PER_NPU_GI = 32
+ENGINE_UID = 1000  # HwHiAiUser, whom the Ascend driver grants its device nodes to; the project's images run as it
 TERMINATION_GRACE_SECONDS = 60
 DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these from the host
     ("ascend-driver", "/usr/local/Ascend/driver", "Directory"),
@@ -92,20 +110,50 @@ def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None)
     (autoscaling, rules, disruption) do not change a pod, so they do not change the revision.
     """
     layout = layout or plan(spec)
-    pods = [_pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "") for rank in
-            range(layout.pods_per_replica)]
+    pods = [
+        _pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "")
+        for rank in range(layout.pods_per_replica)
+    ]
     digest = hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
 
 def render_replica(
-    spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout | None = None, rev: str | None = None
+    spec: AscendInferenceSpec,
+    owner: Owner,
+    replica: int,
+    layout: Layout | None = None,
+    rev: str | None = None,
 ) -> list[dict]:
-    """The pods of one replica (a gang): the leader first, then the workers by rank."""
+    """The objects of one replica (a gang): its Volcano PodGroup when Volcano schedules it, then the leader
+    pod and the workers by rank (created in this order, so the group exists before its pods)."""
     layout = layout or plan(spec)
     rev = rev or revision(spec, owner.name, layout)
-    return [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
-            for rank in range(layout.pods_per_replica)]
+    group = [render_pod_group(spec, owner, replica, layout)] if uses_volcano(spec) else []
+    return group + [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
+                    for rank in range(layout.pods_per_replica)]
+
+
+def uses_volcano(spec: AscendInferenceSpec) -> bool:
+    return spec.scheduling.scheduler_name == names.VOLCANO_SCHEDULER
+
+
+def pod_group_name(name: str, replica: int) -> str:
+    return f"{name}-{replica}"
+
+
+def render_pod_group(spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout) -> dict:
+    """Volcano's PodGroup for one replica: all of its pods start together or none does (gang scheduling)."""
+    labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
+    return {
+        "apiVersion": names.POD_GROUP_API_VERSION,
+        "kind": names.POD_GROUP_KIND,
+        "metadata": _metadata(owner, pod_group_name(owner.name, replica), labels),
+        "spec": {
+            "minMember": layout.pods_per_replica,
+            "minResources": {spec.hardware.resource_name: str(layout.npus_per_replica)},
+        },
+    }
 
 
 def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
@@ -125,6 +173,15 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         "subdomain": headless_service_name(name),
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        # Engines never call the Kubernetes API.
+        "automountServiceAccountToken": False,
+        # Pod Security "restricted": the device plugin hands NPUs to unprivileged containers.
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": ENGINE_UID,
+            "runAsGroup": ENGINE_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [_container(spec, layout, name, at)],
         "volumes": _volumes(spec),
     }
@@ -137,19 +194,46 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         pod_spec["schedulerName"] = scheduling.scheduler_name
     if scheduling.priority_class_name:
         pod_spec["priorityClassName"] = scheduling.priority_class_name
-    return {
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(owner, pod_name(name, at.replica, at.rank), labels),
         "spec": pod_spec,
     }
+    if uses_volcano(spec):
+        pod["metadata"]["annotations"] = {names.ANNOTATION_POD_GROUP: pod_group_name(name, at.replica)}
+    return merge_template(pod, spec)
+
+
+def default_resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
+    """CPU and memory for one pod, from its NPUs; memory covers the in-memory /dev/shm too.
+
+    The memory limit equals the request, so an engine that outgrows it restarts rather than pressing the
+    node; CPU has no limit, since throttling a serving engine costs latency for nothing.
+    """
+    try:
+        shm_gi = parse_quantity(spec.engine.shm_size) / 2**30
+    except ValueError:  # a malformed size is the spec check's to report, not the renderer's
+        shm_gi = 0.0
+    memory = f"{math.ceil(MEMORY_PER_NPU_GI * layout.npus_per_pod + shm_gi)}Gi"
+    return {
+        "requests": {"cpu": str(CPU_PER_NPU * layout.npus_per_pod), "memory": memory},
+        "limits": {"memory": memory},
+    }
+
+
+def _resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
+    npus = {spec.hardware.resource_name: str(layout.npus_per_pod)}
+    defaults = default_resources(spec, layout)
+    user = spec.engine.resources or {}
+    resources = {}
+    for part in ("requests", "limits"):
+        resources[part] = {**defaults[part], **copy.deepcopy(user.get(part) or {}), **npus}
+    return resources
 
 
 def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -> dict:
-    npus = {spec.hardware.resource_name: str(layout.npus_per_pod)}
-    resources = copy.deepcopy(spec.engine.resources or {})
-    resources["requests"] = {**resources.get("requests", {}), **npus}
-    resources["limits"] = {**resources.get("limits", {}), **npus}
+    resources = _resources(spec, layout)
     container: dict = {
         "name": ENGINE_CONTAINER,
         "image": spec.image(),
@@ -159,6 +243,10 @@ def _container(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
         "ports": _ports(spec, layout, at),
         "resources": resources,
         "volumeMounts": _mounts(spec),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     if at.leader:  # only leaders run the HTTP server; workers hold pipeline stages
         container.update(_probes(spec))
@@ -169,11 +257,13 @@ def _ports(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[dict]:
     ports = []
     if at.leader:
         ports.append({"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"})
-    if spec.engine.exporter:
+    if exporter_enabled(spec):
         ports.append({"name": "npu-metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"})
     if layout.multi_pod and at.leader:
-        if spec.engine.type == "vllm-ascend":
+        if spec.engine.type == "vllm-ascend" and multi_node_mode(spec) == "ray":
             ports.append({"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"})
+        elif spec.engine.type == "vllm-ascend":
+            ports.append({"name": "dist-init", "containerPort": VLLM_MASTER_PORT, "protocol": "TCP"})
         else:
             ports.append({"name": "dist-init", "containerPort": SGLANG_DIST_PORT, "protocol": "TCP"})
     return ports
@@ -184,8 +274,11 @@ def _probes(spec: AscendInferenceSpec) -> dict:
     period = 10
     return {
         # Model loading takes minutes; the startup probe holds liveness off until then.
-        "startupProbe": {**health, "periodSeconds": period,
-                         "failureThreshold": max(1, math.ceil(spec.engine.startup_timeout / period))},
+        "startupProbe": {
+            **health,
+            "periodSeconds": period,
+            "failureThreshold": max(1, math.ceil(spec.engine.startup_timeout / period)),
+        },
         "readinessProbe": {**health, "periodSeconds": 5, "failureThreshold": 3},
         "livenessProbe": {**health, "periodSeconds": 15, "failureThreshold": 4, "timeoutSeconds": 5},
     }
@@ -196,7 +289,9 @@ def _volumes(spec: AscendInferenceSpec) -> list[dict]:
     if spec.model.volume:
         volumes.append({"name": "model", **copy.deepcopy(spec.model.volume)})
     if not spec.hardware.ascend_runtime:
-        volumes += [{"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS]
+        volumes += [
+            {"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS
+        ]
     return volumes
 
 
@@ -224,7 +319,7 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
         },
     }
     group_ports = [{"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}]
-    if spec.engine.exporter:
+    if exporter_enabled(spec):
         group_ports.append({"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT,
                             "protocol": "TCP"})
     headless = {
@@ -242,18 +337,23 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
     return [serving, headless]
 
 
-def render_pdb(spec: AscendInferenceSpec, owner: Owner) -> dict:
-    """A PodDisruptionBudget over all engine pods.
+def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = None) -> dict:
+    """A PodDisruptionBudget over all engine pods, as an integer ``minAvailable``.
 
-    Evicting any pod of a gang takes its whole replica down, so counting pods against
-    maxUnavailable replicas is the conservative, correct bound.
+    Evicting any pod of a gang takes its whole replica down, so at most ``maxUnavailable`` pods may be out
+    at once: ``minAvailable = replicas x pods per replica - maxUnavailable``. (A ``maxUnavailable`` in the PDB
+    would be measured against the owner's scale subresource, i.e. replicas rather than pods: 2 replicas of
+    4 pods would then allow 7 evictions.) The count follows the replicas, so the reconciler updates it on
+    every scale.
     """
+    layout = layout or plan(spec)
+    min_available = max(layout.total_pods - spec.disruption.max_unavailable, 0)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
         "spec": {
-            "maxUnavailable": spec.disruption.max_unavailable,
+            "minAvailable": min_available,
             "selector": {"matchLabels": {names.LABEL_NAME: owner.name}},
         },
     }
@@ -266,8 +366,10 @@ def render_all(obj: AscendInference) -> list[dict]:
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
-    pods = [pod for replica in range(layout.data) for pod in render_replica(spec, owner, replica, layout, rev)]
-    return [*render_services(spec, owner, layout), render_pdb(spec, owner), *render_routing(spec, owner), *pods]
+    replicas = [
+        obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
+    ]
+    return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *render_routing(spec, owner), *replicas]
 
 
 def drain_patch(now_rfc3339: str, reason: str) -> dict:
@@ -279,6 +381,9 @@ def drain_patch(now_rfc3339: str, reason: str) -> dict:
     return {
         "metadata": {
             "labels": {names.LABEL_SERVING: "false"},
-            "annotations": {names.ANNOTATION_DRAIN_STARTED: now_rfc3339, names.ANNOTATION_DRAIN_REASON: reason},
+            "annotations": {
+                names.ANNOTATION_DRAIN_STARTED: now_rfc3339,
+                names.ANNOTATION_DRAIN_REASON: reason,
+            },
         }
     }

@@ -6,20 +6,18 @@ same messages offline and in the cluster.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from ..api import images
 from ..api.catalog import unknown_metric_message
-from ..api.v1alpha1 import AscendInference
+from ..api.checks import MAX_WINDOW_SECONDS, name_problem, window_sentence
+from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..layout import Layout, LayoutError, plan
-from .engine import arg_conflicts
-
-# A pod's hostname is "<name>-<replica>-<rank>" and must stay a 63-character DNS label.
-MAX_NAME_LENGTH = 52
-DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+from .engine import arg_conflicts, exporter_enabled, version_problems
+from .template import schema_problems, template_problems
 
 
 class InvalidSpec(ValueError):
@@ -39,10 +37,17 @@ class Valid:
     warnings: list[str] = field(default_factory=list)
 
 
-def validate(doc: dict, known_metrics: Collection[str] | None = None) -> Valid:
+def validate(
+    doc: dict,
+    known_metrics: Collection[str] | None = None,
+    max_window: float = MAX_WINDOW_SECONDS,
+    allow_host_path: bool = False,
+) -> Valid:
     """Parse and check one document, or raise InvalidSpec listing every problem.
 
-    With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too.
+    With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too;
+    a rule whose window is longer than ``max_window`` seconds (the operator's control.maxWindow) is one as well.
+    ``allow_host_path`` is the operator setting that lets ``model.volume`` be a hostPath.
     """
     problems = _check_kind(doc)
     problems += _check_name(doc.get("metadata") or {})
@@ -54,12 +59,54 @@ def validate(doc: dict, known_metrics: Collection[str] | None = None) -> Valid:
         layout = plan(obj.spec)
     except LayoutError as error:
         raise InvalidSpec([*problems, f"spec.parallelism: {error}"]) from None
+    problems += image_problems(obj.spec)
     problems += arg_conflicts(obj.spec, layout)
+    problems += version_problems(obj.spec, layout)
+    problems += template_problems(obj.spec)
+    if obj.spec.template is not None and not problems:
+        from .children import Owner, render_replica
+
+        replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout)
+        problems += schema_problems([o for o in replica if o["kind"] == "Pod"])
+    if not allow_host_path and obj.spec.model.volume and "hostPath" in obj.spec.model.volume:
+        problems.append(
+            "spec.model.volume: hostPath volumes are off in this operator's configuration "
+            "(allowHostPathModels: false), because they expose node files to anyone who may create an "
+            "AscendInference; use a persistentVolumeClaim (or nfs, csi), or ask the platform team to allow it"
+        )
     if known_metrics is not None:
         problems += unknown_metrics(obj, known_metrics)
+    problems += long_windows(obj, max_window)
     if problems:
         raise InvalidSpec(problems)
-    return Valid(obj, layout)
+    return Valid(obj, layout, warnings=spec_warnings(obj.spec))
+
+
+def image_problems(spec: AscendInferenceSpec) -> list[str]:
+    """An engine x chip pair with no image: the engine does not support the chip upstream."""
+    if spec.image() is not None:
+        return []
+    engine, chip = spec.engine.type, spec.hardware.chip
+    supported = ", ".join(images.SUPPORTED_CHIPS[engine])
+    others = [e for e, chips in images.SUPPORTED_CHIPS.items() if e != engine and chip in chips]
+    alternative = f"use engine.type {others[0]} on {chip}, " if others else ""
+    return [
+        f"spec.hardware.chip: {engine} has no image for {chip} ({engine} supports {supported}); "
+        f"{alternative}or run {engine} on a supported chip"
+    ]
+
+
+def spec_warnings(spec: AscendInferenceSpec) -> list[str]:
+    """What renders but differs from what the spec asks for, as sentences for the user."""
+    warnings = []
+    image = spec.image() or ""
+    if spec.engine.exporter and not exporter_enabled(spec):
+        warnings.append(
+            f"spec.engine.exporter: {image} is an upstream image without this project's exporter, so the "
+            "pods run without it (no ascend_fleet_* metrics); point the operator's images setting (the chart's "
+            "engineImages) at the project's engine images, or set engine.exporter: false"
+        )
+    return warnings
 
 
 def unknown_metrics(obj: AscendInference, known: Collection[str]) -> list[str]:
@@ -68,6 +115,15 @@ def unknown_metrics(obj: AscendInference, known: Collection[str]) -> list[str]:
         f"spec.rules[{index}].metric: {unknown_metric_message(rule.metric, frozenset(known))}"
         for index, rule in enumerate(obj.spec.rules)
         if rule.metric is not None and rule.metric not in known
+    ]
+
+
+def long_windows(obj: AscendInference, max_window: float) -> list[str]:
+    """One problem per rule whose window is longer than the operator allows."""
+    return [
+        f"spec.rules[{index}].for: {window_sentence(max_window)}"
+        for index, rule in enumerate(obj.spec.rules)
+        if rule.for_ > max_window
     ]
 
 
@@ -86,12 +142,8 @@ def _check_name(metadata: dict) -> list[str]:
     name = metadata.get("name")
     if not name:
         return ["metadata.name is missing"]
-    if not DNS_1035.match(str(name)) or len(name) > MAX_NAME_LENGTH:
-        return [
-            f"metadata.name {name!r} must be a DNS label of at most {MAX_NAME_LENGTH} characters (lower-case "
-            "letters, digits and '-', starting with a letter), because pod and Service names derive from it"
-        ]
-    return []
+    problem = name_problem(str(name))
+    return [problem] if problem else []
 
 
 def format_errors(error: ValidationError) -> list[str]:

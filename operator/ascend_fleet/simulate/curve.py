@@ -27,7 +27,9 @@ class BatchCurve:
 
     def __post_init__(self) -> None:
         if not (len(self.batches) == len(self.tokens_per_second) == len(self.first_token_seconds) >= 1):
-            raise ValueError("a batch curve needs the same number (at least one) of batches, rates and latencies")
+            raise ValueError(
+                "a batch curve needs the same number (at least one) of batches, rates and latencies"
+            )
         if any(b <= a for a, b in zip(self.batches, self.batches[1:], strict=False)) or self.batches[0] < 1:
             raise ValueError(f"batch sizes must be positive and increasing, got {list(self.batches)}")
         if any(v <= 0 for v in (*self.tokens_per_second, *self.first_token_seconds)):
@@ -85,6 +87,8 @@ def parse_curve(text: str) -> BatchCurve:
         try:
             points.append((int(parts[0]), float(parts[1]), float(parts[2]) / 1000.0))
         except ValueError:
-            raise ValueError(f"{item.strip()!r} is not batch:tokens_per_s:first_token_ms, e.g. 32:1550:105") from None
+            raise ValueError(
+                f"{item.strip()!r} is not batch:tokens_per_s:first_token_ms, e.g. 32:1550:105"
+            ) from None
     points.sort()
     return BatchCurve(tuple(p[0] for p in points), tuple(p[1] for p in points), tuple(p[2] for p in points))

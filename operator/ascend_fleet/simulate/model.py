@@ -204,8 +204,23 @@ class _Replica:
     """A replica's mutable state; ``_Simulation`` is the only code that touches it."""
 
     __slots__ = (
-        "index", "created", "ready_at", "state", "active", "waiting", "load", "vclock", "last", "rate", "util",
-        "busy", "busy_at_scrape", "scraped_at", "slowdown", "version", "restart",
+        "index",
+        "created",
+        "ready_at",
+        "state",
+        "active",
+        "waiting",
+        "load",
+        "vclock",
+        "last",
+        "rate",
+        "util",
+        "busy",
+        "busy_at_scrape",
+        "scraped_at",
+        "slowdown",
+        "version",
+        "restart",
     )
 
     def __init__(self, index: int, created: float) -> None:
@@ -245,10 +260,16 @@ class _Simulation:
         n = len(trace)
         nan = math.nan
         self.result = Result(
-            policy=policy.name, trace=trace.name, duration=trace.duration,
-            npus_per_replica=config.npus_per_replica, arrivals=array("d", trace.arrivals),
-            output_tokens=trace.output_tokens, first_token=array("d", [nan]) * n,
-            end_to_end=array("d", [nan]) * n, served_by=array("i", [-1]) * n, failures={},
+            policy=policy.name,
+            trace=trace.name,
+            duration=trace.duration,
+            npus_per_replica=config.npus_per_replica,
+            arrivals=array("d", trace.arrivals),
+            output_tokens=trace.output_tokens,
+            first_token=array("d", [nan]) * n,
+            end_to_end=array("d", [nan]) * n,
+            served_by=array("i", [-1]) * n,
+            failures={},
         )
         self.metrics = MetricStore(config.metric_retention)
         self.events: list = []
@@ -292,7 +313,11 @@ class _Simulation:
 
     def _timer(self, kind: int, replica: _Replica | None, t: float) -> None:
         if kind == _READY:
-            if replica is not None and self.replicas.get(replica.index) is replica and replica.state == STARTING:
+            if (
+                replica is not None
+                and self.replicas.get(replica.index) is replica
+                and replica.state == STARTING
+            ):
                 self._start_serving(replica, t)
         elif kind == _DRAINED:
             if self.replicas.get(replica.index) is replica:  # not already gone (an OOM crash mid-drain)
@@ -495,11 +520,16 @@ class _Simulation:
 
     def _record(self, t: float, values: dict[int, tuple[float, float]]) -> None:
         serving = [values[r.index][0] for r in self.serving if r.index in values]
-        self.result.timeline.append(TimelinePoint(
-            time=t, desired=self.desired, replicas=len(self.replicas), serving=len(serving),
-            utilization=sum(serving) / len(serving) if serving else 0.0,
-            fragmentation=max((v[1] for v in values.values()), default=0.0),
-        ))
+        self.result.timeline.append(
+            TimelinePoint(
+                time=t,
+                desired=self.desired,
+                replicas=len(self.replicas),
+                serving=len(serving),
+                utilization=sum(serving) / len(serving) if serving else 0.0,
+                fragmentation=max((v[1] for v in values.values()), default=0.0),
+            )
+        )
 
     def _control(self, t: float) -> None:
         views = tuple(
@@ -525,7 +555,9 @@ class _Simulation:
         """Stop billing and observing; requests already admitted still run to completion."""
         for replica in self.replicas.values():
             self._bill(replica, t)
-            self.result.lives.append(ReplicaLife(replica.index, replica.created, replica.ready_at, None, "running"))
+            self.result.lives.append(
+                ReplicaLife(replica.index, replica.created, replica.ready_at, None, "running")
+            )
         self.ended = True
 
 

@@ -74,8 +74,11 @@ def hpa_replicas(current: int, ready: list[float], missing: int, target: float, 
     """
     ratio = sum(ready) / len(ready) / target
     if missing == 0:
-        return desired_replicas(len(ready), ratio * target, target, tolerance) if abs(ratio - 1) > tolerance \
+        return (
+            desired_replicas(len(ready), ratio * target, target, tolerance)
+            if abs(ratio - 1) > tolerance
             else current
+        )
     # Missing replicas pull the ratio towards "no change": 0 % on a scale-up, on target on a scale-down.
     filler = 0.0 if ratio > 1.0 else target
     values = [*ready, *([filler] * missing)]
@@ -96,5 +99,7 @@ def _utilizations(view: FleetView) -> tuple[list[float], int]:
     scrape = view.metrics.latest()
     values = scrape.replicas if scrape is not None else {}
     ready = [values[r.index][0] for r in view.serving if r.index in values]
-    missing = sum(1 for r in view.replicas if r.state == STARTING or (r.state == SERVING and r.index not in values))
+    missing = sum(
+        1 for r in view.replicas if r.state == STARTING or (r.state == SERVING and r.index not in values)
+    )
     return ready, missing

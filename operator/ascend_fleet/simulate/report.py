@@ -110,10 +110,18 @@ def _seconds(value: float) -> str:
 
 def _row(s: Summary) -> tuple[str, ...]:
     return (
-        s.policy, _seconds(s.first_token_p50), _seconds(s.first_token_p99), _seconds(s.end_to_end_p50),
-        _seconds(s.end_to_end_p99), f"{s.slow_share * 100:.1f}%", f"{s.requests_per_second:.2f}",
-        f"{s.tokens_per_second:.0f}", f"{s.npu_hours:.0f}", f"{s.scale_ups}/{s.scale_downs}",
-        f"{s.rule_restarts}/{s.oom_crashes}", f"{s.failed} ({s.failed / s.requests * 100 if s.requests else 0:.2f}%)",
+        s.policy,
+        _seconds(s.first_token_p50),
+        _seconds(s.first_token_p99),
+        _seconds(s.end_to_end_p50),
+        _seconds(s.end_to_end_p99),
+        f"{s.slow_share * 100:.1f}%",
+        f"{s.requests_per_second:.2f}",
+        f"{s.tokens_per_second:.0f}",
+        f"{s.npu_hours:.0f}",
+        f"{s.scale_ups}/{s.scale_downs}",
+        f"{s.rule_restarts}/{s.oom_crashes}",
+        f"{s.failed} ({s.failed / s.requests * 100 if s.requests else 0:.2f}%)",
     )
 
 
@@ -123,10 +131,18 @@ def table(summaries: Sequence[Summary]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
-                                 enumerate(zip(cells, widths, strict=True))) + " |"
+        return (
+            "| "
+            + " | ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+            + " |"
+        )
 
-    rule = "|" + "|".join("-" * (w + 2) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
+    rule = (
+        "|" + "|".join("-" * (w + 2) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
+    )
     return "\n".join([line(rows[0]), rule, *(line(r) for r in rows[1:])])
 
 
@@ -191,7 +207,9 @@ def verdict(summaries: Sequence[Summary], rules_policy: str = "rules") -> list[s
 # ----- time series for plots -----
 
 
-def latency_series(result: Result, bucket: float = BUCKET_SECONDS) -> tuple[list[float], list[float], list[float]]:
+def latency_series(
+    result: Result, bucket: float = BUCKET_SECONDS
+) -> tuple[list[float], list[float], list[float]]:
     """Per ``bucket`` of arrival time: bucket start (h), TTFT p99 (s) of completed requests and slow share."""
     buckets = max(1, math.ceil(result.duration / bucket))
     first: list[list[float]] = [[] for _ in range(buckets)]

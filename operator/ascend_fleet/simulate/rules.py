@@ -56,13 +56,23 @@ class RulesPolicy:
         self._metric_of = {q: names.get(q.window.expression) for q in self._queries}
         # Keep each recorded action as long as any cooldown or notify spacing could still read it.
         bounds = self.spec.autoscaling
-        self._memory = max(bounds.scale_up_cooldown, bounds.scale_down_cooldown, bounds.restart_cooldown,
-                           *(float(r.for_) for r in self.rules), 0.0) + self.interval
+        self._memory = (
+            max(
+                bounds.scale_up_cooldown,
+                bounds.scale_down_cooldown,
+                bounds.restart_cooldown,
+                *(float(r.for_) for r in self.rules),
+                0.0,
+            )
+            + self.interval
+        )
 
     def decide(self, view: FleetView) -> Decision:
         states = {
             r.index: evaluate.ReplicaInfo(
-                index=r.index, ready=r.state in (SERVING, DRAINING), draining=r.state == DRAINING,
+                index=r.index,
+                ready=r.state in (SERVING, DRAINING),
+                draining=r.state == DRAINING,
                 serving_since=r.ready_at,
             )
             for r in view.replicas
@@ -87,9 +97,14 @@ class RulesPolicy:
 
     def _fleet_state(self, replicas: int, states: dict[int, evaluate.ReplicaInfo]) -> evaluate.FleetState:
         return evaluate.FleetState(
-            namespace=NAMESPACE, name=self.inference, replicas=replicas, rules=self.rules,
-            autoscaling=self.spec.autoscaling, max_unavailable=self.spec.disruption.max_unavailable,
-            replica_states=states, actions=tuple(self._actions),
+            namespace=NAMESPACE,
+            name=self.inference,
+            replicas=replicas,
+            rules=self.rules,
+            autoscaling=self.spec.autoscaling,
+            max_unavailable=self.spec.disruption.max_unavailable,
+            replica_states=states,
+            actions=tuple(self._actions),
         )
 
     def _remember(self, decisions: list[evaluate.Decision], now: float) -> None:

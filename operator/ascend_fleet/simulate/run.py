@@ -57,8 +57,9 @@ def load_spec(path: str | Path | None = None) -> AscendInferenceSpec:
     return spec
 
 
-def fleet_config(spec: AscendInferenceSpec, engine: EngineModel | None = None,
-                 settings: ControlSettings | None = None) -> FleetConfig:
+def fleet_config(
+    spec: AscendInferenceSpec, engine: EngineModel | None = None, settings: ControlSettings | None = None
+) -> FleetConfig:
     """The simulated fleet for a spec: NPUs per replica from its layout, batch limit, memory split, bounds.
 
     Fragmentation starts to hurt once it exceeds the reserve fraction, slows steps in proportion to the
@@ -100,9 +101,15 @@ def peak_replicas(trace: Trace, config: FleetConfig) -> int:
     return max(1, math.ceil(busiest / capacity - 1e-9))
 
 
-def make_policy(name: str, spec: AscendInferenceSpec, trace: Trace, config: FleetConfig,
-                replicas: int | None = None, hpa_target: float = 0.70,
-                settings: ControlSettings | None = None) -> tuple[Policy, FleetConfig]:
+def make_policy(
+    name: str,
+    spec: AscendInferenceSpec,
+    trace: Trace,
+    config: FleetConfig,
+    replicas: int | None = None,
+    hpa_target: float = 0.70,
+    settings: ControlSettings | None = None,
+) -> tuple[Policy, FleetConfig]:
     """A policy by name and the fleet it starts with (a static fleet starts at its own size)."""
     settings = settings or ControlSettings()
     if name == "static":
@@ -117,9 +124,16 @@ def make_policy(name: str, spec: AscendInferenceSpec, trace: Trace, config: Flee
     raise ValueError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)} or all")
 
 
-def run_all(spec: AscendInferenceSpec, trace: Trace, names: tuple[str, ...] = POLICIES, *,
-            replicas: int | None = None, engine: EngineModel | None = None, hpa_target: float = 0.70,
-            settings: ControlSettings | None = None) -> list[Result]:
+def run_all(
+    spec: AscendInferenceSpec,
+    trace: Trace,
+    names: tuple[str, ...] = POLICIES,
+    *,
+    replicas: int | None = None,
+    engine: EngineModel | None = None,
+    hpa_target: float = 0.70,
+    settings: ControlSettings | None = None,
+) -> list[Result]:
     """One run per policy on the same trace and fleet."""
     base = fleet_config(spec, engine, settings)
     results = []

@@ -71,8 +71,12 @@ def diurnal_rate(trough: float = 3.0, peak: float = 20.0, peak_hour: float = 14.
     return build
 
 
-def bursty_rate(base: float = 7.0, factor: float = 3.0, mean_gap: float = 45 * 60.0,
-                burst_range: tuple[float, float] = (3 * 60.0, 12 * 60.0)):
+def bursty_rate(
+    base: float = 7.0,
+    factor: float = 3.0,
+    mean_gap: float = 45 * 60.0,
+    burst_range: tuple[float, float] = (3 * 60.0, 12 * 60.0),
+):
     """``base`` requests/s with bursts of ``factor`` times it, starting on average every ``mean_gap`` seconds
     and lasting a uniform draw from ``burst_range``; the bursts come from the seeded generator."""
 
@@ -95,8 +99,14 @@ def bursty_rate(base: float = 7.0, factor: float = 3.0, mean_gap: float = 45 * 6
     return build
 
 
-def flash_crowd_rate(base: float = 6.0, peak: float = 24.0, at_fraction: float = 0.4, rise: float = 120.0,
-                     hold: float = 30 * 60.0, decay: float = 30 * 60.0):
+def flash_crowd_rate(
+    base: float = 6.0,
+    peak: float = 24.0,
+    at_fraction: float = 0.4,
+    rise: float = 120.0,
+    hold: float = 30 * 60.0,
+    decay: float = 30 * 60.0,
+):
     """``base`` requests/s until ``at_fraction`` of the run, a ramp to ``peak`` over ``rise`` seconds,
     ``hold`` seconds there, then an exponential return to ``base`` with time constant ``decay``."""
 
@@ -123,8 +133,11 @@ BUILT_IN: dict[str, Shape] = {
         Shape("steady", "12 req/s all day", steady_rate()),
         Shape("diurnal", "3 req/s at night to 20 req/s at 14:00", diurnal_rate()),
         Shape("bursty", "7 req/s with 3-12 min bursts to 21 req/s, every ~45 min", bursty_rate()),
-        Shape("flash-crowd", "6 req/s, then a 2 min ramp to 24 req/s at 40% of the run, held 30 min",
-              flash_crowd_rate()),
+        Shape(
+            "flash-crowd",
+            "6 req/s, then a 2 min ramp to 24 req/s at 40% of the run, held 30 min",
+            flash_crowd_rate(),
+        ),
     )
 }
 
@@ -183,10 +196,14 @@ def load_csv(path: str | Path, duration: float | None = None) -> Trace:
                     f"{path}:{number}: expected arrival seconds, prompt tokens, output tokens; got {row}"
                 ) from None
             if arrival < 0 or prompt < 0 or output < 1:
-                raise ValueError(f"{path}:{number}: arrival must be >= 0, prompt >= 0 and output >= 1; got {row}")
+                raise ValueError(
+                    f"{path}:{number}: arrival must be >= 0, prompt >= 0 and output >= 1; got {row}"
+                )
             rows.append((arrival, prompt, output))
     if not rows:
-        raise ValueError(f"{path}: no requests (expected rows of arrival seconds, prompt tokens, output tokens)")
+        raise ValueError(
+            f"{path}: no requests (expected rows of arrival seconds, prompt tokens, output tokens)"
+        )
     rows.sort(key=lambda r: r[0])
     span = duration if duration is not None else rows[-1][0]
     rows = [r for r in rows if r[0] < span] if duration is not None else rows

@@ -19,9 +19,16 @@ def set_condition(
     """A new conditions list with one condition set; other types are kept as they are."""
     value = status if isinstance(status, str) else ("True" if status else "False")
     previous = next((c for c in conditions if c.get("type") == type_), None)
-    changed_at = previous["lastTransitionTime"] if previous and previous.get("status") == value else rfc3339(now)
-    condition = {"type": type_, "status": value, "reason": reason, "message": message,
-                 "lastTransitionTime": changed_at}
+    changed_at = (
+        previous["lastTransitionTime"] if previous and previous.get("status") == value else rfc3339(now)
+    )
+    condition = {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": changed_at,
+    }
     if generation is not None:
         condition["observedGeneration"] = generation
     rest = [c for c in conditions if c.get("type") != type_]

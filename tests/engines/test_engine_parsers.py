@@ -1,0 +1,304 @@
+"""Every argv the operator generates, through vLLM's and SGLang's own parsers (``make test-engines``).
+
+The engines' Python packages, at the versions the default images carry, live in their own cached virtual
+environment (``make test-engines`` builds it; ASCEND_FLEET_ENGINES_PYTHON names its interpreter). Cases are the
+examples plus generated variants of precision, batching, priority, memory, exporter and multi-pod layouts on
+both A2 and A3, rendered with ``ascend-fleet render`` itself. Any argv an engine refuses fails its test.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ascend_fleet.api import images, names
+from ascend_fleet.layout import plan
+from ascend_fleet.render.engine import ALIASES, UNDERSCORES, Rank, engine_flags
+from ascend_fleet.render.validation import validate
+from tests.support.paths import EXAMPLES, ROOT
+
+ENGINES_PYTHON = os.environ.get("ASCEND_FLEET_ENGINES_PYTHON")
+pytestmark = pytest.mark.skipif(
+    not ENGINES_PYTHON,
+    reason="the engines' parsers run under `make test-engines` (ASCEND_FLEET_ENGINES_PYTHON)",
+)
+CHECKER = Path(__file__).with_name("parse_argv.py")
+PROJECT_IMAGE = {
+    "vllm-ascend": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0",
+    "sglang": "ghcr.io/ascend-fleet/sglang:0.1.0",
+}
+# What the kubelet would put into the fieldRef variables.
+FIELD_VALUES = {"metadata.name": "llm-0", "metadata.namespace": "default", "status.podIP": "10.0.0.7"}
+ACCEPTED: dict[str, int] = {}  # engine -> argvs accepted, for the terminal summary
+
+
+def doc(name: str, kind: str, chip: str, **spec) -> dict:
+    body = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": kind}, "hardware": {"chip": chip}}
+    for key, value in spec.items():
+        body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) else value
+    return {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": name}, "spec": body}
+
+
+def variants() -> list[tuple[str, dict]]:
+    """Generated specs: each engine x chip x one setting varied (plus a few together)."""
+    out = []
+    for engine in ("vllm-ascend", "sglang"):
+        for chip in ("ascend910b", "ascend910_93"):
+            node = 16 if chip == "ascend910_93" else 8
+            tag = f"{engine}-{chip}"
+            cases = {
+                "defaults": {},
+                "fp16": {"precision": "fp16"},
+                "int8": {"precision": "int8"},
+                "batching": {
+                    "batching": {"maxBatchSize": 64, "maxBatchTokens": 8192},
+                    "model": {"maxModelLen": 16384},
+                },
+                "priority": {"scheduling": {"priority": True}},
+                "memory": {
+                    "memory": {
+                        "staticFraction": 0.7,
+                        "dynamicFraction": 0.2,
+                        "reserveFraction": 0.1,
+                        "expandableSegments": False,
+                    }
+                },
+                "tp-pp-one-pod": {"parallelism": {"tensor": 4, "pipeline": 2}},
+                "exporter-image": {"engine": {"type": engine, "image": PROJECT_IMAGE[engine]}},
+                "multi-pod": {"parallelism": {"tensor": node, "pipeline": 2}},
+                "multi-pod-4": {"parallelism": {"tensor": node // 2, "pipeline": 8}},
+                "everything": {
+                    "precision": "int8",
+                    "scheduling": {"priority": True},
+                    "batching": {"maxBatchSize": 32, "maxBatchTokens": 4096},
+                    "parallelism": {"tensor": node, "pipeline": 2},
+                    "engine": {
+                        "type": engine,
+                        "image": PROJECT_IMAGE[engine],
+                        "args": ["--enable-prefix-caching"]
+                        if engine == "vllm-ascend"
+                        else ["--enable-torch-compile"],
+                    },
+                },
+            }
+            if engine == "vllm-ascend":
+                cases["multi-pod-ray"] = {
+                    "parallelism": {"tensor": node, "pipeline": 2},
+                    "engine": {"type": engine, "multiNode": "ray"},
+                }
+            out += [
+                (f"{tag}-{name}", doc(f"v{len(out) + index}", engine, chip, **spec))
+                for index, (name, spec) in enumerate(cases.items())
+            ]
+    return out
+
+
+def render(docs: list[dict]) -> list[dict]:
+    """Objects as ``ascend-fleet render`` prints them (the command itself, not the library)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ascend_fleet.cli.main", "render", "-"],
+        input=yaml.safe_dump_all(docs),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [o for o in yaml.safe_load_all(result.stdout) if o]
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion: defined names are replaced, $$ escapes, anything else stays."""
+    return re.sub(
+        r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+        lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+        text,
+    )
+
+
+def container_env(container: dict) -> dict[str, str]:
+    """The container's variables in order, each expanded only from the ones before it (as Kubernetes does)."""
+    env: dict[str, str] = {}
+    for entry in container.get("env", []):
+        if "value" in entry:
+            env[entry["name"]] = expand(entry["value"], env)
+        else:
+            env[entry["name"]] = FIELD_VALUES[entry["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+def engine_argv(pod: dict) -> list[str] | None:
+    """The engine's own argv in a pod (None for a Ray worker, which starts no engine)."""
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
+    env = container_env(container)
+    command = [expand(token, env) for token in container["command"]]
+    if command[:2] == ["/bin/bash", "-c"]:
+        script = command[2]
+        if "exec vllm serve" not in script:
+            assert "ray start --address=" in script, script
+            return None
+        return shlex.split(script.split("exec ", 1)[1])
+    return command
+
+
+@cache
+def cases() -> dict[str, list[dict]]:
+    """Every distinct engine argv, per engine, from the examples and the variants."""
+    docs = [(path.stem, d) for path in EXAMPLES for d in yaml.safe_load_all(path.read_text()) if d]
+    docs += variants()
+    by_engine: dict[str, dict[tuple, dict]] = {"vllm": {}, "sglang": {}}
+    objects = render([d for _, d in docs])
+    labels = {d["metadata"]["name"]: label for label, d in docs}
+    for obj in objects:
+        if obj["kind"] != "Pod":
+            continue
+        argv = engine_argv(obj)
+        if argv is None:
+            continue
+        engine = "vllm" if argv[0] == "vllm" else "sglang"
+        owner = obj["metadata"]["labels"][names.LABEL_NAME]
+        rank = obj["metadata"]["labels"][names.LABEL_RANK]
+        by_engine[engine].setdefault(tuple(argv), {"id": f"{labels[owner]}/rank{rank}", "argv": argv})
+    return {engine: list(found.values()) for engine, found in by_engine.items()}
+
+
+@cache
+def parsed(engine: str) -> dict:
+    result = subprocess.run(
+        [ENGINES_PYTHON, str(CHECKER), engine],
+        input=json.dumps(cases()[engine]),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"},
+    )
+    marker = result.stdout.rfind("@@RESULTS@@")
+    assert result.returncode == 0 and marker >= 0, result.stderr[-4000:]
+    answer = json.loads(result.stdout[marker + len("@@RESULTS@@") :])
+    ACCEPTED[engine] = sum(r["ok"] for r in answer["results"])
+    return answer
+
+
+def test_the_engines_python_carries_the_default_images_versions():
+    script = "import importlib.metadata as m; print(m.version('vllm'), m.version('sglang'))"
+    found = subprocess.run(
+        [ENGINES_PYTHON, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert found == [
+        images.format_version(images.default_version("vllm-ascend")),
+        images.format_version(images.default_version("sglang")),
+    ]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_generated_argv_passes_the_engines_parser(engine):
+    answer = parsed(engine)
+    assert len(answer["results"]) >= 20, "too few cases: the renderer produced fewer argvs than expected"
+    refused = [f"{r['id']}: {r['error']}" for r in answer["results"] if not r["ok"]]
+    assert not refused, "\n".join(refused)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_bad_flag_is_refused(engine):
+    """The checker must be able to fail: a misspelt flag, and the priority flags this project generated before
+    (SGLang refuses priority scheduling on its lpm/priority policies at start), are refused."""
+    good = cases()[engine][0]["argv"]
+    old_priority = (
+        ["--enable-priority-scheduling", "--schedule-policy", "priority"]
+        if engine == "sglang"
+        else ["--scheduling-policy", "lowest-first"]
+    )
+    bad = [
+        {"id": "misspelt", "argv": [*good, "--tensor-paralel-sise", "2"]},
+        {"id": "priority-policy", "argv": [*good, *old_priority]},
+    ]
+    result = subprocess.run(
+        [ENGINES_PYTHON, str(CHECKER), engine],
+        input=json.dumps(bad),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
+    answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
+    assert [r["ok"] for r in answer["results"]] == [False, False], answer["results"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_alias_table_matches_the_parser(engine):
+    """ALIASES lists every other spelling the parser has for each generated flag, and no parser option is
+    a proper prefix of a generated spelling (the conflict check reads such prefixes as abbreviations)."""
+    kind = "vllm-ascend" if engine == "vllm" else "sglang"
+    answer = parsed(engine)
+    options = answer["options"]
+    spec = validate(
+        doc(
+            "a",
+            kind,
+            "ascend910b",
+            scheduling={"priority": True},
+            precision="int8",
+            batching={"maxBatchSize": 8, "maxBatchTokens": 64},
+            model={"maxModelLen": 64},
+            parallelism={"tensor": 8, "pipeline": 2},
+        )
+    ).obj.spec
+    layout = plan(spec)
+    generated = {f.name for rank in (0, 1) for f in engine_flags(spec, layout, Rank(0, rank, 2))}
+    for name in sorted(generated):
+        action = next((o for o in options if name in o), None)
+        assert action is not None, f"{name} is not an option of the {engine} parser"
+        assert sorted(set(action) - {name}) == sorted(ALIASES[kind].get(name, ())), name
+    every = [s for o in options for s in o if s.startswith("--")]
+    for name in generated:
+        own = {name, *ALIASES[kind].get(name, ())}
+        clashes = [s for s in every if s not in own and name.startswith(s)]
+        assert not clashes, f"{clashes} are options of their own and prefixes of {name}"
+    assert answer["allow_abbrev"] is True
+
+
+def test_underscore_rule_matches_vllm():
+    """vLLM reads --a_b as --a-b (the conflict check relies on it); SGLang does not (UNDERSCORES)."""
+    vllm_case = copy.deepcopy(cases()["vllm"][0])
+    vllm_case["argv"] = [*vllm_case["argv"], "--enable_prefix_caching"]
+    sglang_case = copy.deepcopy(cases()["sglang"][0])
+    sglang_case["argv"] = [*sglang_case["argv"], "--enable_torch_compile"]
+    outcome = {}
+    for engine, case in (("vllm", vllm_case), ("sglang", sglang_case)):
+        result = subprocess.run(
+            [ENGINES_PYTHON, str(CHECKER), engine],
+            input=json.dumps([case]),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+        )
+        answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
+        outcome[engine] = answer["results"][0]["ok"]
+    assert outcome == {"vllm": UNDERSCORES["vllm-ascend"], "sglang": UNDERSCORES["sglang"]}
+
+
+def test_the_engines_plugin_loaders_find_the_exporter():
+    """vLLM's and SGLang's own loaders discover the project's entry points and can call them."""
+    script = (
+        "import sglang.srt.plugins as s, vllm.plugins as v\n"
+        "found = s.load_plugins_by_group(s.GENERAL_PLUGINS_GROUP)\n"
+        "found['ascend_fleet_exporter'][0]()\n"
+        "import json; print(json.dumps([sorted(found), sorted(v.load_plugins_by_group(v.DEFAULT_PLUGINS_GROUP))]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ASCEND_FLEET_EXPORTER"}
+    result = subprocess.run([ENGINES_PYTHON, "-c", script], capture_output=True, text=True, check=False, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sglang_plugins, vllm_plugins = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "ascend_fleet_exporter" in sglang_plugins and "ascend_fleet_exporter" in vllm_plugins

@@ -1,0 +1,123 @@
+"""The CRD on a real kube-apiserver: accepted (structural, every CEL rule compiled and within the cost
+budget), and `kubectl apply` refusing bad objects with the sentence `ascend-fleet validate` prints."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import yaml
+
+from ascend_fleet.render import InvalidSpec, validate
+from tests.support.corpus import ACCEPTED, SAME_SENTENCE, cr, rule
+from tests.support.paths import CRD_FILE, EXAMPLES
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def namespace(real_cluster):
+    name = f"crd-{uuid.uuid4().hex[:6]}"
+    real_cluster.kubectl("create", "namespace", name)
+    yield name
+    real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def apply(real_cluster, namespace, doc, *flags, check=False):
+    doc = {**doc, "metadata": {**doc["metadata"], "namespace": namespace}}
+    return real_cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, *flags, "-f", "-", input=json.dumps(doc), check=check
+    )
+
+
+def test_the_crd_is_established_with_every_rule(real_cluster):
+    stored = real_cluster.kube._call(
+        "GET",
+        f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{yaml.safe_load(CRD_FILE.read_text())['metadata']['name']}",
+    )
+    conditions = {c["type"]: c["status"] for c in stored["status"]["conditions"]}
+    assert conditions.get("Established") == "True" and conditions.get("NonStructuralSchema") is None, (
+        conditions
+    )
+    # Applying it again, as `kubectl apply -f crds/` does, with client-side apply (its annotation fits too).
+    real_cluster.kubectl("apply", "-f", str(CRD_FILE))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_apply_with_validation_on(real_cluster, namespace, example):
+    result = apply(real_cluster, namespace, yaml.safe_load(example.read_text()))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=list(ACCEPTED))
+def test_good_objects_are_accepted(real_cluster, namespace, case):
+    result = apply(real_cluster, namespace, ACCEPTED[case])
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("case", SAME_SENTENCE, ids=list(SAME_SENTENCE))
+def test_refused_at_apply_with_validates_sentence(real_cluster, namespace, case):
+    doc = SAME_SENTENCE[case]
+    with pytest.raises(InvalidSpec) as refused:
+        validate(doc)
+    result = apply(real_cluster, namespace, doc)
+    assert result.returncode != 0, f"the API server accepted {case}"
+    for problem in refused.value.problems:
+        sentence = problem.split(": ", 1)[1] if problem.startswith("spec") else problem
+        assert sentence in result.stderr, (sentence, result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "accepted"),
+    [
+        (0.85, True),
+        ("85%", True),
+        (12, True),
+        ("0.5", True),
+        ("150%", False),
+        (-1, False),
+        ("high", False),
+    ],
+)
+def test_threshold_number_or_percentage(real_cluster, namespace, threshold, accepted):
+    result = apply(real_cluster, namespace, cr(rules=[rule(threshold=threshold)]))
+    assert (result.returncode == 0) == accepted, result.stderr
+    if not accepted:
+        assert "spec.rules[0].threshold" in result.stderr
+
+
+def test_more_than_32_rules_are_refused(real_cluster, namespace):
+    result = apply(real_cluster, namespace, cr(rules=[rule()] * 33))
+    assert result.returncode != 0 and "must have at most 32 items" in result.stderr, result.stderr
+
+
+def test_kubectl_apply_refuses_unknown_fields(real_cluster, namespace):
+    """kubectl's default field validation is strict: an unknown field is an error, not silently dropped."""
+    doc = cr(parallelism={"tensr": 2})
+    result = apply(real_cluster, namespace, doc)
+    assert result.returncode != 0 and 'unknown field "spec.parallelism.tensr"' in result.stderr, result.stderr
+    # `--validate=false` (field validation Ignore): stored, with the field pruned.
+    lenient = apply(real_cluster, namespace, doc, "--validate=false", "-o", "json")
+    assert lenient.returncode == 0, lenient.stderr
+    assert "tensr" not in json.loads(lenient.stdout)["spec"]["parallelism"]
+
+
+def test_other_clients_see_unknown_fields_pruned_with_a_warning(real_cluster, namespace):
+    """A client that sends no fieldValidation (the default Warn for API clients) gets the object stored,
+    without the field, and a Warning header naming it."""
+    from ascend_fleet.api import names
+
+    api = real_cluster.kube.api
+    doc = cr(name=f"prune-{uuid.uuid4().hex[:4]}", parallelism={"tensr": 2})
+    path = real_cluster.kube._path(names.KIND, namespace)
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    request = api.param_serialize(
+        "POST", path, header_params=headers, body=doc, auth_settings=["BearerToken"]
+    )
+    response = api.call_api(*request)
+    stored = json.loads(response.read())
+    assert response.status == 201, stored
+    assert "tensr" not in stored["spec"]["parallelism"]
+    warning = response.getheader("Warning") or ""  # 299 - "unknown field \"spec.parallelism.tensr\""
+    assert warning.startswith("299 ") and "unknown field" in warning and "spec.parallelism.tensr" in warning

@@ -1,0 +1,110 @@
+"""Why the chart grants `update` on ascendinferences/finalizers: the real API server's
+OwnerReferencesPermissionEnforcement admission plugin refuses a child with blockOwnerDeletion otherwise."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from ascend_fleet.api import names
+from ascend_fleet.kube import Kube, KubeError
+from tests.support.corpus import cr
+
+pytestmark = pytest.mark.e2e
+
+
+def service_account_client(real_cluster, namespace: str, rules: list[dict]) -> Kube:
+    """A client authenticated as a fresh ServiceAccount holding exactly ``rules`` in ``namespace``."""
+    admin = real_cluster.kube
+    name = f"sa-{uuid.uuid4().hex[:6]}"
+    admin._call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts",
+        body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    )
+    admin._call(
+        "POST",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        body={
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name},
+            "rules": rules,
+        },
+    )
+    admin._call(
+        "POST",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        body={
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    )
+    token = admin._call(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    path = real_cluster.kubeconfig.parent / f"{name}.kubeconfig"
+    real_cluster.cluster.write_kubeconfig(path, token=token["status"]["token"])
+    return Kube.connect(str(path))
+
+
+SERVICES = {"apiGroups": [""], "resources": ["services"], "verbs": ["create"]}
+FINALIZERS = {"apiGroups": [names.GROUP], "resources": ["ascendinferences/finalizers"], "verbs": ["update"]}
+
+
+def test_block_owner_deletion_needs_update_on_the_finalizers(real_cluster):
+    admin = real_cluster.kube
+    namespace = f"rbac-{uuid.uuid4().hex[:6]}"
+    admin._call(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    )
+    try:
+        owner = admin._call(
+            "POST",
+            admin._path(names.KIND, namespace),
+            body={**cr(name="owner"), "metadata": {"name": "owner", "namespace": namespace}},
+        )
+
+        def child(name: str) -> dict:
+            return {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": names.API_VERSION,
+                            "kind": names.KIND,
+                            "name": "owner",
+                            "uid": owner["metadata"]["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {"ports": [{"port": 80}]},
+            }
+
+        without = service_account_client(real_cluster, namespace, [SERVICES])
+        with pytest.raises(KubeError) as refused:
+            without._call("POST", f"/api/v1/namespaces/{namespace}/services", body=child("refused"))
+        assert refused.value.status == 403 and "blockOwnerDeletion" in str(refused.value), refused.value
+
+        granted = service_account_client(real_cluster, namespace, [SERVICES, FINALIZERS])
+        created = granted._call("POST", f"/api/v1/namespaces/{namespace}/services", body=child("created"))
+        assert created["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True
+    finally:
+        admin._call("DELETE", f"/api/v1/namespaces/{namespace}")

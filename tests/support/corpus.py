@@ -1,0 +1,74 @@
+"""AscendInferences the CRD refuses with the same sentence ``ascend-fleet validate`` prints, and good ones.
+
+One corpus for the cel-python approximation (tests/unit) and for the real API server (tests/realapi).
+"""
+
+from __future__ import annotations
+
+import copy
+
+GOOD = {
+    "apiVersion": "inference.ascendfleet.io/v1alpha1",
+    "kind": "AscendInference",
+    "metadata": {"name": "ok"},
+    "spec": {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "sglang"}},
+}
+
+
+def cr(name: str = "ok", engine: str = "sglang", **spec) -> dict:
+    """GOOD with a name, an engine and spec sections replaced (model fields are merged)."""
+    doc = copy.deepcopy(GOOD)
+    doc["metadata"]["name"] = name
+    doc["spec"]["engine"]["type"] = engine
+    model = spec.pop("model", {})
+    doc["spec"]["model"].update(model)
+    doc["spec"].update(spec)
+    return doc
+
+
+def rule(**fields) -> dict:
+    return {"metric": "npu_utilization", "threshold": "85%", "for": "5m", "action": "scale_up", **fields}
+
+
+def layout(tensor: int = 1, pipeline: int = 1, chip: str | None = None, per_node: int | None = None, **spec):
+    hardware = {k: v for k, v in (("chip", chip), ("npusPerNode", per_node)) if v is not None}
+    return cr(
+        parallelism={"tensor": tensor, "pipeline": pipeline},
+        **({"hardware": hardware} if hardware else {}),
+        **spec,
+    )
+
+
+# Each refused at apply time by a CEL rule whose sentence ascend-fleet validate prints too.
+SAME_SENTENCE: dict[str, dict] = {
+    "910A takes powers of two": layout(3, chip="ascend910a"),
+    "a small node caps the counts": layout(5, chip="ascend910a", per_node=6),
+    "A3 takes one or even counts": layout(3, 3, chip="ascend910_93"),
+    "A3 capped by its node": layout(5, chip="ascend910_93", per_node=6),
+    "tensor larger than a node": layout(16),
+    "tensor must divide the node": layout(3, 4),
+    "whole nodes of a size the chip cannot give": layout(7, 2, chip="ascend910_93", per_node=7),
+    "pipeline fills whole nodes": layout(4, 3),
+    "pipeline fills whole nodes, lower is zero": layout(2, 3, per_node=4, chip="ascend910b"),
+    "heads not divisible": layout(3, model={"numAttentionHeads": 32}),
+    "heads fewer than tensor": layout(8, model={"numAttentionHeads": 4}),
+    "more stages than layers": layout(1, 8, model={"numLayers": 4}),
+    "vllm-ascend on 910A": cr(engine="vllm-ascend", hardware={"chip": "ascend910a"}),
+    "name with capitals": cr(name="Bad-name"),
+    "name starting with a digit": cr(name="1fleet"),
+    "name too long": cr(name="x" * 53),
+    "window too long": cr(rules=[rule(**{"for": "25h"})]),
+    "window too long, in seconds": cr(rules=[rule(**{"for": 86401})]),
+    "window of 10000h": cr(rules=[rule(**{"for": "10000h"})]),
+}
+
+# Accepted by both.
+ACCEPTED: dict[str, dict] = {
+    "defaults": cr(),
+    "910B tp4 pp2": layout(4, 2),
+    "A3 multi-node": layout(16, 2, chip="ascend910_93"),
+    "vllm-ascend on A3": cr(engine="vllm-ascend", hardware={"chip": "ascend910_93"}),
+    "name of 52": cr(name="a" * 52),
+    "window of 24h": cr(rules=[rule(**{"for": "24h"}), rule(**{"for": 86400}), rule(**{"for": "1439min"})]),
+    "numeric thresholds": cr(rules=[rule(threshold=0.85), rule(threshold=12, action="notify")]),
+}
