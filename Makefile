@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp
+.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp tune-client
 
 setup: $(STAMP)
 
@@ -17,6 +17,13 @@ $(STAMP): pyproject.toml
 	# The real Helm library; it declares Python >= 3.12 but runs on 3.11.
 	$(BIN)/pip install -q --ignore-requires-python 'helm-sdkpy>=0.1.30,<0.2'
 	touch $(STAMP)
+
+# SGLang's own benchmark client (sglang.bench_serving of the default SGLang image's release) for
+# `ascend-fleet tune`: the package without its engine dependencies (torch, kernels), then what the
+# client itself imports.
+tune-client: setup
+	$(BIN)/pip install -q --no-deps 'sglang==0.5.5'
+	$(BIN)/pip install -q 'transformers==4.57.1' datasets pillow pybase64 tqdm numpy ipython
 
 lint: setup
 	$(BIN)/ruff check operator tests bench

@@ -21,27 +21,6 @@ from tests.support.paths import ROOT
 from tests.support.realcluster import control_plane_or_skip
 
 REAL = BACKEND == "real"
-# The examples mount the claim `models`: a volume pre-bound to it, as a cluster admin would provide.
-MODEL_VOLUME = """
-apiVersion: v1
-kind: PersistentVolume
-metadata: {name: models-kubectl-test}
-spec:
-  capacity: {storage: 1Ti}
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  hostPath: {path: /var/lib/ascend-fleet-test-models}
-  claimRef: {namespace: default, name: models}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: models, namespace: default}
-spec:
-  accessModes: [ReadOnlyMany]
-  storageClassName: ""
-  volumeName: models-kubectl-test
-  resources: {requests: {storage: 1Ti}}
-"""
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl")]
 
@@ -113,7 +92,6 @@ def test_kubectl_apply_get_and_scale_against_the_dev_cluster(dev_cluster):
         kubectl(dev_cluster, "apply", *validation, "-f", "crds/")
         if REAL:
             kubectl(dev_cluster, "wait", "--for=condition=Established", "-f", "crds/")
-            kubectl(dev_cluster, "apply", "-f", "-", input=MODEL_VOLUME)
         kubectl(dev_cluster, "apply", *validation, "-f", "examples/sglang-small.yaml")
         wait_for(
             lambda: "qwen-1-5b-0" in kubectl(dev_cluster, "get", "pods", "-o", "name"), 90, "the engine pod"

@@ -107,13 +107,16 @@ def test_crd_command_prints_the_checked_in_crd():
 
 def test_render_and_validate_use_the_operators_configuration(tmp_path):
     config = tmp_path / "config.yaml"
-    config.write_text("images:\n  sglang: registry.example.com/ai/sglang:v0.5.14-fleet1\n"
-                      "control:\n  catalog:\n    ttft_p95: 'histogram_quantile(0.95, x)'\n")
+    config.write_text(
+        "images:\n  sglang: registry.example.com/ai/sglang:v0.5.14-fleet1\n"
+        "control:\n  catalog:\n    ttft_p95: 'histogram_quantile(0.95, x)'\n"
+    )
     spec = tmp_path / "s.yaml"
     spec.write_text(
         "apiVersion: inference.ascendfleet.io/v1alpha1\nkind: AscendInference\nmetadata: {name: s}\n"
         "spec:\n  model: {name: m, path: /models/m}\n  engine: {type: sglang}\n"
-        "  rules: [{metric: ttft_p95, threshold: 2, for: 5m, action: scale_up}]\n")
+        "  rules: [{metric: ttft_p95, threshold: 2, for: 5m, action: scale_up}]\n"
+    )
     rendered = cli("render", "--config", str(config), str(spec))
     assert rendered.returncode == 0, rendered.stderr
     assert "image: registry.example.com/ai/sglang:v0.5.14-fleet1" in rendered.stdout

@@ -16,7 +16,9 @@ NOW = 1_800_000_000.0
 SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
 
 
-def make(data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None, scheduler=None):
+def make(
+    data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None, scheduler=None
+):
     engine = {"type": "vllm-ascend", **({"image": image} if image else {})}
     doc = {
         "apiVersion": names.API_VERSION,
@@ -151,13 +153,21 @@ def test_volcano_pod_groups_come_with_their_gang_and_go_with_it():
     smaller = make(data=1, tensor=8, pipeline=2, scheduler="volcano", drain=0)
     observed = fleet(smaller, replicas=[0, 1])
     observed.pods[2]["metadata"]["labels"][names.LABEL_SERVING] = "false"
-    observed.pods[2]["metadata"]["annotations"] = {names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW - 5),
-                                                   names.ANNOTATION_DRAIN_REASON: "scale-in"}
+    observed.pods[2]["metadata"]["annotations"] = {
+        names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW - 5),
+        names.ANNOTATION_DRAIN_REASON: "scale-in",
+    }
     done = plan(smaller.obj, smaller.layout, observed, NOW, SETTINGS)
-    assert [(d.kind, d.name) for d in done.deletes] == [("Pod", "llm-1"), ("Pod", "llm-1-1"), ("PodGroup", "llm-1")]
+    assert [(d.kind, d.name) for d in done.deletes] == [
+        ("Pod", "llm-1"),
+        ("Pod", "llm-1-1"),
+        ("PodGroup", "llm-1"),
+    ]
     plain = make(data=1, tensor=8, pipeline=2, drain=0)
-    assert all(d.kind == "Pod" for d in plan(plain.obj, plain.layout, fleet(plain, replicas=[0, 1]), NOW,
-                                             SETTINGS).deletes)
+    assert all(
+        d.kind == "Pod"
+        for d in plan(plain.obj, plain.layout, fleet(plain, replicas=[0, 1]), NOW, SETTINGS).deletes
+    )
 
 
 def test_rollout_respects_max_unavailable():

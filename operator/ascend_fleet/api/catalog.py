@@ -46,7 +46,9 @@ def _either(aggregation: str, *metrics: str) -> str:
 _SGLANG_TOTAL = '{priority=""}'
 _ENGINE_ENTRIES = {
     "queue_depth": _either("sum", "vllm:num_requests_waiting", f"sglang:num_queue_reqs{_SGLANG_TOTAL}"),
-    "running_requests": _either("sum", "vllm:num_requests_running", f"sglang:num_running_reqs{_SGLANG_TOTAL}"),
+    "running_requests": _either(
+        "sum", "vllm:num_requests_running", f"sglang:num_running_reqs{_SGLANG_TOTAL}"
+    ),
     "kv_cache_usage": _either("max", "vllm:kv_cache_usage_perc", "sglang:token_usage"),
 }
 
@@ -59,7 +61,8 @@ _BY_LE = "by (namespace, inference, replica, le)"
 
 def _p99(*histograms: str) -> str:
     return " or ".join(
-        f"histogram_quantile(0.99, sum {_BY_LE} (rate({name}_bucket[{REQUEST_RATE_WINDOW}])))" for name in histograms
+        f"histogram_quantile(0.99, sum {_BY_LE} (rate({name}_bucket[{REQUEST_RATE_WINDOW}])))"
+        for name in histograms
     )
 
 

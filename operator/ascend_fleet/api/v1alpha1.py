@@ -199,7 +199,8 @@ class Engine(Model):
         default=1800.0, description="How long model loading may take before the startup probe gives up."
     )
     shm_size: Size = Field(
-        default="16Gi", description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi."
+        default="16Gi",
+        description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi.",
     )
     multi_node: MultiNode | None = Field(
         default=None,
@@ -273,11 +274,35 @@ class Hardware(Model):
         return self
 
 
+class PrefillDelayer(Model):
+    """SGLang's prefill delayer: holds new prefills back a little so they batch together (SGLang >= 0.5.7)."""
+
+    enabled: bool = Field(default=True, description="--enable-prefill-delayer.")
+    max_delay_ms: float | None = Field(
+        default=None, gt=0, description="--prefill-delayer-max-delay-ms: the longest a prefill is held back."
+    )
+    queue_min_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="--prefill-delayer-queue-min-ratio: wait until the queue holds this share of the running "
+        "requests (typical 0.1 to 0.5).",
+    )
+
+
 class Batching(Model):
-    """Continuous-batching limits (engine defaults when unset)."""
+    """Continuous-batching limits (engine defaults when unset) and the engines' own adaptive knobs."""
 
     max_batch_size: int | None = Field(default=None, ge=1, description="Sequences in a batch.")
     max_batch_tokens: int | None = Field(default=None, ge=1, description="Tokens scheduled in one step.")
+    chunked_prefill: bool | None = Field(
+        default=None,
+        description="Split long prompts into chunks batched with decodes (vLLM --[no-]enable-chunked-prefill; "
+        "SGLang: false sets --chunked-prefill-size -1). Unset keeps the engine's default (on in both).",
+    )
+    prefill_delayer: PrefillDelayer | None = Field(
+        default=None, description="SGLang only: its adaptive prefill delayer (engine.type sglang)."
+    )
 
 
 def _or(field: str, default: object) -> str:
@@ -625,7 +650,13 @@ class AscendInferenceSpec(Model):
                     "self.scheduling.policy != 'short-request-first' || self.engine.type == 'vllm-ascend'",
                     "message": "scheduling.policy short-request-first needs engine.type vllm-ascend (SGLang has no "
                     "prompt-length scheduler: use policy fcfs with routing.classes)",
-                }
+                },
+                {
+                    "rule": "!has(self.batching) || !has(self.batching.prefillDelayer) "
+                    "|| self.engine.type == 'sglang'",
+                    "message": "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: "
+                    "remove it, or use engine.type sglang",
+                },
             ]
         }
     )
@@ -663,6 +694,15 @@ class AscendInferenceSpec(Model):
                 "spec.scheduling.policy short-request-first needs engine.type vllm-ascend: SGLang has no "
                 "prompt-length scheduler (its policies are fcfs, lof, lpm, dfs-weight, random); use policy fcfs "
                 "with spec.routing.classes to dispatch short prompts first at the endpoint picker"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _engine_knobs(self) -> AscendInferenceSpec:
+        if self.batching.prefill_delayer is not None and self.engine.type != "sglang":
+            raise ValueError(
+                "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: remove it, "
+                "or use engine.type sglang"
             )
         return self
 
@@ -722,6 +762,37 @@ class GroupRestart(Model):
     last_time: str = Field(description="RFC 3339 time of the last recreation.")
 
 
+class TuningRung(Model):
+    """One measured rung of a tuning ladder."""
+
+    batch_size: int
+    adaptive: str = Field(
+        default="", description="Engine-native knobs the rung ran with, e.g. prefillDelayer."
+    )
+    tokens_per_second: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    e2e_latency_p99_ms: float
+    npu_utilization: float | None = Field(
+        default=None, description="Mean NPU utilization (0..1) over the rung."
+    )
+
+
+class TuningRecord(Model):
+    """What the last `ascend-fleet tune` measured and chose."""
+
+    time: str = Field(description="RFC 3339 time the choice was written.")
+    batch_size: int = Field(description="The maxBatchSize chosen.")
+    adaptive: str = Field(default="", description="Engine-native knobs chosen with it, if any.")
+    goal: str = Field(description="What the choice optimised, e.g. 'ttft_p99 <= 100ms' or 'max throughput'.")
+    reason: str = Field(default="", description="Why this rung, in a sentence.")
+    table_hash: str = Field(
+        description="sha256 of the measured table (canonical JSON), to match it to its report."
+    )
+    client: str = Field(default="", description="The benchmark client that measured it.")
+    rungs: list[TuningRung] = Field(default_factory=list, description="The measured table.")
+
+
 class AscendInferenceStatus(Model):
     """What the operator observed and did."""
 
@@ -738,6 +809,9 @@ class AscendInferenceStatus(Model):
     actions: list[ActionRecord] = Field(default_factory=list)
     group_restarts: list[GroupRestart] = Field(
         default_factory=list, description="Failure recreations per replica (drives the backoff)."
+    )
+    tuning: TuningRecord | None = Field(
+        default=None, description="The last batch-size tuning run (ascend-fleet tune)."
     )
 
 

@@ -81,6 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     dev.add_argument("--pod-start-seconds", type=float, default=1.0, help="Pending -> Running delay")
     dev.add_argument("--pod-ready-seconds", type=float, default=1.0, help="Running -> Ready delay")
+    dev.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run a real Prometheus scraping the simulated engines (needs the prometheus binary)",
+    )
     dev.set_defaults(handler=cmd_dev_cluster)
 
     demo = sub.add_parser(
@@ -153,6 +158,7 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
         args.pod_start_seconds,
         args.pod_ready_seconds,
         nodes=args.nodes,
+        prometheus=args.prometheus,
     )
     return 0
 

@@ -166,6 +166,9 @@ def serve(
                 f"{cluster.start_time:.1f}s",
                 flush=True,
             )
+            # The examples mount the claim `models`; on a real cluster an admin provides the storage.
+            provide_model_claim(Kube.connect(str(cluster.kubeconfig_path)), "default")
+            print("claim default/models provided (a pre-bound volume the examples mount)", flush=True)
             print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
             print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
             while not stopping.wait(0.5):
