@@ -57,7 +57,9 @@ def main() -> None:
         common = dict(goal=Goal(), load=load, model="qwen-7b", engine="vllm-ascend", endpoint=url, dry_run=True,
                       repeats=args.repeats)  # fmt: skip
         print(f"load: {load.describe()}; goal: {Goal().describe()}; {args.repeats} runs per point")
-        tuned = run(Plan(rungs=rungs((16, 32, 64, 128), "vllm-ascend", False), workdir=work / "ladder", **common))
+        tuned = run(
+            Plan(rungs=rungs((16, 32, 64, 128), "vllm-ascend", False), workdir=work / "ladder", **common)
+        )
         default = run(Plan(rungs=[Rung(DEFAULT_MAX_RUNNING)], workdir=work / "default", **common))
     chosen, base = tuned.choice.row, default.rows[0]
     print()
@@ -66,14 +68,22 @@ def main() -> None:
     print()
     print(f"chosen: {tuned.choice.reason}")
     assert chosen is not None
-    print(f"tokens/s      chosen {chosen.tokens_per_second:7.0f}  default {base.tokens_per_second:7.0f}  "
-          f"ratio {chosen.tokens_per_second / base.tokens_per_second:.2f}")
-    print(f"TTFT p99 ms   chosen {chosen.ttft_p99_ms:7.0f}  default {base.ttft_p99_ms:7.0f}  "
-          f"ratio {chosen.ttft_p99_ms / base.ttft_p99_ms:.2f}")
-    print(f"TTFT p50 ms   chosen {chosen.ttft_p50_ms:7.0f}  default {base.ttft_p50_ms:7.0f}  "
-          f"ratio {chosen.ttft_p50_ms / base.ttft_p50_ms:.2f}")
-    print(f"E2E p99 ms    chosen {chosen.e2e_p99_ms:7.0f}  default {base.e2e_p99_ms:7.0f}  "
-          f"ratio {chosen.e2e_p99_ms / base.e2e_p99_ms:.2f}")
+    print(
+        f"tokens/s      chosen {chosen.tokens_per_second:7.0f}  default {base.tokens_per_second:7.0f}  "
+        f"ratio {chosen.tokens_per_second / base.tokens_per_second:.2f}"
+    )
+    print(
+        f"TTFT p99 ms   chosen {chosen.ttft_p99_ms:7.0f}  default {base.ttft_p99_ms:7.0f}  "
+        f"ratio {chosen.ttft_p99_ms / base.ttft_p99_ms:.2f}"
+    )
+    print(
+        f"TTFT p50 ms   chosen {chosen.ttft_p50_ms:7.0f}  default {base.ttft_p50_ms:7.0f}  "
+        f"ratio {chosen.ttft_p50_ms / base.ttft_p50_ms:.2f}"
+    )
+    print(
+        f"E2E p99 ms    chosen {chosen.e2e_p99_ms:7.0f}  default {base.e2e_p99_ms:7.0f}  "
+        f"ratio {chosen.e2e_p99_ms / base.e2e_p99_ms:.2f}"
+    )
 
 
 if __name__ == "__main__":
