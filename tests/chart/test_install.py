@@ -218,8 +218,27 @@ def test_every_option_creates_every_kind(releases):
         "ServiceMonitor",
         "PodMonitor",
         "PrometheusRule",
+        "CustomResourceDefinition",  # the Inference Extension's, with inferenceExtension.installCRDs
     }
     assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == set(WATCHED)
+
+
+def test_inference_extension_crds_from_the_chart_are_served(api, releases):
+    """inferenceExtension.installCRDs installs the pinned upstream CRDs unchanged, and the API serves their kinds."""
+    crds = api.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    pinned = [
+        yaml.safe_load(p.read_text())
+        for p in sorted((helm.CHART / "files" / "inference-extension").glob("*.yaml"))
+    ]
+    assert {o["metadata"]["name"] for o in find(releases["everything"], "CustomResourceDefinition")} == {
+        crd["metadata"]["name"] for crd in pinned
+    }
+    assert not find(releases["defaults"], "CustomResourceDefinition")  # off by default
+    for crd in pinned:
+        stored = crds.get(name=crd["metadata"]["name"]).to_dict()
+        assert stored["spec"]["versions"] == crd["spec"]["versions"]
+    api.resources.get(api_version="inference.networking.k8s.io/v1", kind="InferencePool")
+    api.resources.get(api_version="inference.networking.x-k8s.io/v1alpha2", kind="InferenceObjective")
 
 
 # The operator's configuration --------------------------------------------------------------------------
