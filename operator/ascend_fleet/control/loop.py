@@ -31,10 +31,10 @@ from ..api import names
 from ..api.settings import OperatorSettings
 from ..api.times import rfc3339_ms
 from ..kube import Conflict, Kube, KubeError, NotFound
-from ..reconcile.observe import slim_pod
 from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
 from ..status.conditions import get_condition
+from ..status.fleet import slim_pod
 from ..telemetry import DECISIONS, RULE_EVALUATION
 from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate, queries_for
 from .prometheus import Prometheus

@@ -29,8 +29,9 @@ from ..api.settings import OperatorSettings
 from ..kube import Kube, KubeError
 from ..reconcile.apply import Outcome, reconcile_once
 from ..reconcile.expectations import Expectations, children_by_name
-from ..reconcile.observe import observed_children, owned_by, slim_pod
+from ..reconcile.observe import observed_children, owned_by
 from ..reconcile.refusals import Refusal, current, refused_again
+from ..status.fleet import slim_pod
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
