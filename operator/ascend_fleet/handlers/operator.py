@@ -31,7 +31,7 @@ from ..reconcile.apply import Outcome, reconcile_once
 from ..reconcile.expectations import Expectations, children_by_name
 from ..reconcile.observe import observed_children, owned_by
 from ..reconcile.refusals import Refusal, current, refused_again
-from ..status.pods import slim_pod
+from ..status.fleet import slim_pod
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
