@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane
+.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp tune-client
 
 setup: $(STAMP)
 
@@ -18,11 +18,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --ignore-requires-python 'helm-sdkpy>=0.1.30,<0.2'
 	touch $(STAMP)
 
+# SGLang's own benchmark client (sglang.bench_serving of the default SGLang image's release) for
+# `ascend-fleet tune`: the package without its engine dependencies (torch, kernels), then what the
+# client itself imports.
+tune-client: setup
+	$(BIN)/pip install -q --no-deps 'sglang==0.5.5'
+	$(BIN)/pip install -q 'transformers==4.57.1' datasets pillow pybase64 tqdm numpy ipython
+
 lint: setup
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/lint-imports
 
+# The end-to-end, chart and kubectl tests run on the real control plane (built first, once); without Go
+# they are skipped on a developer machine and fail under CI.
 test: lint
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane; \
+	else echo "No Go toolchain: the tests on the real control plane will be skipped (CI runs them)."; fi
 	$(BIN)/pytest
 
 # Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images,
@@ -78,6 +89,11 @@ prometheus:
 # its sources are unchanged. Needs Go 1.24+ and the Go module proxy.
 control-plane: setup
 	$(BIN)/python -m ascend_fleet.devcluster.controlplane --build
+
+# The Gateway API Inference Extension's endpoint picker (EPP), built from its Go module at the release pinned in
+# tools/epp/go.mod into ~/.cache/ascend-fleet/epp/<digest of tools/epp>/; a no-op while its sources are unchanged.
+epp: setup
+	$(BIN)/python -c "from ascend_fleet.devcluster.dataplane import ensure_picker; print(ensure_picker(progress=print))"
 
 bench: setup
 	$(BIN)/python -m bench.policy

@@ -8,7 +8,9 @@ import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", help="rewrite tests/golden/*.yaml from the renderer")
+    parser.addoption(
+        "--update-golden", action="store_true", help="rewrite tests/golden/*.yaml from the renderer"
+    )
 
 
 @pytest.fixture

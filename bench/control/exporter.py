@@ -58,8 +58,10 @@ class SyntheticExporter:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
-        self._threads = [threading.Thread(target=self.server.serve_forever, daemon=True),
-                         threading.Thread(target=self._refresher, daemon=True)]
+        self._threads = [
+            threading.Thread(target=self.server.serve_forever, daemon=True),
+            threading.Thread(target=self._refresher, daemon=True),
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -74,19 +76,26 @@ class SyntheticExporter:
 
     def _refresh(self) -> None:
         rnd = self._random.random
-        lines = ["# TYPE ascend_fleet_npu_utilization_ratio gauge",
-                 "# TYPE ascend_fleet_memory_fragmentation_ratio gauge",
-                 "# TYPE vllm:num_requests_waiting gauge"]
+        lines = [
+            "# TYPE ascend_fleet_npu_utilization_ratio gauge",
+            "# TYPE ascend_fleet_memory_fragmentation_ratio gauge",
+            "# TYPE vllm:num_requests_waiting gauge",
+        ]
         utilization, fragmentation, waiting = [], [], []
         for namespace, name, index in self.shape.objects_of():
             hot = index < self.shape.hot
             for replica in range(self.shape.replicas):
-                labels = (f'namespace="{namespace}",inference="{name}",replica="{replica}",rank="0",'
-                          f'pod="{name}-{replica}",device="0"')
+                labels = (
+                    f'namespace="{namespace}",inference="{name}",replica="{replica}",rank="0",'
+                    f'pod="{name}-{replica}",device="0"'
+                )
                 busy = 0.9 + 0.05 * rnd() if hot else 0.3 + 0.4 * rnd()
                 utilization.append(f"ascend_fleet_npu_utilization_ratio{{{labels}}} {busy:.4f}")
-                fragmentation.append(f"ascend_fleet_memory_fragmentation_ratio{{{labels}}} {0.01 + 0.04 * rnd():.4f}")
-                waiting.append(f'vllm:num_requests_waiting{{{labels},model_name="{name}",engine="0"}} '
-                               f"{int(8 * rnd())}")
+                fragmentation.append(
+                    f"ascend_fleet_memory_fragmentation_ratio{{{labels}}} {0.01 + 0.04 * rnd():.4f}"
+                )
+                waiting.append(
+                    f'vllm:num_requests_waiting{{{labels},model_name="{name}",engine="0"}} {int(8 * rnd())}'
+                )
         body = "\n".join([*lines[:1], *utilization, lines[1], *fragmentation, lines[2], *waiting]) + "\n"
         self._body = body.encode()

@@ -11,12 +11,13 @@ import argparse
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ascend_fleet.simulate.model import ROUTINGS, simulate
 from ascend_fleet.simulate.plot import PlotUnavailable, write_png
 from ascend_fleet.simulate.report import LOSE, WIN, Summary, outcome, summarize, table, verdict
-from ascend_fleet.simulate.run import load_spec, run_all
+from ascend_fleet.simulate.run import fleet_config, load_spec, make_policy, run_all
 from ascend_fleet.simulate.traces import BUILT_IN, HOUR, generate
 
 
@@ -31,6 +32,7 @@ class TraceReport:
     summaries: list[Summary]
     seconds: float
     png: str
+    routing: list[tuple[str, Summary]]
 
 
 def run_trace(name: str, hours: float, seed: int, spec_path: str | None, png_dir: str | None) -> TraceReport:
@@ -47,8 +49,21 @@ def run_trace(name: str, hours: float, seed: int, spec_path: str | None, png_dir
             png = str(write_png(results, Path(png_dir) / f"policy-{name}.png", f"{name}, seed {seed}"))
         except PlotUnavailable as error:
             png = f"no PNG: {error}"
-    return TraceReport(name, shape.description, len(trace), trace.mean_rate(),
-                       [summarize(r) for r in results], seconds, png)
+    # The rules policy once more under each routing: a Service, the endpoint picker, the picker's classes.
+    routing = []
+    for mode in ROUTINGS:
+        policy, config = make_policy("rules", spec, trace, fleet_config(spec))
+        routing.append((mode, summarize(simulate(replace(config, routing=mode), trace, policy))))
+    return TraceReport(
+        name,
+        shape.description,
+        len(trace),
+        trace.mean_rate(),
+        [summarize(r) for r in results],
+        seconds,
+        png,
+        routing,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     for report in reports:
         per_policy = report.seconds / max(1, len(report.summaries))
         print(f"## {report.name}: {report.description}\n")
-        print(f"{report.requests} requests ({report.rate:.2f} req/s); simulated in {report.seconds:.1f}s "
-              f"({per_policy:.1f}s per policy)\n")
+        print(
+            f"{report.requests} requests ({report.rate:.2f} req/s); simulated in {report.seconds:.1f}s "
+            f"({per_policy:.1f}s per policy)\n"
+        )
         print(table(report.summaries))
         print()
         for sentence in verdict(report.summaries):
@@ -81,8 +98,29 @@ def main(argv: list[str] | None = None) -> int:
         if report.png:
             print(f"\n{report.png}")
         print()
+        print(routing_table(report.routing))
+        print()
     print(plain_verdict(reports))
     return 0
+
+
+def routing_table(rows: list[tuple[str, Summary]]) -> str:
+    """The rules policy under each routing, with ratios to the plain Service."""
+    base = rows[0][1]
+    lines = [
+        "Routing (rules policy): service = random choice, pool = fewest outstanding requests (the endpoint "
+        "picker), classes = pool + short prompts first (the seeds' classes)",
+        "",
+        "| routing | first token over 1 s | vs service | TTFT p50 | TTFT p99 | failed | NPU-hours |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, s in rows:
+        ratio = f"{s.slow_share / base.slow_share:.2f}x" if base.slow_share >= 0.001 else "n/a"
+        lines.append(
+            f"| {mode} | {s.slow_share * 100:.1f}% | {ratio} | {s.first_token_p50:.2f}s | "
+            f"{s.first_token_p99:.2f}s | {s.failed} | {s.npu_hours:.0f} |"
+        )
+    return "\n".join(lines)
 
 
 def plain_verdict(reports: list[TraceReport]) -> str:
@@ -94,13 +132,17 @@ def plain_verdict(reports: list[TraceReport]) -> str:
             if other is rules:
                 continue
             result = outcome(rules, other)
-            line = (f"{report.name} vs {other.policy}: NPU-hours {rules.npu_hours:.0f} vs {other.npu_hours:.0f}, "
-                    f"over 1 s {rules.slow_share * 100:.1f}% vs {other.slow_share * 100:.1f}%")
+            line = (
+                f"{report.name} vs {other.policy}: NPU-hours {rules.npu_hours:.0f} vs {other.npu_hours:.0f}, "
+                f"over 1 s {rules.slow_share * 100:.1f}% vs {other.slow_share * 100:.1f}%"
+            )
             groups[result if result in (WIN, LOSE) else "other"].append(f"- {result}: {line}")
     parts = ["## Verdict: the rules policy against each other policy", ""]
-    for title, key in (("Rules win (cheaper or faster, and no worse on the other)", WIN),
-                       ("Rules lose (dearer or slower, and no better on the other)", LOSE),
-                       ("Trade-offs and draws", "other")):
+    for title, key in (
+        ("Rules win (cheaper or faster, and no worse on the other)", WIN),
+        ("Rules lose (dearer or slower, and no better on the other)", LOSE),
+        ("Trade-offs and draws", "other"),
+    ):
         parts += [f"{title}:", *(groups[key] or ["- none"]), ""]
     return "\n".join(parts).rstrip() + "\n"
 

@@ -1,51 +1,142 @@
-"""bench/reconcile: N AscendInferences against the local API; convergence time and API requests.
+"""bench/reconcile: N AscendInferences; convergence time, the operator's API requests and memory.
 
-    python -m bench.reconcile [--objects 100] [--replicas 2] [--idle 60]
+    python -m bench.reconcile [--objects 100] [--replicas 2] [--idle 60] [--real]
 
-Prints the time until every object reports all replicas Ready, the operator's API requests per object
-against the minimum a controller needs (the children it must create plus one status write), split by
-kind, and the write requests made during an idle period after convergence (the goal is 0). The local
-API counts every HTTP request; the kubelet simulator writes in-process, so what is counted is the
-operator's traffic (the benchmark's own requests are subtracted).
+Prints, for the local emulator (and with ``--real`` the real control plane, side by side), the time until
+every object reports all replicas Ready, the operator's API requests per object against the minimum a
+controller needs (the children it must create plus one status write), split by kind, the write requests
+made during an idle period after convergence (the goal is 0), and the operator's memory per object.
+
+The operator runs in a process of its own (``bench.reconcile.operator_side``) with production timers; its
+client counts what it sends (kopf's per-kind lists and watches are not counted; they do not grow with
+objects), so both backends are counted the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
-import logging
+import contextlib
+import json
+import subprocess
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from ascend_fleet.api import names
-from ascend_fleet.api.crd import crd
-from ascend_fleet.api.settings import OperatorSettings
-from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.testing import api_client
-from ascend_fleet.handlers.operator import OperatorContext, OperatorThread
-from ascend_fleet.kube import Kube
+
+from ..backends import backend
 
 ROOT = Path(__file__).resolve().parents[2]
-WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 
-def classify(request) -> str:
-    """``METHOD resource[/subresource]`` of one recorded request (watches counted apart)."""
-    method = str(request.method.value)
-    parts = [p for p in request.url.path.split("/") if p]
-    if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
-        parts = parts[parts.index("namespaces") + 2:]
-    else:
-        parts = parts[-1:]
-    resource = "/".join(p for p in parts if p not in {"status", "scale"} and not p.startswith("e2e")) or "?"
-    resource = resource.split("/")[0]
-    if parts[-1] in {"status", "scale"}:
-        resource += "/" + parts[-1]
-    if method == "GET" and request.url.query.get("watch") in {"true", "1"}:
-        method = "WATCH"
-    return f"{method} {resource}"
+@dataclass
+class Run:
+    backend: str
+    objects: int
+    converged: float
+    counts: dict[str, int]
+    idle_counts: dict[str, int]
+    idle_seconds: float
+    rss_before: float
+    rss_after: float
+    peak: float
+    extra: dict = field(default_factory=dict)
+
+    def total(self) -> int:
+        return sum(n for k, n in self.counts.items() if not k.startswith("WATCH"))
+
+    def writes(self) -> int:
+        return sum(n for k, n in self.counts.items() if k.startswith(WRITES))
+
+    def idle_writes(self) -> int:
+        return sum(n for k, n in self.idle_counts.items() if k.startswith(WRITES))
+
+
+class OperatorProcess:
+    def __init__(self, connect: list[str]):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bench.reconcile.operator_side", *connect],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.ready = self._answer()
+
+    def _answer(self) -> dict:
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError("the operator process ended early")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def ask(self, command: str) -> dict:
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, BrokenPipeError):
+            self.ask("quit")
+        self.process.wait(60)
+
+
+def template(replicas: int) -> dict:
+    doc = yaml.safe_load((ROOT / "examples" / "sglang-small.yaml").read_text())
+    doc["spec"]["parallelism"]["data"] = replicas
+    doc["spec"]["model"].pop("volume", None)  # no PersistentVolumeClaim to provide on either backend
+    return doc
+
+
+def converge(real: bool, args: argparse.Namespace) -> Run:
+    doc = template(args.replicas)
+    with backend(real, args.objects * args.replicas, npus_per_pod=2) as api:
+        operator = OperatorProcess(api.connect_args)
+        try:
+            time.sleep(2.0)  # kopf's initial lists and watches settle before counting
+            operator.ask("mark")
+            started = time.monotonic()
+            for i in range(args.objects):
+                obj = yaml.safe_load(yaml.safe_dump(doc))
+                obj["metadata"] = {"name": f"llm-{i:05d}", "namespace": "default"}
+                api.kube.create(obj)
+            while True:
+                items = api.kube.list(names.KIND, "default")
+                ready = sum(
+                    1
+                    for o in items
+                    if (o.get("status") or {}).get("readyReplicas") == args.replicas
+                    and (o.get("status") or {}).get("updatedReplicas") == args.replicas
+                )
+                if args.verbose:
+                    print(f"  [{api.name}] ready {ready}/{args.objects}", flush=True)
+                if ready == args.objects:
+                    break
+                time.sleep(1.0)
+            converged = time.monotonic() - started
+            time.sleep(2.0)  # the last status writes land
+            at_convergence = operator.ask("report")
+            time.sleep(args.idle)
+            idle = operator.ask("report")
+        finally:
+            operator.close()
+    print(f"  [{api.name}] converged in {converged:.1f} s", flush=True)
+    return Run(
+        api.name,
+        args.objects,
+        converged,
+        at_convergence["counts"],
+        idle["counts"],
+        args.idle,
+        operator.ready["rss_mib"],
+        at_convergence["rss_mib"],
+        idle["peak_rss_mib"],
+    )
 
 
 def main() -> None:
@@ -53,61 +144,41 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=100)
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--idle", type=float, default=60.0, help="seconds to watch after convergence")
+    parser.add_argument("--real", action="store_true", help="the real control plane too, rows side by side")
     parser.add_argument("--verbose", action="store_true", help="print progress while converging")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.ERROR)
+    runs = [converge(real, args) for real in ([False, True] if args.real else [False])]
 
-    template = yaml.safe_load((ROOT / "examples" / "sglang-small.yaml").read_text())
-    template["spec"]["parallelism"]["data"] = args.replicas
-    settings = OperatorSettings()  # production timers: resync every 30 s
-    with DevCluster(start_seconds=0.2, ready_seconds=0.2) as cluster:
-        kube = Kube(api_client(cluster.url))
-        kube.create_crd(crd())
-        with OperatorThread(OperatorContext(settings, kube)):
-            time.sleep(1.0)  # let kopf's initial lists and watches settle before counting
-            start_index = len(cluster.emulator._requests)
-            own = 0
-            started = time.monotonic()
-            for i in range(args.objects):
-                doc = yaml.safe_load(yaml.safe_dump(template))
-                doc["metadata"] = {"name": f"llm-{i:04d}", "namespace": "default"}
-                kube.create(doc)
-                own += 1
-            while True:
-                items = kube._call("GET", kube._path(names.KIND, "default")).get("items", [])
-                own += 1
-                ready = sum(1 for o in items if o.get("status", {}).get("readyReplicas") == args.replicas
-                            and o.get("status", {}).get("updatedReplicas") == args.replicas)
-                print(f"  ready {ready}/{args.objects}", flush=True) if args.verbose else None
-                if ready == args.objects:
-                    break
-                time.sleep(0.5)
-            converged = time.monotonic() - started
-            time.sleep(2.0)  # the last status writes land
-            requests = list(cluster.emulator._requests)[start_index:]
-            idle_from = len(cluster.emulator._requests)
-            time.sleep(args.idle)
-            idle = list(cluster.emulator._requests)[idle_from:]
-
-    kinds = collections.Counter(classify(r) for r in requests)
-    kinds["POST ascendinferences"] -= args.objects  # the benchmark's own creates
-    kinds["GET ascendinferences"] -= own - args.objects  # and its polling
-    operator_total = sum(n for k, n in kinds.items() if not k.startswith("WATCH"))
     children = args.replicas + 3  # pods + serving Service + headless Service + PDB
     minimum = children + 1  # ... and one status write
-    idle_writes = [classify(r) for r in idle if str(r.method.value) in WRITES]
+    print(
+        f"\nobjects: {args.objects} x {args.replicas} replicas (1 pod each), operator with default timers; "
+        f"minimum {minimum} writes per object ({children} children + 1 status write)"
+    )
+    width = max(len(r.backend) for r in runs) + 2
+    header = "".join(f"{r.backend:>{width}}" for r in runs)
 
-    print(f"objects: {args.objects} x {args.replicas} replicas (1 pod each), operator with default timers")
-    print(f"time to converge (all replicas Ready): {converged:.1f} s "
-          f"({converged / args.objects * 1000:.0f} ms per object)")
-    print(f"operator API requests per object: {operator_total / args.objects:.2f} "
-          f"(minimum {minimum}: {children} children + 1 status write; ratio "
-          f"{operator_total / args.objects / minimum:.2f}x)")
-    for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
-        if count > 0:
-            print(f"  {kind:<40}{count / args.objects:6.2f} per object  ({count})")
-    print(f"write requests during {args.idle:.0f} s idle after convergence: {len(idle_writes)} (goal 0)"
-          + (f": {collections.Counter(idle_writes)}" if idle_writes else ""))
+    def row(label: str, values: list[str]) -> None:
+        print(f"{label:<44}" + "".join(f"{v:>{width}}" for v in values))
+
+    print(f"{'':<44}{header}")
+    row("time to converge (all replicas Ready), s", [f"{r.converged:.1f}" for r in runs])
+    row("  per object, ms", [f"{r.converged / r.objects * 1000:.0f}" for r in runs])
+    row("operator API requests per object", [f"{r.total() / r.objects:.2f}" for r in runs])
+    row("operator writes per object", [f"{r.writes() / r.objects:.2f}" for r in runs])
+    row(f"  ratio to the minimum ({minimum})", [f"{r.writes() / r.objects / minimum:.2f}x" for r in runs])
+    kinds = sorted(
+        {k for r in runs for k in r.counts if not k.startswith("WATCH")},
+        key=lambda k: -max(r.counts.get(k, 0) for r in runs),
+    )
+    for kind in kinds:
+        row(f"  {kind}", [f"{r.counts.get(kind, 0) / r.objects:.2f}" for r in runs])
+    row(f"writes during {args.idle:.0f} s idle (goal 0)", [str(r.idle_writes()) for r in runs])
+    row(
+        "operator memory, MiB (before -> converged)",
+        [f"{r.rss_before:.0f} -> {r.rss_after:.0f}" for r in runs],
+    )
+    row("  per object, KiB", [f"{(r.rss_after - r.rss_before) * 1024 / r.objects:.0f}" for r in runs])
 
 
 if __name__ == "__main__":

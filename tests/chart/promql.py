@@ -19,20 +19,36 @@ from ascend_fleet import telemetry
 # The engine exporter's names as fixed by the team; ascend_fleet.exporter.metrics is the one place that knows
 # them, and is read instead when it is importable.
 _EXPORTER_CONTRACT = (
-    "ascend_fleet_npu_utilization_ratio", "ascend_fleet_hbm_used_bytes", "ascend_fleet_hbm_total_bytes",
-    "ascend_fleet_memory_fragmentation_ratio", "ascend_fleet_memory_slack_ratio",
-    "ascend_fleet_memory_reserved_bytes", "ascend_fleet_memory_allocated_bytes",
-    "ascend_fleet_alloc_retries_total", "ascend_fleet_ooms_total",
+    "ascend_fleet_npu_utilization_ratio",
+    "ascend_fleet_hbm_used_bytes",
+    "ascend_fleet_hbm_total_bytes",
+    "ascend_fleet_memory_fragmentation_ratio",
+    "ascend_fleet_memory_slack_ratio",
+    "ascend_fleet_memory_reserved_bytes",
+    "ascend_fleet_memory_allocated_bytes",
+    "ascend_fleet_alloc_retries_total",
+    "ascend_fleet_ooms_total",
 )
 # What the engines themselves serve on their `http` port (ENGINES.md); histograms by family name.
 ENGINE_GAUGES_AND_COUNTERS = (
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-    "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:gen_throughput",
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+    "sglang:token_usage",
+    "sglang:gen_throughput",
 )
 ENGINE_HISTOGRAMS = (
-    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
-    "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds",
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:e2e_request_latency_seconds",
+    "sglang:time_to_first_token_seconds",
+    "sglang:e2e_request_latency_seconds",
+    "vllm:request_queue_time_seconds",
+    "sglang:queue_time_seconds",
 )
 _HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
@@ -75,8 +91,23 @@ _LABEL_LISTS = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\
 _TOKENS = re.compile(
     r"(?P<number>\d+(?:ms|s|m|h|d|w|y)\b|\d*\.?\d+(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?P<call>\s*\()?"
 )
-_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
-             "group_right", "inf", "nan", "Inf", "NaN"}
+_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
+    "Inf",
+    "NaN",
+}
 _GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "3h"}
 _LABEL_VALUES = re.compile(r"^\s*label_values\((?P<expr>.*),\s*[A-Za-z_][A-Za-z0-9_]*\s*\)\s*$", re.S)
 
@@ -97,7 +128,11 @@ def metric_names(expr: str) -> set[str]:
     text = _MATCHERS.sub(" ", text)
     text = _RANGES.sub(" ", text)
     text = _LABEL_LISTS.sub(" ", text)
-    names = {m["name"] for m in _TOKENS.finditer(text) if m["name"] and not m["call"] and m["name"] not in _KEYWORDS}
+    names = {
+        m["name"]
+        for m in _TOKENS.finditer(text)
+        if m["name"] and not m["call"] and m["name"] not in _KEYWORDS
+    }
     for matchers in bare_matchers:  # {__name__="x"} selects by name too
         names |= set(re.findall(r'__name__\s*=\s*"([^"]+)"', matchers))
     return names
@@ -113,35 +148,53 @@ def check_expressions(exprs: Iterable[str]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "expressions.yaml"
         path.write_text(yaml.safe_dump({"groups": [{"name": "check", "rules": rules}]}))
-        done = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False
+        )
     return "" if done.returncode == 0 else done.stdout + done.stderr
 
 
 def pod_port(namespace: str, pod: str, port: str, labels: dict[str, str], address: str) -> dict[str, Any]:
     """A static target carrying the meta labels Kubernetes pod discovery gives one container port."""
-    meta = {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_name": pod,
-            "__meta_kubernetes_pod_container_port_name": port}
+    meta = {
+        "__meta_kubernetes_namespace": namespace,
+        "__meta_kubernetes_pod_name": pod,
+        "__meta_kubernetes_pod_container_port_name": port,
+    }
     for key, value in labels.items():
         meta["__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)] = value
     return {"targets": [address], "labels": meta}
 
 
-ENGINE_LABELS = {"app.kubernetes.io/name": "ascend-fleet-engine", "inference.ascendfleet.io/name": "qwen",
-                 "inference.ascendfleet.io/replica": "1", "inference.ascendfleet.io/rank": "0"}
+ENGINE_LABELS = {
+    "app.kubernetes.io/name": "ascend-fleet-engine",
+    "inference.ascendfleet.io/name": "qwen",
+    "inference.ascendfleet.io/replica": "1",
+    "inference.ascendfleet.io/rank": "0",
+}
 
 
-def discovered_targets(job: dict[str, Any], targets: list[dict[str, Any]], tmp_path: Path) -> list[dict[str, str]]:
+def discovered_targets(
+    job: dict[str, Any], targets: list[dict[str, Any]], tmp_path: Path
+) -> list[dict[str, str]]:
     """What Prometheus scrapes: ``promtool check service-discovery`` applies the job's relabelling to targets.
 
     Debian's Prometheus is built without Kubernetes discovery, so static targets stand in for the pod ports
     it would find; the relabelling under test is the same. Static targets are there at once, so a short
     discovery timeout loses nothing.
     """
-    config = {"scrape_configs": [{**{k: v for k, v in job.items() if k != "kubernetes_sd_configs"},
-                                  "static_configs": targets}]}
+    config = {
+        "scrape_configs": [
+            {**{k: v for k, v in job.items() if k != "kubernetes_sd_configs"}, "static_configs": targets}
+        ]
+    }
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
-    done = subprocess.run([promtool(), "check", "service-discovery", "--timeout=1s", str(path), job["job_name"]],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [promtool(), "check", "service-discovery", "--timeout=1s", str(path), job["job_name"]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return [t["labels"] for t in json.loads(done.stdout) if t["labels"]]

@@ -48,7 +48,9 @@ def test_dashboard_identity_and_layout(dashboard):
     assert len(ids) == len(set(ids)), "panel ids must be unique"
     for panel in panels(dashboard):
         grid = panel["gridPos"]
-        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, f"{panel['title']} overflows the 24-column grid"
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, (
+            f"{panel['title']} overflows the 24-column grid"
+        )
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
             assert panel.get("targets"), f"{panel['title']} has no query"
@@ -56,10 +58,17 @@ def test_dashboard_identity_and_layout(dashboard):
     assert names == ["datasource", "namespace", "inference"]
 
 
-@pytest.mark.parametrize("words", [
-    ("fleet replicas",), ("npu utilization", "replica"), ("fragmentation",), ("queue depth",),
-    ("time to first token",), ("decisions",),
-])
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("fleet replicas",),
+        ("npu utilization", "replica"),
+        ("fragmentation",),
+        ("queue depth",),
+        ("time to first token",),
+        ("decisions",),
+    ],
+)
 def test_dashboard_has_the_panels_the_issue_asks_for(dashboard, words):
     titles = [panel["title"].lower() for panel in panels(dashboard)]
     assert any(all(word in title for word in words) for title in titles), f"no panel about {' '.join(words)}"
@@ -78,17 +87,29 @@ def test_queries_read_only_exported_metrics(dashboard):
 
 def test_fleet_panels_filter_by_the_selected_fleet(dashboard):
     for where, expr in queries(dashboard):
-        reads_fleet_series = any(name.startswith(("ascend_fleet_npu", "ascend_fleet_memory", "ascend_fleet_hbm",
-                                                  "vllm:", "sglang:", "ascend_fleet_operator_replicas"))
-                                 for name in metric_names(grafana_to_promql(expr)))
+        reads_fleet_series = any(
+            name.startswith(
+                (
+                    "ascend_fleet_npu",
+                    "ascend_fleet_memory",
+                    "ascend_fleet_hbm",
+                    "vllm:",
+                    "sglang:",
+                    "ascend_fleet_operator_replicas",
+                )
+            )
+            for name in metric_names(grafana_to_promql(expr))
+        )
         if reads_fleet_series and where.startswith("panel"):
             assert 'namespace=~"$namespace"' in expr and 'inference=~"$inference"' in expr, where
 
 
 def test_metric_name_extraction_sees_through_promql():
     """The checker above must catch an unknown name wherever PromQL puts it (so that test can fail)."""
-    expr = ('histogram_quantile(0.9, sum by (le) (rate(not_exported_seconds_bucket{job="x"}[5m]))) '
-            '/ on (namespace) group_left sum without (device) (other_metric offset 5m) > bool 1e3')
+    expr = (
+        'histogram_quantile(0.9, sum by (le) (rate(not_exported_seconds_bucket{job="x"}[5m]))) '
+        "/ on (namespace) group_left sum without (device) (other_metric offset 5m) > bool 1e3"
+    )
     assert metric_names(expr) == {"not_exported_seconds_bucket", "other_metric"}
 
 

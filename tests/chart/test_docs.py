@@ -25,7 +25,9 @@ GITOPS = (ROOT / "docs" / "gitops.md").read_text()
 
 
 def yaml_blocks(text: str) -> list[list[dict[str, Any]]]:
-    return [[d for d in yaml.safe_load_all(block) if d] for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    return [
+        [d for d in yaml.safe_load_all(block) if d] for block in re.findall(r"```yaml\n(.*?)```", text, re.S)
+    ]
 
 
 def documents(text: str, kind: str) -> list[dict[str, Any]]:
@@ -81,10 +83,13 @@ def test_ignored_field_is_the_scale_subresources_replica_path():
     pointer = "/" + replicas_path.lstrip(".").replace(".", "/")
     app = next(a for a in documents(GITOPS, "Application") if "ignoreDifferences" in a["spec"])
     assert app["spec"]["ignoreDifferences"] == [
-        {"group": "inference.ascendfleet.io", "kind": "AscendInference", "jsonPointers": [pointer]}]
+        {"group": "inference.ascendfleet.io", "kind": "AscendInference", "jsonPointers": [pointer]}
+    ]
     assert "RespectIgnoreDifferences=true" in app["spec"]["syncPolicy"]["syncOptions"]
     argocd_cm = documents(GITOPS, "ConfigMap")[0]["data"]
-    ignored = yaml.safe_load(argocd_cm["resource.customizations.ignoreDifferences.inference.ascendfleet.io_AscendInference"])
+    ignored = yaml.safe_load(
+        argocd_cm["resource.customizations.ignoreDifferences.inference.ascendfleet.io_AscendInference"]
+    )
     assert ignored == {"jsonPointers": [pointer]}
 
 
@@ -112,40 +117,65 @@ def test_scrape_config_gives_the_catalog_its_labels(tmp_path):
     config = next(block[0] for block in yaml_blocks(INSTALL) if "scrape_configs" in block[0])
     job = config["scrape_configs"][0]
     assert job["kubernetes_sd_configs"] == [{"role": "pod"}]
-    targets = discovered_targets(job, [
-        pod_port("llm", "qwen-1", "npu-metrics", ENGINE_LABELS, "10.0.0.1:9410"),
-        pod_port("llm", "qwen-1", "http", ENGINE_LABELS, "10.0.0.1:8000"),
-        pod_port("llm", "qwen-1", "ray-gcs", ENGINE_LABELS, "10.0.0.1:6379"),
-        pod_port("llm", "web-0", "http", {"app.kubernetes.io/name": "web"}, "10.0.0.2:80"),
-    ], tmp_path)
+    targets = discovered_targets(
+        job,
+        [
+            pod_port("llm", "qwen-1", "npu-metrics", ENGINE_LABELS, "10.0.0.1:9410"),
+            pod_port("llm", "qwen-1", "http", ENGINE_LABELS, "10.0.0.1:8000"),
+            pod_port("llm", "qwen-1", "ray-gcs", ENGINE_LABELS, "10.0.0.1:6379"),
+            pod_port("llm", "web-0", "http", {"app.kubernetes.io/name": "web"}, "10.0.0.2:80"),
+        ],
+        tmp_path,
+    )
     assert sorted(t["__address__"] for t in targets) == ["10.0.0.1:8000", "10.0.0.1:9410"]
     for target in targets:
         assert {k: target[k] for k in ("namespace", "inference", "replica", "rank", "pod")} == {
-            "namespace": "llm", "inference": "qwen", "replica": "1", "rank": "0", "pod": "qwen-1"}
+            "namespace": "llm",
+            "inference": "qwen",
+            "replica": "1",
+            "rank": "0",
+            "pod": "qwen-1",
+        }
 
 
 HEALTH_CASES = {
     "no status yet": ("{metadata={generation=1}}", "Progressing"),
     "status of an older generation": (
         '{metadata={generation=2}, status={observedGeneration=1, conditions={{type="Ready", status="True"}}}}',
-        "Progressing"),
-    "ready": ('{metadata={generation=2}, status={observedGeneration=2, conditions={{type="Ready", status="True"},'
-              ' {type="Degraded", status="False"}}}}', "Healthy"),
-    "a replica keeps failing": ('{metadata={generation=1}, status={observedGeneration=1, conditions={'
-                                '{type="Ready", status="False"}, {type="Degraded", status="True"}}}}', "Degraded"),
-    "invalid spec": ('{metadata={generation=1}, status={observedGeneration=1, conditions={'
-                     '{type="Ready", status="False", reason="InvalidSpec"}}}}', "Degraded"),
-    "creating": ('{metadata={generation=1}, status={observedGeneration=1, conditions={'
-                 '{type="Ready", status="False", reason="Creating"}}}}', "Progressing"),
+        "Progressing",
+    ),
+    "ready": (
+        '{metadata={generation=2}, status={observedGeneration=2, conditions={{type="Ready", status="True"},'
+        ' {type="Degraded", status="False"}}}}',
+        "Healthy",
+    ),
+    "a replica keeps failing": (
+        "{metadata={generation=1}, status={observedGeneration=1, conditions={"
+        '{type="Ready", status="False"}, {type="Degraded", status="True"}}}}',
+        "Degraded",
+    ),
+    "invalid spec": (
+        "{metadata={generation=1}, status={observedGeneration=1, conditions={"
+        '{type="Ready", status="False", reason="InvalidSpec"}}}}',
+        "Degraded",
+    ),
+    "creating": (
+        "{metadata={generation=1}, status={observedGeneration=1, conditions={"
+        '{type="Ready", status="False", reason="Creating"}}}}',
+        "Progressing",
+    ),
 }
 
 
-@pytest.mark.skipif(shutil.which("lua5.1") is None, reason="needs lua5.1 (Argo CD runs health checks as Lua 5.1)")
+@pytest.mark.skipif(
+    shutil.which("lua5.1") is None, reason="needs lua5.1 (Argo CD runs health checks as Lua 5.1)"
+)
 @pytest.mark.parametrize("case", HEALTH_CASES)
 def test_argocd_health_check(case):
     body, expected = HEALTH_CASES[case]
     lua = documents(GITOPS, "ConfigMap")[0]["data"][
-        "resource.customizations.health.inference.ascendfleet.io_AscendInference"]
+        "resource.customizations.health.inference.ascendfleet.io_AscendInference"
+    ]
     script = f"obj = {body}\nlocal function health()\n{lua}\nend\nprint(health().status)\n"
     done = subprocess.run(["lua5.1", "-"], input=script, capture_output=True, text=True, check=False)
     assert (done.stdout.strip(), done.stderr) == (expected, "")

@@ -1,6 +1,8 @@
-"""`helm install` of the chart into the local Kubernetes API, and what it creates.
+"""`helm install` of the chart into a real Kubernetes API server, and what it creates.
 
-Every install uses the real Helm library (release records in memory) against ``ascend_fleet.devcluster``;
+Every install uses the real Helm library with its normal release storage (Secrets) against the real control
+plane (``ascend_fleet.devcluster.realcluster``; the local emulator, with release records in memory, when
+``ASCEND_FLEET_E2E_BACKEND=emulator``), so the API server validates every object Helm creates;
 the assertions read objects back through the Kubernetes API only. Built-in objects are validated strictly
 with kubernetes-validate; the operator's config file with the operator's own settings model; the RBAC rules
 against the table of what the operator uses; the alerts with ``promtool test rules``.
@@ -9,6 +11,7 @@ against the table of what the operator uses; the alerts with ``promtool test rul
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 import time
@@ -45,8 +48,11 @@ RELEASES = {
 }
 # Kinds no bundled schema covers: the Prometheus Operator's (their shape is checked below) and kopf's peering.
 NOT_BUILT_IN = {"monitoring.coreos.com/v1", "kopf.dev/v1"}
-MONITORING_KINDS = {"ServiceMonitor": "servicemonitors", "PodMonitor": "podmonitors",
-                    "PrometheusRule": "prometheusrules"}
+MONITORING_KINDS = {
+    "ServiceMonitor": "servicemonitors",
+    "PodMonitor": "podmonitors",
+    "PrometheusRule": "prometheusrules",
+}
 
 
 def _stand_in_monitoring_crd(kind: str, plural: str) -> dict[str, Any]:
@@ -59,21 +65,40 @@ def _stand_in_monitoring_crd(kind: str, plural: str) -> dict[str, Any]:
             "group": "monitoring.coreos.com",
             "scope": "Namespaced",
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
-            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                    },
+                }
+            ],
         },
     }
 
 
+REAL = os.environ.get("ASCEND_FLEET_E2E_BACKEND", "real") == "real"
+HELM_DRIVER = "secret" if REAL else "memory"  # the emulator cannot store Helm's release Secrets
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Path]:
-    """A running local API; yields its kubeconfig path."""
-    try:
-        from ascend_fleet.devcluster.cluster import DevCluster
-    except ImportError as error:
-        pytest.skip(f"the local Kubernetes API (ascend_fleet.devcluster.cluster.DevCluster) is not available: {error}")
+    """A cluster of this module's own (the releases' cluster-wide objects would meet the e2e suite's)."""
+    kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig"
+    if REAL:
+        from ascend_fleet.devcluster.realcluster import RealCluster
+        from tests.support.realcluster import control_plane_or_skip
+
+        control_plane_or_skip()
+        with RealCluster(nodes=1, kubeconfig=kubeconfig) as real:
+            yield real.kubeconfig_path
+        return
+    from ascend_fleet.devcluster.cluster import DevCluster
+
     with DevCluster() as dev:
-        yield dev.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
+        yield dev.write_kubeconfig(kubeconfig)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +132,9 @@ def installed(cluster, api) -> dict[str, helm.Release]:
     """Install every release once."""
     done = {}
     for release, values in RELEASES.items():
-        done[release] = helm.install(cluster, release, NAMESPACE, helm.values_file(values) if values else None)
+        done[release] = helm.install(
+            cluster, release, NAMESPACE, helm.values_file(values) if values else None, driver=HELM_DRIVER
+        )
     api.resources.invalidate_cache()
     return done
 
@@ -136,7 +163,9 @@ def test_every_object_exists_in_the_api(api, releases, release):
     for obj in releases[release]:
         resource = api.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
         meta = obj["metadata"]
-        stored = resource.get(name=meta["name"], namespace=meta.get("namespace") if resource.namespaced else None)
+        stored = resource.get(
+            name=meta["name"], namespace=meta.get("namespace") if resource.namespaced else None
+        )
         assert stored.metadata.labels["app.kubernetes.io/instance"] == release
         assert stored.metadata.annotations["meta.helm.sh/release-name"] == release
 
@@ -158,27 +187,67 @@ def test_built_in_objects_are_valid(releases, release):
         kinds.add(obj["kind"])
         if obj["apiVersion"] not in NOT_BUILT_IN:
             k8s_validate(obj, KUBERNETES_VERSION, strict=True)
-    assert {"ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"} <= kinds
+    assert {
+        "ServiceAccount",
+        "ConfigMap",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Service",
+        "Deployment",
+    } <= kinds
 
 
 def test_defaults_create_only_the_core_objects(releases):
     assert sorted(o["kind"] for o in releases["defaults"]) == sorted(
-        ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"])
+        ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
+    )
 
 
 def test_every_option_creates_every_kind(releases):
     kinds = {o["kind"] for o in releases["everything"]}
-    assert kinds == {"ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-                     "Service", "Deployment", "KopfPeering", "ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert kinds == {
+        "ServiceAccount",
+        "ConfigMap",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "KopfPeering",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "CustomResourceDefinition",  # the Inference Extension's, with inferenceExtension.installCRDs
+    }
     assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == set(WATCHED)
+
+
+def test_inference_extension_crds_from_the_chart_are_served(api, releases):
+    """inferenceExtension.installCRDs installs the pinned upstream CRDs unchanged, and the API serves their kinds."""
+    crds = api.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    pinned = [
+        yaml.safe_load(p.read_text())
+        for p in sorted((helm.CHART / "files" / "inference-extension").glob("*.yaml"))
+    ]
+    assert {o["metadata"]["name"] for o in find(releases["everything"], "CustomResourceDefinition")} == {
+        crd["metadata"]["name"] for crd in pinned
+    }
+    assert not find(releases["defaults"], "CustomResourceDefinition")  # off by default
+    for crd in pinned:
+        stored = crds.get(name=crd["metadata"]["name"]).to_dict()
+        assert stored["spec"]["versions"] == crd["spec"]["versions"]
+    api.resources.get(api_version="inference.networking.k8s.io/v1", kind="InferencePool")
+    api.resources.get(api_version="inference.networking.x-k8s.io/v1alpha2", kind="InferenceObjective")
 
 
 # The operator's configuration --------------------------------------------------------------------------
 
 
 def settings_of(objects: list[dict[str, Any]]) -> OperatorSettings:
-    configmap = find(objects, "ConfigMap", next(
-        o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"))[0]
+    configmap = find(
+        objects, "ConfigMap", next(o["metadata"]["name"] for o in objects if o["kind"] == "Deployment")
+    )[0]
     return OperatorSettings.model_validate(yaml.safe_load(configmap["data"]["config.yaml"]))
 
 
@@ -190,10 +259,12 @@ def test_config_file_is_valid_operator_settings(releases, release):
 def test_config_file_carries_the_values(releases):
     defaults = settings_of(releases["defaults"])
     assert defaults.prometheus.url is None  # empty URL: the control loop is off
-    assert defaults.images == {"vllm-ascend": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0",
-                               "sglang": "ghcr.io/ascend-fleet/sglang:0.1.0",
-                               "vllm-ascend/ascend910_93": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0-a3",
-                               "sglang/ascend910_93": "ghcr.io/ascend-fleet/sglang:0.1.0-a3"}
+    assert defaults.images == {
+        "vllm-ascend": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0",
+        "sglang": "ghcr.io/ascend-fleet/sglang:0.1.0",
+        "vllm-ascend/ascend910_93": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0-a3",
+        "sglang/ascend910_93": "ghcr.io/ascend-fleet/sglang:0.1.0-a3",
+    }
     everything = settings_of(releases["everything"])
     assert everything.prometheus.url == "http://prometheus-operated.monitoring.svc:9090"
     assert (everything.control.interval, everything.control.min_samples_fraction) == (30.0, 0.9)
@@ -201,8 +272,10 @@ def test_config_file_carries_the_values(releases):
     assert everything.control.catalog["ttft_p95"].startswith("histogram_quantile(0.95, sum by (namespace")
     assert (everything.reconcile.backoff_initial, everything.reconcile.backoff_max) == (10.0, 300.0)
     # An engine whose repository is empty falls back to the operator's built-in image.
-    assert everything.images == {"vllm-ascend": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1",
-                                 "vllm-ascend/ascend910_93": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1-a3"}
+    assert everything.images == {
+        "vllm-ascend": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1",
+        "vllm-ascend/ascend910_93": "registry.example.com/ai/vllm-ascend:v0.11.0-fleet1-a3",
+    }
 
 
 # The Deployment -----------------------------------------------------------------------------------------
@@ -234,11 +307,18 @@ def test_operator_pod_is_hardened(releases):
 def test_operator_command_line(releases):
     assert container(releases["defaults"])["command"] == ["ascend-fleet"]
     assert container(releases["defaults"])["args"] == [
-        "run", "--config=/etc/ascend-fleet/config.yaml", "--metrics-port=8080", "--health-port=8081",
-        "--log-level=info"]
+        "run",
+        "--config=/etc/ascend-fleet/config.yaml",
+        "--metrics-port=8080",
+        "--health-port=8081",
+        "--log-level=info",
+    ]
     args = container(releases["everything"])["args"]
     assert [a for a in args if a.startswith(("--namespace", "--peering"))] == [
-        "--namespace=llm-prod", "--namespace=llm-staging", "--peering=ascend-fleet-peering"]
+        "--namespace=llm-prod",
+        "--namespace=llm-staging",
+        "--peering=ascend-fleet-peering",
+    ]
     assert "--peering=peering-ascend-fleet" in container(releases["peering"])["args"]
 
 
@@ -260,7 +340,9 @@ def test_strategy_and_replicas_follow_peering(releases):
 
 def test_config_change_rolls_the_pods(releases):
     def checksum(release: str) -> str:
-        return one(releases[release], "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        return one(releases[release], "Deployment")["spec"]["template"]["metadata"]["annotations"][
+            "checksum/config"
+        ]
 
     assert checksum("defaults") != checksum("everything")
 
@@ -269,14 +351,19 @@ def test_metrics_service_selects_the_operator(releases):
     service = one(releases["defaults"], "Service")
     deployment = one(releases["defaults"], "Deployment")
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
-    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
 
 
 def test_peering_objects(releases):
     assert [o["metadata"]["name"] for o in find(releases["peering"], "ClusterKopfPeering")] == [
-        "peering-ascend-fleet"]
+        "peering-ascend-fleet"
+    ]
     assert sorted(o["metadata"]["namespace"] for o in find(releases["everything"], "KopfPeering")) == WATCHED
-    assert not find(releases["defaults"], "ClusterKopfPeering") and not find(releases["defaults"], "KopfPeering")
+    assert not find(releases["defaults"], "ClusterKopfPeering") and not find(
+        releases["defaults"], "KopfPeering"
+    )
 
 
 # RBAC: exactly what the operator uses ----------------------------------------------------------------------
@@ -288,13 +375,15 @@ NAMESPACED_RULES = {
     ("inference.ascendfleet.io", "ascendinferences/status"): {"patch"},
     # blockOwnerDeletion on the children (checked at admission, see tests/realapi/test_rbac_admission.py)
     ("inference.ascendfleet.io", "ascendinferences/finalizers"): {"update"},
-    ("", "pods"): {"list", "watch", "create", "delete", "patch"},
-    ("", "services"): {"list", "watch", "create", "patch"},
-    ("policy", "poddisruptionbudgets"): {"list", "watch", "create", "patch"},
-    ("", "events"): {"create"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
+    ("", "events"): {"create", "patch"},
 }
 CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
-NAMESPACE_WATCH = {("", "namespaces"): {"list", "watch"}}  # namespaced kopf only (cluster-wide never reads them)
+NAMESPACE_WATCH = {
+    ("", "namespaces"): {"list", "watch"}
+}  # namespaced kopf only (cluster-wide never reads them)
 CLUSTER_PEERING = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
 NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
 
@@ -315,7 +404,11 @@ def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 def test_cluster_wide_rbac(releases):
     role = one(releases["defaults"], "ClusterRole")
     assert granted(role) == {**CRD_READ, **NAMESPACED_RULES}
-    assert granted(one(releases["peering"], "ClusterRole")) == {**CRD_READ, **NAMESPACED_RULES, **CLUSTER_PEERING}
+    assert granted(one(releases["peering"], "ClusterRole")) == {
+        **CRD_READ,
+        **NAMESPACED_RULES,
+        **CLUSTER_PEERING,
+    }
 
 
 def test_namespaced_rbac(releases):
@@ -333,8 +426,11 @@ def test_bindings_grant_the_roles_to_the_operator(releases, release):
     objects = releases[release]
     account = one(objects, "ServiceAccount")["metadata"]["name"]
     assert one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == account
-    roles = {(r["kind"], r["metadata"]["name"], r["metadata"].get("namespace")) for r in objects
-             if r["kind"] in ("ClusterRole", "Role")}
+    roles = {
+        (r["kind"], r["metadata"]["name"], r["metadata"].get("namespace"))
+        for r in objects
+        if r["kind"] in ("ClusterRole", "Role")
+    }
     bindings = find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
     assert len(bindings) == len(roles)
     for binding in bindings:
@@ -350,7 +446,9 @@ def test_every_rule_says_why():
     assert len(rule_lines) >= 10
     for i in rule_lines:
         above = text[i - 1].strip()
-        assert above.startswith("#") or text[i - 3].lstrip().startswith("- apiGroups:"), f"rule at line {i + 1}"
+        assert above.startswith("#") or text[i - 3].lstrip().startswith("- apiGroups:"), (
+            f"rule at line {i + 1}"
+        )
 
 
 # Monitoring ---------------------------------------------------------------------------------------------
@@ -395,17 +493,34 @@ def test_pod_monitor_relabelling_in_prometheus(releases, tmp_path):
     after keeping the endpoint's port) and the engine series get the catalog's labels."""
     endpoint = one(releases["everything"], "PodMonitor")["spec"]["podMetricsEndpoints"][0]
     snake = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
-    job = {"job_name": "engines", "relabel_configs": [
-        {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": endpoint["port"], "action": "keep"},
-        *({snake.get(k, k): v for k, v in rule.items()} for rule in endpoint["relabelings"]),
-    ]}
-    targets = discovered_targets(job, [pod_port("llm-prod", "qwen-1", "npu-metrics", ENGINE_LABELS, "10.0.0.1:9410"),
-                                       pod_port("llm-prod", "qwen-1", "http", ENGINE_LABELS, "10.0.0.1:8000")],
-                                 tmp_path)
+    job = {
+        "job_name": "engines",
+        "relabel_configs": [
+            {
+                "source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                "regex": endpoint["port"],
+                "action": "keep",
+            },
+            *({snake.get(k, k): v for k, v in rule.items()} for rule in endpoint["relabelings"]),
+        ],
+    }
+    targets = discovered_targets(
+        job,
+        [
+            pod_port("llm-prod", "qwen-1", "npu-metrics", ENGINE_LABELS, "10.0.0.1:9410"),
+            pod_port("llm-prod", "qwen-1", "http", ENGINE_LABELS, "10.0.0.1:8000"),
+        ],
+        tmp_path,
+    )
     assert len(targets) == 1
     assert {k: targets[0][k] for k in ("namespace", "inference", "replica", "rank", "pod", "cluster")} == {
-        "namespace": "llm-prod", "inference": "qwen", "replica": "1", "rank": "0", "pod": "qwen-1",
-        "cluster": "npu-a"}
+        "namespace": "llm-prod",
+        "inference": "qwen",
+        "replica": "1",
+        "rank": "0",
+        "pod": "qwen-1",
+        "cluster": "npu-a",
+    }
 
 
 def test_dashboard_configmap_holds_the_dashboard(releases):
@@ -483,8 +598,12 @@ def prometheus_rules(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 def without_annotations(rules: dict[str, Any]) -> dict[str, Any]:
     """promtool compares annotations too; the behaviour under test is when and for whom alerts fire."""
-    return {"groups": [{**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]}
-                       for g in rules["groups"]]}
+    return {
+        "groups": [
+            {**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]}
+            for g in rules["groups"]
+        ]
+    }
 
 
 def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -516,8 +635,12 @@ def test_promtool_catches_a_wrong_alert(releases, tmp_path):
 
 def test_alerts_mirror_the_default_rules(releases):
     rules = {r.get("alert"): r for r in prometheus_rules(releases["everything"])["groups"][0]["rules"]}
-    assert set(rules) == {"AscendFleetNPUUtilizationHigh", "AscendFleetMemoryFragmentationHigh",
-                          "AscendFleetMetricsMissing", "AscendFleetOperatorDown"}
+    assert set(rules) == {
+        "AscendFleetNPUUtilizationHigh",
+        "AscendFleetMemoryFragmentationHigh",
+        "AscendFleetMetricsMissing",
+        "AscendFleetOperatorDown",
+    }
     assert rules["AscendFleetNPUUtilizationHigh"]["for"] == "5m"
     assert rules["AscendFleetMemoryFragmentationHigh"]["for"] == "10m"
     description = rules["AscendFleetMemoryFragmentationHigh"]["annotations"]["description"]
@@ -525,9 +648,15 @@ def test_alerts_mirror_the_default_rules(releases):
     # The same series the control loop's default catalog reads, aggregated as the default rules' scopes are.
     catalog = PRESETS[PRESET_ASCEND_FLEET]
     assert rules["AscendFleetMemoryFragmentationHigh"]["expr"] == f"{catalog['mem_fragmentation']} > 0.15"
-    assert metric_names(rules["AscendFleetNPUUtilizationHigh"]["expr"]) == metric_names(catalog["npu_utilization"])
+    assert metric_names(rules["AscendFleetNPUUtilizationHigh"]["expr"]) == metric_names(
+        catalog["npu_utilization"]
+    )
     exported = exported_metric_names()
-    for name in ("AscendFleetNPUUtilizationHigh", "AscendFleetMemoryFragmentationHigh", "AscendFleetMetricsMissing"):
+    for name in (
+        "AscendFleetNPUUtilizationHigh",
+        "AscendFleetMemoryFragmentationHigh",
+        "AscendFleetMetricsMissing",
+    ):
         assert metric_names(rules[name]["expr"]) <= exported, name
 
 
@@ -542,8 +671,12 @@ def notes_example(notes: str) -> dict[str, Any]:
 def test_notes_example_is_a_valid_ascend_inference(installed):
     from ascend_fleet.render import validate
 
-    valid = validate({**notes_example(installed["defaults"].notes), "metadata": {"name": "qwen-7b",
-                                                                                  "namespace": "default"}})
+    valid = validate(
+        {
+            **notes_example(installed["defaults"].notes),
+            "metadata": {"name": "qwen-7b", "namespace": "default"},
+        }
+    )
     assert valid.layout.total_npus == 16
 
 

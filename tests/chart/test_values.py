@@ -18,7 +18,10 @@ VALIDATOR = jsonschema.Draft7Validator(SCHEMA)
 
 
 def schema_errors(values: dict[str, Any]) -> list[str]:
-    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in VALIDATOR.iter_errors(values)]
+    return [
+        f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in VALIDATOR.iter_errors(values)
+    ]
 
 
 def test_schema_is_a_valid_draft7_schema():
@@ -149,7 +152,11 @@ def test_config_values_are_exactly_the_operator_settings():
     chart_keys = set(schema_leaves(config_schema))
     assert chart_keys == settings_keys(OperatorSettings) - {"images"}
     assert set(SCHEMA["properties"]["engineImages"]["properties"]) == {
-        "vllm-ascend", "sglang", "vllm-ascend/ascend910_93", "sglang/ascend910_93"}
+        "vllm-ascend",
+        "sglang",
+        "vllm-ascend/ascend910_93",
+        "sglang/ascend910_93",
+    }
 
 
 def test_catalog_presets_and_names_are_the_operators():

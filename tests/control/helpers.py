@@ -12,22 +12,47 @@ NOW = 1_700_000_000.0
 LONG_AGO = NOW - 3600
 
 
-def rule(metric: str = "npu_utilization", threshold: object = "85%", for_: str = "5s", action: str = "scale_up",
-         **extra) -> Rule:
+def rule(
+    metric: str = "npu_utilization",
+    threshold: object = "85%",
+    for_: str = "5s",
+    action: str = "scale_up",
+    **extra,
+) -> Rule:
     return Rule(metric=metric, threshold=threshold, for_=for_, action=action, **extra)
 
 
-def fleet(*rules: Rule, replicas: int = 2, ready: tuple[int, ...] | None = None, draining: tuple[int, ...] = (),
-          actions: tuple[PastAction, ...] = (), max_unavailable: int = 1, since: float = LONG_AGO,
-          name: str = NAME, **autoscaling) -> FleetState:
+def fleet(
+    *rules: Rule,
+    replicas: int = 2,
+    ready: tuple[int, ...] | None = None,
+    draining: tuple[int, ...] = (),
+    actions: tuple[PastAction, ...] = (),
+    max_unavailable: int = 1,
+    since: float = LONG_AGO,
+    name: str = NAME,
+    **autoscaling,
+) -> FleetState:
     ready = tuple(range(replicas)) if ready is None else ready
-    states = {i: ReplicaInfo(i, ready=i in ready, draining=i in draining, serving_since=since, leader=f"{name}-{i}")
-              for i in range(replicas)}
-    return FleetState(NS, name, replicas, tuple(rules), Autoscaling(**autoscaling), max_unavailable, states, actions)
+    states = {
+        i: ReplicaInfo(i, ready=i in ready, draining=i in draining, serving_since=since, leader=f"{name}-{i}")
+        for i in range(replicas)
+    }
+    return FleetState(
+        NS, name, replicas, tuple(rules), Autoscaling(**autoscaling), max_unavailable, states, actions
+    )
 
 
-def answer(observations: Observations, r: Rule, value: float, samples: float = 5, replica: int | None = None,
-           namespace: str = NS, name: str = NAME, policy: Policy = POLICY) -> Observations:
+def answer(
+    observations: Observations,
+    r: Rule,
+    value: float,
+    samples: float = 5,
+    replica: int | None = None,
+    namespace: str = NS,
+    name: str = NAME,
+    policy: Policy = POLICY,
+) -> Observations:
     """Record what Prometheus would answer for one rule and one object (or replica)."""
     extreme, count = rule_queries(r, policy.catalog, policy.step)
     observations.series.setdefault(extreme, {})[(namespace, name, replica)] = value

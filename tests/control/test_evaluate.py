@@ -23,7 +23,11 @@ def test_a_rule_that_held_over_a_full_window_scales_up_by_one():
     result = evaluate(fleet(UP, replicas=2), answer(empty_answers(UP), UP, 0.92), NOW, POLICY)
     [decision] = result.decisions
     assert (decision.action, decision.target, decision.replicas_from, decision.replicas_to) == (
-        "scale_up", "fleet", 2, 3)
+        "scale_up",
+        "fleet",
+        2,
+        3,
+    )
     assert decision.value == 0.92 and decision.rule == "npu_utilization > 85% for 5s -> scale_up"
     assert result.metrics.available
 
@@ -66,11 +70,15 @@ def test_dry_run_records_do_not_hold_back_real_actions():
     held = answer(empty_answers(UP), UP, 0.95)
     [decision] = decide([fleet(UP, actions=(rehearsal,), scale_up_cooldown="30s")], held, NOW, POLICY)
     assert not decision.dry_run
-    assert not decide([fleet(UP, actions=(rehearsal,), scale_up_cooldown="30s", dry_run=True)], held, NOW, POLICY)
+    assert not decide(
+        [fleet(UP, actions=(rehearsal,), scale_up_cooldown="30s", dry_run=True)], held, NOW, POLICY
+    )
 
 
 def test_max_and_min_replicas_bound_scaling():
-    assert not decide([fleet(UP, replicas=3, max_replicas=3)], answer(empty_answers(UP), UP, 0.99), NOW, POLICY)
+    assert not decide(
+        [fleet(UP, replicas=3, max_replicas=3)], answer(empty_answers(UP), UP, 0.99), NOW, POLICY
+    )
     low = answer(empty_answers(DOWN), DOWN, 0.05)
     assert not decide([fleet(DOWN, replicas=1, min_replicas=1)], low, NOW, POLICY)
     [decision] = decide([fleet(DOWN, replicas=2, min_replicas=1)], low, NOW, POLICY)
@@ -88,7 +96,9 @@ def test_scale_up_vetoes_scale_down():
     both = answer(answer(empty_answers(UP, DOWN), UP, 0.99), DOWN, 0.99)
     other = rule(metric="queue_depth", comparison="<", threshold=5, action="scale_down")
     answers = answer(answer(empty_answers(UP, other), UP, 0.99), other, 0)
-    assert [d.action for d in decide([fleet(UP, other, replicas=3, max_replicas=3)], answers, NOW, POLICY)] == []
+    assert [
+        d.action for d in decide([fleet(UP, other, replicas=3, max_replicas=3)], answers, NOW, POLICY)
+    ] == []
     assert [d.action for d in decide([fleet(UP, DOWN)], both, NOW, POLICY)] == ["scale_up"]
 
 
@@ -98,7 +108,11 @@ def test_fragmentation_restarts_only_the_replica_that_breached():
         answer(answers, FRAG, value, replica=replica)
     [decision] = decide([fleet(FRAG, replicas=3)], answers, NOW, POLICY)
     assert (decision.action, decision.target, decision.replica, decision.leader) == (
-        "restart_service", "replica-1", 1, f"{NAME}-1")
+        "restart_service",
+        "replica-1",
+        1,
+        f"{NAME}-1",
+    )
 
 
 def test_restarts_share_the_disruption_budget_worst_first():
@@ -119,7 +133,9 @@ def test_restarts_share_the_disruption_budget_worst_first():
 def test_a_replica_is_restarted_at_most_once_per_restart_cooldown():
     answers = answer(empty_answers(FRAG), FRAG, 0.5, replica=0)
     recent = PastAction(NOW - 30, "r", "restart_service", "replica-0")
-    assert not decide([fleet(FRAG, replicas=1, actions=(recent,), restart_cooldown="60s")], answers, NOW, POLICY)
+    assert not decide(
+        [fleet(FRAG, replicas=1, actions=(recent,), restart_cooldown="60s")], answers, NOW, POLICY
+    )
     assert decide([fleet(FRAG, replicas=1, actions=(recent,), restart_cooldown="20s")], answers, NOW, POLICY)
 
 

@@ -50,15 +50,23 @@ class Env:
 @pytest.fixture(scope="module")
 def env(prometheus_binary) -> Iterator[Env]:
     scenario = Scenario.constant(0.0)
-    with PrometheusServer(binary=prometheus_binary) as prometheus, \
-            DevCluster(start_seconds=0.1, ready_seconds=0.1, nodes=8) as cluster, \
-            SimulatedEngines(scenario, prometheus=prometheus) as engines:
+    with (
+        PrometheusServer(binary=prometheus_binary) as prometheus,
+        DevCluster(start_seconds=0.1, ready_seconds=0.1, nodes=8) as cluster,
+        SimulatedEngines(scenario, prometheus=prometheus) as engines,
+    ):
         cluster.kubelet.add_listener(engines)
         client = api_client(cluster.url)
         kubernetes.client.ApiextensionsV1Api(client).create_custom_resource_definition(
-            yaml.safe_load(CRD_FILE.read_text()))
-        yield Env(cluster, prometheus, scenario, Kube(client, user_agent=HARNESS),
-                  kubernetes.client.CoreV1Api(client))
+            yaml.safe_load(CRD_FILE.read_text())
+        )
+        yield Env(
+            cluster,
+            prometheus,
+            scenario,
+            Kube(client, user_agent=HARNESS),
+            kubernetes.client.CoreV1Api(client),
+        )
         record_operator_requests(cluster, "control")
 
 
@@ -76,11 +84,13 @@ def namespace(env: Env) -> Iterator[str]:
 @contextlib.contextmanager
 def operator(env: Env, namespace: str, **control) -> Iterator[None]:
     """The operator with its control loop, watching one namespace."""
-    settings = OperatorSettings.model_validate({
-        "prometheus": {"url": env.prometheus.url, "timeout": "2s"},
-        "control": {"interval": INTERVAL, "step": STEP, **control},
-        "reconcile": {"backoffInitial": "1s", "resyncInterval": "2s"},
-    })
+    settings = OperatorSettings.model_validate(
+        {
+            "prometheus": {"url": env.prometheus.url, "timeout": "2s"},
+            "control": {"interval": INTERVAL, "step": STEP, **control},
+            "reconcile": {"backoffInitial": "1s", "resyncInterval": "2s"},
+        }
+    )
     kube = Kube(api_client(env.cluster.url))
     ctx = OperatorContext(settings, kube)
     ctx.extra_startup.append(control_loop_hook(ControlLoop(settings, kube, namespaces=[namespace])))
@@ -90,24 +100,38 @@ def operator(env: Env, namespace: str, **control) -> Iterator[None]:
 
 
 def inference(env: Env, namespace: str, name: str, replicas: int, rules: list[dict], **autoscaling) -> None:
-    env.kube.create({
-        "apiVersion": names.API_VERSION, "kind": names.KIND,
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "model": {"name": name, "path": "/models/m"},
-            "engine": {"type": "vllm-ascend"},
-            "parallelism": {"tensor": 1, "pipeline": 1, "data": replicas},
-            "rules": rules,
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 8, "scaleUpCooldown": "60s",
-                            "scaleDownCooldown": "60s", "restartCooldown": "60s", **autoscaling},
-            "disruption": {"maxUnavailable": 1, "drainSeconds": 1},
-        },
-    })
+    env.kube.create(
+        {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "model": {"name": name, "path": "/models/m"},
+                "engine": {"type": "vllm-ascend"},
+                "parallelism": {"tensor": 1, "pipeline": 1, "data": replicas},
+                "rules": rules,
+                "autoscaling": {
+                    "minReplicas": 1,
+                    "maxReplicas": 8,
+                    "scaleUpCooldown": "60s",
+                    "scaleDownCooldown": "60s",
+                    "restartCooldown": "60s",
+                    **autoscaling,
+                },
+                "disruption": {"maxUnavailable": 1, "drainSeconds": 1},
+            },
+        }
+    )
 
 
 def rule(metric: str, comparison: str, threshold: object, action: str, window: float = WINDOW) -> dict:
-    return {"metric": metric, "comparison": comparison, "threshold": threshold, "for": f"{window:g}s",
-            "action": action}
+    return {
+        "metric": metric,
+        "comparison": comparison,
+        "threshold": threshold,
+        "for": f"{window:g}s",
+        "action": action,
+    }
 
 
 UP = rule("npu_utilization", ">", "80%", "scale_up")
@@ -141,28 +165,41 @@ def condition(env: Env, namespace: str, name: str, type_: str) -> dict:
 
 
 def events(env: Env, namespace: str, name: str, reason: str) -> list[dict]:
-    return [e for e in env.kube.list("Event", namespace)
-            if e["involvedObject"]["name"] == name and e["reason"] == reason]
+    return [
+        e
+        for e in env.kube.list("Event", namespace)
+        if e["involvedObject"]["name"] == name and e["reason"] == reason
+    ]
 
 
 def leaders(env: Env, namespace: str, name: str) -> dict[int, dict]:
     pods = env.kube.list("Pod", namespace, {names.LABEL_NAME: name, names.LABEL_ROLE: names.ROLE_LEADER})
-    return {int(p["metadata"]["labels"][names.LABEL_REPLICA]): p for p in pods
-            if not p["metadata"].get("deletionTimestamp")}
+    return {
+        int(p["metadata"]["labels"][names.LABEL_REPLICA]): p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+    }
 
 
 def serving(pod: dict) -> bool:
-    ready = any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions", []))
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in (pod.get("status") or {}).get("conditions", [])
+    )
     return ready and pod["metadata"]["labels"].get(names.LABEL_SERVING) == "true"
 
 
 def ready_and_scraped(env: Env, namespace: str, name: str, count: int) -> None:
     """Every replica serves and Prometheus has its series: the starting line for timing a rule."""
-    eventually(lambda: (get(env, namespace, name).get("status") or {}).get("readyReplicas") == count,
-               what=f"{name} to have {count} ready replicas")
+    eventually(
+        lambda: (get(env, namespace, name).get("status") or {}).get("readyReplicas") == count,
+        what=f"{name} to have {count} ready replicas",
+    )
     query = f'count(ascend_fleet_npu_utilization_ratio{{namespace="{namespace}",inference="{name}"}})'
-    eventually(lambda: [float(r["value"][1]) for r in env.prometheus.query(query)] == [count],
-               what=f"Prometheus to scrape {name}'s {count} pods")
+    eventually(
+        lambda: [float(r["value"][1]) for r in env.prometheus.query(query)] == [count],
+        what=f"Prometheus to scrape {name}'s {count} pods",
+    )
 
 
 # Long enough for a cycle to see a rule that still holds: without a cooldown or a bound, it would act again.
@@ -190,7 +227,9 @@ def test_scale_rules_act_once_per_cooldown_within_min_and_max_and_ignore_short_s
         env.scenario.set(namespace, "spiky", utilization=BASELINE)
         eventually(lambda: replicas(env, namespace, "steady") == 2, what="the scale-up")
         delay = time.time() - started
-        print(f"\ncondition -> scale_up: {delay:.2f}s (for {WINDOW:g}s, interval {INTERVAL:g}s, scrape {SCRAPE:g}s)")
+        print(
+            f"\ncondition -> scale_up: {delay:.2f}s (for {WINDOW:g}s, interval {INTERVAL:g}s, scrape {SCRAPE:g}s)"
+        )
         assert WINDOW <= delay <= WINDOW + INTERVAL + SCRAPE + STEP + SLACK
         eventually(lambda: replicas(env, namespace, "quiet") == 2, what="the scale-down")
         eventually(lambda: replicas(env, namespace, "capped") == 2, what="the scale-up to maxReplicas")
@@ -200,15 +239,22 @@ def test_scale_rules_act_once_per_cooldown_within_min_and_max_and_ignore_short_s
         assert replicas(env, namespace, "steady") == 2
         [record] = actions(env, namespace, "steady")
         assert (record["action"], record["target"], record["result"], record["dryRun"]) == (
-            "scale_up", "fleet", "replicas 1 -> 2", False)
+            "scale_up",
+            "fleet",
+            "replicas 1 -> 2",
+            False,
+        )
         assert record["rule"] == "npu_utilization > 80% for 3s -> scale_up" and record["value"] >= 0.8
         assert len(events(env, namespace, "steady", "ScaleUp")) == 1
         assert replicas(env, namespace, "capped") == 2
         assert [a["action"] for a in actions(env, namespace, "capped")] == ["scale_up"]
         assert replicas(env, namespace, "quiet") == 2
         assert [(a["action"], a["result"]) for a in actions(env, namespace, "quiet")] == [
-            ("scale_down", "replicas 3 -> 2")]
-        eventually(lambda: sorted(leaders(env, namespace, "quiet")) == [0, 1], what="replica 2 to drain and go")
+            ("scale_down", "replicas 3 -> 2")
+        ]
+        eventually(
+            lambda: sorted(leaders(env, namespace, "quiet")) == [0, 1], what="replica 2 to drain and go"
+        )
         assert replicas(env, namespace, "spiky") == 1 and actions(env, namespace, "spiky") == []
 
 
@@ -227,13 +273,17 @@ def test_fragmented_replicas_are_recreated_one_at_a_time_and_the_others_untouche
         while recreated != {0, 1} and time.monotonic() < deadline:
             now = leaders(env, namespace, "leaky")
             most_out = max(most_out, sum(1 for i in range(4) if i not in now or not serving(now[i])))
-            recreated = {i for i in (0, 1) if i in now and now[i]["metadata"]["uid"] != before[i] and serving(now[i])}
+            recreated = {
+                i for i in (0, 1) if i in now and now[i]["metadata"]["uid"] != before[i] and serving(now[i])
+            }
             time.sleep(0.05)
         assert recreated == {0, 1}, "both fragmented replicas should have been drained, deleted and recreated"
         assert most_out == 1, "maxUnavailable 1: never two replicas out of service at once"
         records = list(reversed(actions(env, namespace, "leaky")))
         assert [(a["action"], a["target"]) for a in records] == [
-            ("restart_service", "replica-1"), ("restart_service", "replica-0")]
+            ("restart_service", "replica-1"),
+            ("restart_service", "replica-0"),
+        ]
         assert [a["value"] for a in records] == [pytest.approx(0.5), pytest.approx(0.3)]
         after = leaders(env, namespace, "leaky")
         assert {i: after[i]["metadata"]["uid"] for i in (2, 3)} == {2: before[2], 3: before[3]}
@@ -244,15 +294,26 @@ def test_prometheus_down_means_no_action_and_metrics_unavailable_until_it_return
     with operator(env, namespace):
         inference(env, namespace, "blind", 1, [UP])
         ready_and_scraped(env, namespace, "blind", 1)
-        eventually(lambda: condition(env, namespace, "blind", "MetricsAvailable").get("reason") == "Evaluated",
-                   what="metrics to be available")
+        eventually(
+            lambda: condition(env, namespace, "blind", "MetricsAvailable").get("reason") == "Evaluated",
+            what="metrics to be available",
+        )
         # High for a moment before the outage: the last samples Prometheus keeps are high ones.
         env.scenario.set(namespace, "blind", utilization=0.95)
         time.sleep(1.5 * SCRAPE)
         env.prometheus.stop()
         try:
-            down = eventually(lambda: condition(env, namespace, "blind", "MetricsAvailable").get("status") == "False"
-                              and condition(env, namespace, "blind", "MetricsAvailable"), what="MetricsAvailable=False")
+            # A cycle may first see too few samples (a loaded machine scrapes late); the outage must then show
+            # as PrometheusUnavailable.
+            down = eventually(
+                lambda: (
+                    condition(env, namespace, "blind", "MetricsAvailable").get("reason")
+                    == "PrometheusUnavailable"
+                    and condition(env, namespace, "blind", "MetricsAvailable")
+                ),
+                what="MetricsAvailable=False, PrometheusUnavailable",
+            )
+            assert down["status"] == "False"
             assert down["reason"] == "PrometheusUnavailable" and "unreachable" in down["message"]
             time.sleep(WINDOW)
             assert replicas(env, namespace, "blind") == 1 and actions(env, namespace, "blind") == []
@@ -260,10 +321,15 @@ def test_prometheus_down_means_no_action_and_metrics_unavailable_until_it_return
         finally:
             env.prometheus.start()
         back = time.time()
-        eventually(lambda: condition(env, namespace, "blind", "MetricsAvailable").get("status") == "True",
-                   timeout=30, what="MetricsAvailable=True after Prometheus returned")
+        eventually(
+            lambda: condition(env, namespace, "blind", "MetricsAvailable").get("status") == "True",
+            timeout=30,
+            what="MetricsAvailable=True after Prometheus returned",
+        )
         # The outage is a gap, not a window of the last samples repeated: a fresh full window is needed.
-        eventually(lambda: actions(env, namespace, "blind"), timeout=30, what="the scale-up once data is back")
+        eventually(
+            lambda: actions(env, namespace, "blind"), timeout=30, what="the scale-up once data is back"
+        )
         assert time.time() - back >= WINDOW
 
 
@@ -274,8 +340,12 @@ def test_dry_run_records_events_and_status_entries_only(env, namespace):
         ready_and_scraped(env, namespace, "rehearsal", 2)
         pods = {i: p["metadata"]["uid"] for i, p in leaders(env, namespace, "rehearsal").items()}
         env.scenario.set(namespace, "rehearsal", 0, fragmentation=0.4)
-        eventually(lambda: {a["action"] for a in actions(env, namespace, "rehearsal")} >= {
-            "scale_up", "restart_service"}, what="dry-run records of both rules")
+        eventually(
+            lambda: (
+                {a["action"] for a in actions(env, namespace, "rehearsal")} >= {"scale_up", "restart_service"}
+            ),
+            what="dry-run records of both rules",
+        )
         time.sleep(SETTLE)
         records = actions(env, namespace, "rehearsal")
         assert all(a["dryRun"] and a["result"].startswith("would have done: ") for a in records)
@@ -283,8 +353,10 @@ def test_dry_run_records_events_and_status_entries_only(env, namespace):
         assert replicas(env, namespace, "rehearsal") == 2
         now = leaders(env, namespace, "rehearsal")
         assert {i: p["metadata"]["uid"] for i, p in now.items()} == pods
-        assert all(serving(p) and names.ANNOTATION_DRAIN_STARTED not in (p["metadata"].get("annotations") or {})
-                   for p in now.values())
+        assert all(
+            serving(p) and names.ANNOTATION_DRAIN_STARTED not in (p["metadata"].get("annotations") or {})
+            for p in now.values()
+        )
         assert len(events(env, namespace, "rehearsal", "DryRunScaleUp")) == 1
         assert len(events(env, namespace, "rehearsal", "DryRunRuleRestart")) == 1
         assert not events(env, namespace, "rehearsal", "ScaleUp")
@@ -306,8 +378,10 @@ def test_an_operator_restarted_mid_window_acts_on_time_and_keeps_its_cooldowns(e
         eventually(lambda: replicas(env, namespace, "steady") == 2, what="the scale-up")
         acted = time.time()
     delay = acted - started
-    print(f"\ncondition -> scale_up across an operator restart: {delay:.2f}s (for {window:g}s, "
-          f"{acted - restarted:.2f}s after the restart)")
+    print(
+        f"\ncondition -> scale_up across an operator restart: {delay:.2f}s (for {window:g}s, "
+        f"{acted - restarted:.2f}s after the restart)"
+    )
     assert window <= delay <= window + INTERVAL + SCRAPE + STEP + SLACK
     assert acted - restarted < window - 1, "the new process must not wait for a window of its own"
     with operator(env, namespace):
@@ -322,18 +396,31 @@ def test_a_rule_with_an_unknown_metric_is_an_invalid_spec_and_affects_nothing_el
     with operator(env, namespace):
         inference(env, namespace, "bad", 1, [FRAGMENTED])
         inference(env, namespace, "good", 1, [UP])
-        eventually(lambda: (get(env, namespace, "bad").get("status") or {}).get("readyReplicas") == 1,
-                   what="the bad object's replica to serve")
+        eventually(
+            lambda: (get(env, namespace, "bad").get("status") or {}).get("readyReplicas") == 1,
+            what="the bad object's replica to serve",
+        )
         pod = leaders(env, namespace, "bad")[0]["metadata"]["uid"]
-        env.kube.patch(names.KIND, namespace, "bad", {"spec": {"rules": [UP, rule("gpu_util", ">", "50%", "notify")]}})
+        env.kube.patch(
+            names.KIND, namespace, "bad", {"spec": {"rules": [UP, rule("gpu_util", ">", "50%", "notify")]}}
+        )
 
-        ready = eventually(lambda: condition(env, namespace, "bad", "Ready").get("reason") == "InvalidSpec"
-                           and condition(env, namespace, "bad", "Ready"), what="Ready=False, InvalidSpec")
+        ready = eventually(
+            lambda: (
+                condition(env, namespace, "bad", "Ready").get("reason") == "InvalidSpec"
+                and condition(env, namespace, "bad", "Ready")
+            ),
+            what="Ready=False, InvalidSpec",
+        )
         assert "spec.rules[1].metric: unknown metric 'gpu_util'" in ready["message"]
         assert "npu_utilization" in ready["message"]
-        metrics = eventually(lambda: condition(env, namespace, "bad", "MetricsAvailable").get("reason")
-                             == "UnknownMetric" and condition(env, namespace, "bad", "MetricsAvailable"),
-                             what="MetricsAvailable=False, UnknownMetric")
+        metrics = eventually(
+            lambda: (
+                condition(env, namespace, "bad", "MetricsAvailable").get("reason") == "UnknownMetric"
+                and condition(env, namespace, "bad", "MetricsAvailable")
+            ),
+            what="MetricsAvailable=False, UnknownMetric",
+        )
         assert metrics["status"] == "False" and "gpu_util" in metrics["message"]
 
         eventually(lambda: replicas(env, namespace, "good") == 2, what="the other object's scale-up")

@@ -26,13 +26,26 @@ POLICY = Policy(step=STEP, interval=1.0)
 
 
 def engine_pod(replica: int, ip: str, engine: str = "vllm") -> dict:
-    command = ["python", "-m", "sglang.launch_server"] if engine == "sglang" else ["vllm", "serve", "/models/q"]
+    command = (
+        ["python", "-m", "sglang.launch_server"] if engine == "sglang" else ["vllm", "serve", "/models/q"]
+    )
     return {
-        "metadata": {"namespace": NS, "name": f"{NAME}-{replica}", "uid": f"uid-{replica}", "labels": {
-            "inference.ascendfleet.io/name": NAME, "inference.ascendfleet.io/replica": str(replica),
-            "inference.ascendfleet.io/rank": "0", "inference.ascendfleet.io/role": "leader"}},
-        "spec": {"containers": [{"name": "engine", "command": command,
-                                 "resources": {"limits": {"huawei.com/Ascend910": "2"}}}]},
+        "metadata": {
+            "namespace": NS,
+            "name": f"{NAME}-{replica}",
+            "uid": f"uid-{replica}",
+            "labels": {
+                "inference.ascendfleet.io/name": NAME,
+                "inference.ascendfleet.io/replica": str(replica),
+                "inference.ascendfleet.io/rank": "0",
+                "inference.ascendfleet.io/role": "leader",
+            },
+        },
+        "spec": {
+            "containers": [
+                {"name": "engine", "command": command, "resources": {"limits": {"huawei.com/Ascend910": "2"}}}
+            ]
+        },
         "status": {"podIP": ip, "phase": "Running"},
     }
 
@@ -72,8 +85,12 @@ def engines(prometheus, scenario):
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_every_catalog_entry_is_promql_prometheus_accepts(prometheus, preset):
     catalog = Catalog.build(preset)
-    queries = [Query(Window(expression, 5, scope), stat) for expression in catalog.entries.values()
-               for scope in ("fleet", "replica") for stat in ("min", "max", "count")]
+    queries = [
+        Query(Window(expression, 5, scope), stat)
+        for expression in catalog.entries.values()
+        for scope in ("fleet", "replica")
+        for stat in ("min", "max", "count")
+    ]
     observations = observe(prometheus, queries)
     assert not observations.failures
     assert set(observations.series) == set(queries)
@@ -111,9 +128,24 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
     chip = Gauge("npu_chip_info_utilization", "AICore %", ["id", "namespace", "pod_name"], registry=registry)
     total = Gauge("npu_chip_info_hbm_total_memory", "MB", ["id", "namespace", "pod_name"], registry=registry)
     used = Gauge("npu_chip_info_hbm_used_memory", "MB", ["id", "namespace", "pod_name"], registry=registry)
-    pod_labels = Gauge("kube_pod_labels", "pod labels", ["namespace", "pod", "uid", "label_inference_ascendfleet_io_name",
-                                                      "label_inference_ascendfleet_io_replica"], registry=registry)
-    for chip_id, pod, percent in (("0", "qwen-0", 90), ("1", "qwen-0", 70), ("2", "qwen-1", 20), ("3", "idle", 99)):
+    pod_labels = Gauge(
+        "kube_pod_labels",
+        "pod labels",
+        [
+            "namespace",
+            "pod",
+            "uid",
+            "label_inference_ascendfleet_io_name",
+            "label_inference_ascendfleet_io_replica",
+        ],
+        registry=registry,
+    )
+    for chip_id, pod, percent in (
+        ("0", "qwen-0", 90),
+        ("1", "qwen-0", 70),
+        ("2", "qwen-1", 20),
+        ("3", "idle", 99),
+    ):
         chip.labels(chip_id, NS, pod).set(percent)
         total.labels(chip_id, NS, pod).set(65536)
         used.labels(chip_id, NS, pod).set(32768)
@@ -121,18 +153,25 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
         pod_labels.labels(NS, f"qwen-{replica}", f"u{replica}", NAME, str(replica)).set(1)
     port = free_port()
     server_thread, _ = _serve(registry, port)
-    job = {"job_name": "npu-exporter-and-ksm", "honor_labels": True,
-           "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+    job = {
+        "job_name": "npu-exporter-and-ksm",
+        "honor_labels": True,
+        "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
+    }
     catalog = Catalog.build("npu-exporter")
     utilization = Query(Window(catalog.expression("npu_utilization"), 1, "replica"), "max")
     hbm = Query(Window(catalog.expression("hbm_usage"), 1, "replica"), "max")
     with PrometheusServer(binary=prometheus_binary, directory=tmp_path, extra_scrape_configs=[job]) as server:
+
         def joined():
             observations = observe(server, [utilization, hbm])
             return observations if len(observations.series[utilization]) == 2 else None
 
         observations = wait_until(joined, what="npu-exporter series joined to replicas")
-    assert observations.series[utilization] == {(NS, NAME, 0): pytest.approx(0.8), (NS, NAME, 1): pytest.approx(0.2)}
+    assert observations.series[utilization] == {
+        (NS, NAME, 0): pytest.approx(0.8),
+        (NS, NAME, 1): pytest.approx(0.2),
+    }
     assert observations.series[hbm] == {(NS, NAME, 0): pytest.approx(0.5), (NS, NAME, 1): pytest.approx(0.5)}
     server_thread.shutdown()
 

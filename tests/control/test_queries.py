@@ -23,31 +23,42 @@ UTILIZATION = CATALOG.expression("npu_utilization")
 
 def test_fleet_scope_above_is_the_minimum_of_the_fleet_average_over_the_window():
     query = Query(Window(UTILIZATION, 300, "fleet"), "min")
-    assert query.promql(15) == (f"min_over_time((avg by (namespace, inference) ({UTILIZATION}) "
-                                "and on () (time() - max(timestamp(up)) < 45))[315s:15s])")
+    assert query.promql(15) == (
+        f"min_over_time((avg by (namespace, inference) ({UTILIZATION}) "
+        "and on () (time() - max(timestamp(up)) < 45))[315s:15s])"
+    )
 
 
 def test_replica_scope_below_is_the_maximum_per_replica():
     query = Query(Window("x", 2.5, "replica"), "max")
-    assert query.promql(0.5) == ("max_over_time((avg by (namespace, inference, replica) (x) "
-                                 "and on () (time() - max(timestamp(up)) < 1.5))[3s:500ms])")
+    assert query.promql(0.5) == (
+        "max_over_time((avg by (namespace, inference, replica) (x) "
+        "and on () (time() - max(timestamp(up)) < 1.5))[3s:500ms])"
+    )
 
 
 def test_queries_are_bounded_by_distinct_windows_not_objects():
     # 1,000 objects with the same two rules, and thresholds that differ per object.
     rules = []
     for index in range(1000):
-        rules += [rule(threshold=0.5 + index / 10_000, for_="5m"),
-                  rule(metric="mem_fragmentation", threshold="15%", for_="10m", action="restart_service")]
+        rules += [
+            rule(threshold=0.5 + index / 10_000, for_="5m"),
+            rule(metric="mem_fragmentation", threshold="15%", for_="10m", action="restart_service"),
+        ]
     queries = plan_queries(rules, CATALOG, 15)
     # Two windows, each asked for its extreme and its sample count.
     assert sorted((q.window.seconds, q.window.scope, q.stat) for q in queries) == [
-        (300.0, "fleet", "count"), (300.0, "fleet", "min"), (600.0, "replica", "count"), (600.0, "replica", "min")]
+        (300.0, "fleet", "count"),
+        (300.0, "fleet", "min"),
+        (600.0, "replica", "count"),
+        (600.0, "replica", "min"),
+    ]
 
 
 def test_both_directions_over_one_window_share_the_sample_count():
-    queries = plan_queries([rule(threshold="85%"), rule(comparison="<", threshold="30%", action="scale_down")],
-                           CATALOG, 1)
+    queries = plan_queries(
+        [rule(threshold="85%"), rule(comparison="<", threshold="30%", action="scale_down")], CATALOG, 1
+    )
     assert sorted(q.stat for q in queries) == ["count", "max", "min"]
 
 
@@ -61,9 +72,17 @@ def test_unknown_metrics_issue_no_query_and_raw_queries_do():
     assert {q.window.expression for q in queries} == {"up"}
 
 
-@pytest.mark.parametrize(("window", "step", "fraction", "expected", "required"), [
-    (300, 15, 0.8, 21, 17), (5, 1, 0.8, 6, 5), (3, 1, 1.0, 4, 4), (1, 15, 0.8, 1, 1), (10, 3, 0.5, 4, 2),
-    (0, 15, 0.8, 1, 1)])
+@pytest.mark.parametrize(
+    ("window", "step", "fraction", "expected", "required"),
+    [
+        (300, 15, 0.8, 21, 17),
+        (5, 1, 0.8, 6, 5),
+        (3, 1, 1.0, 4, 4),
+        (1, 15, 0.8, 1, 1),
+        (10, 3, 0.5, 4, 2),
+        (0, 15, 0.8, 1, 1),
+    ],
+)
 def test_sample_counts(window, step, fraction, expected, required):
     assert expected_samples(window, step) == expected
     assert required_samples(window, step, fraction) == required

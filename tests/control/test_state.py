@@ -13,20 +13,35 @@ NOW = 1_700_000_000.0
 
 def _doc() -> dict:
     return {
-        "apiVersion": "inference.ascendfleet.io/v1alpha1", "kind": "AscendInference",
+        "apiVersion": "inference.ascendfleet.io/v1alpha1",
+        "kind": "AscendInference",
         "metadata": {"name": "qwen", "namespace": "team-a", "uid": "u1"},
-        "spec": {"model": {"name": "qwen", "path": "/models/q"}, "engine": {"type": "vllm-ascend"},
-                 "parallelism": {"tensor": 8, "pipeline": 2, "data": 3}},
-        "status": {"actions": [
-            {"time": rfc3339(NOW - 5), "rule": "r", "action": "restart_service", "target": "replica-1"},
-            {"time": rfc3339(NOW - 50), "rule": "r", "action": "scale_up", "target": "fleet", "dryRun": True},
-        ]},
+        "spec": {
+            "model": {"name": "qwen", "path": "/models/q"},
+            "engine": {"type": "vllm-ascend"},
+            "parallelism": {"tensor": 8, "pipeline": 2, "data": 3},
+        },
+        "status": {
+            "actions": [
+                {"time": rfc3339(NOW - 5), "rule": "r", "action": "restart_service", "target": "replica-1"},
+                {
+                    "time": rfc3339(NOW - 50),
+                    "rule": "r",
+                    "action": "scale_up",
+                    "target": "fleet",
+                    "dryRun": True,
+                },
+            ]
+        },
     }
 
 
 def _running(pod: dict, ready_at: float) -> dict:
-    pod["status"] = {"phase": "Running", "startTime": rfc3339(ready_at - 10), "conditions": [
-        {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(ready_at)}]}
+    pod["status"] = {
+        "phase": "Running",
+        "startTime": rfc3339(ready_at - 10),
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(ready_at)}],
+    }
     return pod
 
 
@@ -35,8 +50,10 @@ def test_fleet_state_reads_replicas_from_rendered_pods():
     owner = Owner.of(valid.obj)
     pods = []
     for replica in range(2):  # replica 2 is missing
-        pods += [_running(p, NOW - 100 - replica) for p in render_replica(valid.obj.spec, owner, replica,
-                                                                         valid.layout)]
+        pods += [
+            _running(p, NOW - 100 - replica)
+            for p in render_replica(valid.obj.spec, owner, replica, valid.layout)
+        ]
     leader_1 = next(p for p in pods if p["metadata"]["name"] == "qwen-1")
     patch = drain_patch(rfc3339(NOW - 1), "rule restart")["metadata"]
     leader_1["metadata"]["labels"].update(patch["labels"])
@@ -50,7 +67,9 @@ def test_fleet_state_reads_replicas_from_rendered_pods():
     assert one.draining and not one.ready
     assert state.unavailable() == 2  # draining replica 1, missing replica 2
     assert [(a.action, a.target, a.dry_run) for a in state.actions] == [
-        ("restart_service", "replica-1", False), ("scale_up", "fleet", True)]
+        ("restart_service", "replica-1", False),
+        ("scale_up", "fleet", True),
+    ]
 
 
 def test_a_replica_without_a_ready_time_counts_as_serving_long_ago():
@@ -60,11 +79,28 @@ def test_a_replica_without_a_ready_time_counts_as_serving_long_ago():
 
 
 def test_action_records_are_the_status_shape():
-    decision = Decision("team-a", "qwen", "rule", "npu_utilization", 0.912345678, "scale_up", "fleet",
-                        replicas_from=2, replicas_to=3)
+    decision = Decision(
+        "team-a",
+        "qwen",
+        "rule",
+        "npu_utilization",
+        0.912345678,
+        "scale_up",
+        "fleet",
+        replicas_from=2,
+        replicas_to=3,
+    )
     record = action_record(decision, NOW)
-    assert record == {"time": rfc3339(NOW), "rule": "rule", "metric": "npu_utilization", "value": 0.912346,
-                      "action": "scale_up", "target": "fleet", "result": "replicas 2 -> 3", "dryRun": False}
+    assert record == {
+        "time": rfc3339(NOW),
+        "rule": "rule",
+        "metric": "npu_utilization",
+        "value": 0.912346,
+        "action": "scale_up",
+        "target": "fleet",
+        "result": "replicas 2 -> 3",
+        "dryRun": False,
+    }
     ActionRecord.model_validate(record)  # the status model reads it back
 
 
@@ -75,10 +111,12 @@ def _record(age: float, action: str = "notify", target: str = "fleet") -> dict:
 def test_history_is_bounded_newest_first_but_keeps_running_cooldowns():
     autoscaling = Autoscaling(scale_up_cooldown=60, scale_down_cooldown=60, restart_cooldown=600)
     old = [_record(age) for age in range(10, 20)]
-    kept = updated_actions([*old[:6], _record(30, "restart_service", "replica-2"), *old[6:]],
-                           [_record(0)], 5, autoscaling, NOW)
+    kept = updated_actions(
+        [*old[:6], _record(30, "restart_service", "replica-2"), *old[6:]], [_record(0)], 5, autoscaling, NOW
+    )
     assert kept[0] == _record(0)
     assert len(kept) == 6 and kept[-1]["target"] == "replica-2"  # its restart cooldown still runs
-    expired = updated_actions([*old, _record(700, "restart_service", "replica-2")], [_record(0)], 5, autoscaling,
-                              NOW)
+    expired = updated_actions(
+        [*old, _record(700, "restart_service", "replica-2")], [_record(0)], 5, autoscaling, NOW
+    )
     assert len(expired) == 5

@@ -41,16 +41,30 @@ def test_demo_tells_the_whole_story_and_leaves_nothing_behind(tmp_path):
     marker = f"ASCEND_FLEET_DEMO_RUN={uuid.uuid4().hex}"
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
     result = subprocess.run(
-        [sys.executable, "-m", "ascend_fleet.cli.main", "dev", "--kubeconfig", str(tmp_path / "kubeconfig"),
-         "--timeout", "360"],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=400,
+        [
+            sys.executable,
+            "-m",
+            "ascend_fleet.cli.main",
+            "dev",
+            "--kubeconfig",
+            str(tmp_path / "kubeconfig"),
+            "--timeout",
+            "360",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=400,
     )
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
-    summary = out[out.index("Summary after"):]
-    for action, rule in [("scale_up", "npu_utilization > 85% for 12s -> scale_up"),
-                         ("restart_service", "mem_fragmentation > 15% for 8s -> restart_service"),
-                         ("scale_down", "npu_utilization < 30% for 12s -> scale_down")]:
+    summary = out[out.index("Summary after") :]
+    for action, rule in [
+        ("scale_up", "npu_utilization > 85% for 12s -> scale_up"),
+        ("restart_service", "mem_fragmentation > 15% for 8s -> restart_service"),
+        ("scale_down", "npu_utilization < 30% for 12s -> scale_down"),
+    ]:
         assert re.search(rf"{action}\s+\d+:\d\d\s+\({re.escape(rule)}\)", summary), summary
     assert re.search(r"restart_service on replica-\d: mem_fragmentation", summary)
     assert "story: complete" in summary
@@ -66,8 +80,14 @@ def test_packaged_demo_is_the_example():
 
 def test_demo_without_prometheus_says_how_to_install_it(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path), "ASCEND_FLEET_PROMETHEUS": ""}
-    result = subprocess.run([sys.executable, "-m", "ascend_fleet.cli.main", "dev"], capture_output=True,
-                            text=True, cwd=ROOT, env=env, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "ascend_fleet.cli.main", "dev"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "apt-get install prometheus" in result.stderr
     assert "Traceback" not in result.stderr
@@ -79,14 +99,19 @@ def decision(action, at=10.0, dry=False):
 
 def test_story_needs_all_three_actions_for_real():
     assert not view.story_complete([decision("scale_up"), decision("restart_service")])
-    assert not view.story_complete([decision("scale_up"), decision("restart_service"),
-                                    decision("scale_down", dry=True)])
+    assert not view.story_complete(
+        [decision("scale_up"), decision("restart_service"), decision("scale_down", dry=True)]
+    )
     assert view.story_complete([decision("scale_up"), decision("restart_service"), decision("scale_down")])
 
 
 def test_summary_reports_time_to_each_action_and_npu_minutes():
-    lines = view.summary([decision("scale_up", 27), decision("restart_service", 43), decision("scale_down", 99)],
-                         106, 22.44, None)
+    lines = view.summary(
+        [decision("scale_up", 27), decision("restart_service", 43), decision("scale_down", 99)],
+        106,
+        22.44,
+        None,
+    )
     text = "\n".join(lines)
     assert "Summary after 1m46s" in text
     assert "scale_up        0:27  (rule for scale_up)" in text
@@ -100,8 +125,15 @@ def test_summary_reports_time_to_each_action_and_npu_minutes():
 
 def test_live_frame_shows_replicas_and_rule_progress():
     snapshot = view.Snapshot(
-        elapsed=75, name="qwen", desired=3, ready=2, conditions={"Ready": "False(ReplicasNotReady)"},
-        rows=[view.ReplicaRow(0, 1, 1, 0.91, 0.02, 4), view.ReplicaRow(1, 1, 0, None, None, None, draining=True)],
+        elapsed=75,
+        name="qwen",
+        desired=3,
+        ready=2,
+        conditions={"Ready": "False(ReplicasNotReady)"},
+        rows=[
+            view.ReplicaRow(0, 1, 1, 0.91, 0.02, 4),
+            view.ReplicaRow(1, 1, 0, None, None, None, draining=True),
+        ],
         rules=[view.RuleProgress("npu_utilization > 85% for 12s -> scale_up", 6, 12, 0.91)],
         npu_minutes=3.25,
     )

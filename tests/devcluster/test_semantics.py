@@ -117,15 +117,34 @@ def test_api_paths_including_the_namespaces_kmock_cannot_parse(path, expected):
 def test_custom_resources_get_their_schema_defaults_like_on_an_api_server():
     from ascend_fleet.devcluster.resources import apply_schema_defaults
 
-    schema = {"type": "object", "properties": {
-        "spec": {"type": "object", "properties": {
-            "layout": {"type": "object", "default": {}, "properties": {
-                "tensor": {"type": "integer", "default": 1}, "data": {"type": "integer", "default": 1}}},
-            "absent": {"type": "object", "properties": {"x": {"type": "integer", "default": 5}}},
-            "items": {"type": "array", "items": {"type": "object", "properties": {
-                "weight": {"type": "integer", "default": 3}}}},
-        }}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "layout": {
+                        "type": "object",
+                        "default": {},
+                        "properties": {
+                            "tensor": {"type": "integer", "default": 1},
+                            "data": {"type": "integer", "default": 1},
+                        },
+                    },
+                    "absent": {"type": "object", "properties": {"x": {"type": "integer", "default": 5}}},
+                    "items": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"weight": {"type": "integer", "default": 3}},
+                        },
+                    },
+                },
+            }
+        },
+    }
     obj = {"spec": {"layout": {"data": 4}, "items": [{}, {"weight": 1}]}}
     assert apply_schema_defaults(schema, obj) == {
-        "spec": {"layout": {"tensor": 1, "data": 4}, "items": [{"weight": 3}, {"weight": 1}]}}
+        "spec": {"layout": {"tensor": 1, "data": 4}, "items": [{"weight": 3}, {"weight": 1}]}
+    }
     assert apply_schema_defaults(schema, {"spec": {}}) == {"spec": {"layout": {"tensor": 1, "data": 1}}}

@@ -22,10 +22,11 @@ import pytest
 
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
+from ascend_fleet.devcluster.realcluster import provide_model_claim
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
 from tests.e2e.fleet import Fleet
-from tests.support.rbac import HARNESS, record_operator_requests
+from tests.support.rbac import HARNESS, SUITES, record_operator_requests
 
 REAL_CLUSTER = os.environ.get("ASCEND_FLEET_E2E_KUBECONFIG")
 BACKEND = os.environ.get("ASCEND_FLEET_E2E_BACKEND", "real")
@@ -125,30 +126,13 @@ def namespace(kube, cluster) -> Iterator[str]:
     real = cluster is not None and not hasattr(cluster, "emulator")
     if real:
         wait_for_service_account(kube, name)
-        provide_model_volume(kube, name)
+        provide_model_claim(kube, name)
     yield name
     with contextlib.suppress(Exception):
         kube._call("DELETE", f"/api/v1/namespaces/{name}")
     if real:
         with contextlib.suppress(Exception):
-            kube._call("DELETE", f"/api/v1/persistentvolumes/models-{name}")
-
-
-def provide_model_volume(kube: Kube, namespace: str, claim: str = "models") -> None:
-    """The examples mount the claim ``models``: a PersistentVolume pre-bound to it, so the real scheduler's
-    volume binding finds it bound (the simulated nodes mount nothing)."""
-    kube._call("POST", "/api/v1/persistentvolumes", body={
-        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{claim}-{namespace}"},
-        "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadOnlyMany", "ReadWriteMany"],
-                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
-                 "hostPath": {"path": "/var/lib/ascend-fleet-test-models"},
-                 "claimRef": {"namespace": namespace, "name": claim}},
-    })  # fmt: skip
-    kube._call("POST", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", body={
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
-        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": f"{claim}-{namespace}",
-                 "resources": {"requests": {"storage": "1Ti"}}},
-    })  # fmt: skip
+            kube._call("DELETE", f"/api/v1/persistentvolumes/models-{name}")  # named by provide_model_claim
 
 
 @pytest.fixture(scope="session")
@@ -194,6 +178,7 @@ def operator_client(request: pytest.FixtureRequest, cluster) -> Kube:
         from ascend_fleet.devcluster.testing import api_client
 
         return Kube(api_client(cluster.url))
+    SUITES.add("e2e")  # the API server's audit log records what the operator asked for
     return Kube.connect(str(request.getfixturevalue("operator_kubeconfig")))
 
 

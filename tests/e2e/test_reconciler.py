@@ -44,8 +44,15 @@ def test_create_single_pod_replicas_with_owned_children(fleet):
         (ref,) = child["metadata"]["ownerReferences"]
         assert (ref["uid"], ref["controller"], ref["kind"]) == (uid, True, names.KIND)
     pod = fleet.pods("qwen-7b")[0]
-    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"huawei.com/Ascend910": "8", "memory": "272Gi"}
-    assert len(fleet.events("CreatedReplica")) == 2
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {
+        "huawei.com/Ascend910": "8",
+        "memory": "272Gi",
+    }
+    # One Event for the first pass's creates, counted once: no duplicate creates to report.
+    (created,) = fleet.events("CreatedReplica")
+    assert created["message"].startswith("created replicas 0, 1 (1 pod each, revision ")
+    assert created["message"].endswith("; Service qwen-7b, Service qwen-7b-pods, PodDisruptionBudget qwen-7b")
+    assert created.get("count", 1) == 1
 
 
 @pytest.mark.parametrize(
@@ -238,7 +245,15 @@ def test_converges_through_api_faults(fleet, emulator):
     emulator[kmock.method.POST, kmock.resource("v1/pods")][:2] << 500
     emulator[kmock.method.POST, kmock.resource("v1/services")][:1] << 429
     emulator[kmock.method.PATCH, kmock.resource("v1/pods")][:1] << 409
-    emulator[kmock.method.PATCH, kmock.resource(f"{names.API_VERSION}/{names.PLURAL}")][:2] << 500
+    # The operator's status writes (it writes nothing else to the object: no finalizer).
+    (
+        emulator[
+            kmock.method.PATCH,
+            kmock.resource(f"{names.API_VERSION}/{names.PLURAL}"),
+            kmock.subresource("status"),
+        ][:2]
+        << 500
+    )
     fleet.apply(
         example(
             "sglang-small.yaml",

@@ -298,7 +298,9 @@ def test_the_engines_plugin_loaders_find_the_exporter():
         "import json; print(json.dumps([sorted(found), sorted(v.load_plugins_by_group(v.DEFAULT_PLUGINS_GROUP))]))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "ASCEND_FLEET_EXPORTER"}
-    result = subprocess.run([ENGINES_PYTHON, "-c", script], capture_output=True, text=True, check=False, env=env)
+    result = subprocess.run(
+        [ENGINES_PYTHON, "-c", script], capture_output=True, text=True, check=False, env=env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     sglang_plugins, vllm_plugins = json.loads(result.stdout.strip().splitlines()[-1])
     assert "ascend_fleet_exporter" in sglang_plugins and "ascend_fleet_exporter" in vllm_plugins

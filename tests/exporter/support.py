@@ -39,7 +39,9 @@ sys.stdout.write(path.read_text())
 """
 
 
-def install_fake_npu_smi(directory: Path, aicore_by_card: Mapping[int, int], chip_map: str = "map_910b") -> Path:
+def install_fake_npu_smi(
+    directory: Path, aicore_by_card: Mapping[int, int], chip_map: str = "map_910b"
+) -> Path:
     """A ``npu-smi`` in ``directory/bin`` answering from recorded outputs; returns that bin directory.
 
     Card ``n`` reports the AICore percentage ``aicore_by_card[n]``; other cards do not exist. The
@@ -51,8 +53,12 @@ def install_fake_npu_smi(directory: Path, aicore_by_card: Mapping[int, int], chi
     (data / "map.txt").write_text((DATA / f"npu_smi_{chip_map}.txt").read_text())
     template = (DATA / "npu_smi_usages_910b.txt").read_text()
     for card, aicore in aicore_by_card.items():
-        text = template.replace("NPU ID                         : 3", f"NPU ID                         : {card}")
-        text = text.replace("Aicore Usage Rate(%)           : 62", f"Aicore Usage Rate(%)           : {aicore}")
+        text = template.replace(
+            "NPU ID                         : 3", f"NPU ID                         : {card}"
+        )
+        text = text.replace(
+            "Aicore Usage Rate(%)           : 62", f"Aicore Usage Rate(%)           : {aicore}"
+        )
         (data / f"usages-{card}.txt").write_text(text)
     binary = bin_dir / "npu-smi"
     binary.write_text(FAKE_NPU_SMI)
@@ -60,8 +66,12 @@ def install_fake_npu_smi(directory: Path, aicore_by_card: Mapping[int, int], chi
     return bin_dir
 
 
-def child_env(extra: Mapping[str, str] | None = None, *, python_path: list[Path] | None = None,
-              npu_smi_dir: Path | None = None) -> dict[str, str]:
+def child_env(
+    extra: Mapping[str, str] | None = None,
+    *,
+    python_path: list[Path] | None = None,
+    npu_smi_dir: Path | None = None,
+) -> dict[str, str]:
     """An environment for a child Python: ascend_fleet importable, exporter settings cleared."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("ASCEND_FLEET_EXPORTER")}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in [*(python_path or []), SOURCE_ROOT])

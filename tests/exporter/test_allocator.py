@@ -73,40 +73,64 @@ def test_a_result_that_is_not_a_dict_is_reported(odd):
 
 
 def test_non_finite_values_are_rejected():
-    stats, problems = parse_memory_stats({"reserved_bytes.all.current": math.nan,
-                                          "allocated_bytes.all.current": math.inf})
+    stats, problems = parse_memory_stats(
+        {"reserved_bytes.all.current": math.nan, "allocated_bytes.all.current": math.inf}
+    )
     assert stats.reserved_bytes is None and stats.allocated_bytes is None
     assert len([p for p in problems if "finite" in p]) == 2
 
 
 def test_nested_form_is_read_too():
-    nested = {"reserved_bytes": {"all": {"current": 100}}, "allocated_bytes": {"all": {"current": 70}},
-              "inactive_split_bytes": {"all": {"current": 10}}, "num_alloc_retries": 2, "num_ooms": 0}
+    nested = {
+        "reserved_bytes": {"all": {"current": 100}},
+        "allocated_bytes": {"all": {"current": 70}},
+        "inactive_split_bytes": {"all": {"current": 10}},
+        "num_alloc_retries": 2,
+        "num_ooms": 0,
+    }
     stats, problems = parse_memory_stats(nested)
     assert problems == ()
     assert (stats.fragmentation_ratio, stats.slack_ratio) == (pytest.approx(0.1), pytest.approx(0.3))
 
 
 def test_nothing_reserved_means_no_fragmentation_and_no_slack():
-    stats, problems = parse_memory_stats({"reserved_bytes.all.current": 0, "allocated_bytes.all.current": 0,
-                                          "inactive_split_bytes.all.current": 0, "num_alloc_retries": 0,
-                                          "num_ooms": 0})
+    stats, problems = parse_memory_stats(
+        {
+            "reserved_bytes.all.current": 0,
+            "allocated_bytes.all.current": 0,
+            "inactive_split_bytes.all.current": 0,
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
+    )
     assert problems == ()
     assert (stats.fragmentation_ratio, stats.slack_ratio) == (0.0, 0.0)
 
 
 def test_impossible_values_are_clamped_and_reported():
-    stats, problems = parse_memory_stats({"reserved_bytes.all.current": 100, "allocated_bytes.all.current": 150,
-                                          "inactive_split_bytes.all.current": 120, "num_alloc_retries": 0,
-                                          "num_ooms": 0})
+    stats, problems = parse_memory_stats(
+        {
+            "reserved_bytes.all.current": 100,
+            "allocated_bytes.all.current": 150,
+            "inactive_split_bytes.all.current": 120,
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
+    )
     assert (stats.fragmentation_ratio, stats.slack_ratio) == (1.0, 0.0)
     assert len(problems) == 2 and all("clamped" in p for p in problems)
 
 
 @pytest.mark.parametrize(
     ("part", "whole", "fragmentation", "slack"),
-    [(25, 100, 0.25, 0.75), (0, 100, 0.0, 1.0), (100, 100, 1.0, 0.0), (5, 0, 0.0, 0.0), (None, 100, None, None),
-     (5, None, None, None)],
+    [
+        (25, 100, 0.25, 0.75),
+        (0, 100, 0.0, 1.0),
+        (100, 100, 1.0, 0.0),
+        (5, 0, 0.0, 0.0),
+        (None, 100, None, None),
+        (5, None, None, None),
+    ],
 )
 def test_ratios(part, whole, fragmentation, slack):
     assert fragmentation_ratio(part, whole) == fragmentation
@@ -122,8 +146,12 @@ def test_a_device_counts_as_used_once_its_allocator_held_memory():
 
 
 def test_processes_on_one_device_add_up_and_ratios_come_from_the_sums():
-    a = AllocatorStats(reserved_bytes=100, allocated_bytes=50, inactive_split_bytes=40, alloc_retries=1, ooms=0)
-    b = AllocatorStats(reserved_bytes=300, allocated_bytes=290, inactive_split_bytes=0, alloc_retries=2, ooms=1)
+    a = AllocatorStats(
+        reserved_bytes=100, allocated_bytes=50, inactive_split_bytes=40, alloc_retries=1, ooms=0
+    )
+    b = AllocatorStats(
+        reserved_bytes=300, allocated_bytes=290, inactive_split_bytes=0, alloc_retries=2, ooms=1
+    )
     assert combine([a, b]) == AllocatorStats(400, 340, 40, 3, 1)
     assert combined_ratios([a, b]) == (pytest.approx(0.1), pytest.approx(0.15))
 

@@ -13,8 +13,13 @@ from ascend_fleet.exporter.npu_smi import MIB
 
 from .support import install_fake_npu_smi
 
-GOOD = {"reserved_bytes.all.current": 100, "allocated_bytes.all.current": 80,
-        "inactive_split_bytes.all.current": 10, "num_alloc_retries": 1, "num_ooms": 0}
+GOOD = {
+    "reserved_bytes.all.current": 100,
+    "allocated_bytes.all.current": 80,
+    "inactive_split_bytes.all.current": 10,
+    "num_alloc_retries": 1,
+    "num_ooms": 0,
+}
 
 
 class Provider:
@@ -40,16 +45,21 @@ def test_only_devices_whose_allocator_held_memory_are_read():
 
 def test_a_used_device_keeps_reporting_after_its_cache_was_emptied():
     owned = {2}
-    emptied = {**GOOD, "reserved_bytes.all.current": 0, "allocated_bytes.all.current": 0,
-               "inactive_split_bytes.all.current": 0}
+    emptied = {
+        **GOOD,
+        "reserved_bytes.all.current": 0,
+        "allocated_bytes.all.current": 0,
+        "inactive_split_bytes.all.current": 0,
+    }
     reading = read_allocator(Provider({2: emptied}), owned)
     assert reading.values[2].fragmentation_ratio == 0.0
 
 
 def test_failures_are_counted_not_raised():
     owned = {1, 2}
-    reading = read_allocator(Provider({1: RuntimeError("NPU out of order"), 2: {"num_ooms": 0}, 3: ValueError()}),
-                             owned)
+    reading = read_allocator(
+        Provider({1: RuntimeError("NPU out of order"), 2: {"num_ooms": 0}, 3: ValueError()}), owned
+    )
     assert set(reading.values) == {2}
     assert reading.failed == 2  # device 1 raised, device 2 is incomplete; device 3 is not ours
     assert "device 1: torch_npu memory_stats failed: RuntimeError('NPU out of order')" in reading.problems
@@ -77,8 +87,11 @@ def test_torch_npu_statistics_are_read_only_once_the_runtime_is_initialized():
         assert state["initialized"], "would create a device context"
         return GOOD if device == 1 else {}
 
-    fake = SimpleNamespace(npu=SimpleNamespace(is_initialized=lambda: state["initialized"],
-                                               device_count=lambda: 2, memory_stats=memory_stats))
+    fake = SimpleNamespace(
+        npu=SimpleNamespace(
+            is_initialized=lambda: state["initialized"], device_count=lambda: 2, memory_stats=memory_stats
+        )
+    )
     stats = TorchNpuStats(fake)
     assert stats.device_count() == 2
     assert stats.memory_stats(1) == {}

@@ -17,8 +17,19 @@ from ascend_fleet.exporter.config import (
 )
 
 
-@pytest.mark.parametrize(("value", "enabled"), [("1", True), ("true", True), (" ON ", True), ("yes", True),
-                                                ("0", False), ("", False), ("false", False), ("2", False)])
+@pytest.mark.parametrize(
+    ("value", "enabled"),
+    [
+        ("1", True),
+        ("true", True),
+        (" ON ", True),
+        ("yes", True),
+        ("0", False),
+        ("", False),
+        ("false", False),
+        ("2", False),
+    ],
+)
 def test_enable_switch(value, enabled):
     assert exporter_enabled({"ASCEND_FLEET_EXPORTER": value}) is enabled
 
@@ -36,24 +47,38 @@ def test_defaults():
 
 
 def test_settings_from_the_environment(tmp_path):
-    config = ExporterConfig.from_env({"ASCEND_FLEET_EXPORTER_PORT": "9500", "ASCEND_FLEET_EXPORTER_INTERVAL": "0.5",
-                                      "ASCEND_FLEET_EXPORTER_DIR": str(tmp_path)})
+    config = ExporterConfig.from_env(
+        {
+            "ASCEND_FLEET_EXPORTER_PORT": "9500",
+            "ASCEND_FLEET_EXPORTER_INTERVAL": "0.5",
+            "ASCEND_FLEET_EXPORTER_DIR": str(tmp_path),
+        }
+    )
     assert (config.port, config.interval, config.spool) == (9500, 0.5, tmp_path)
 
 
 def test_malformed_settings_fall_back_to_defaults_with_a_warning(caplog):
-    config = ExporterConfig.from_env({"ASCEND_FLEET_EXPORTER_PORT": "http", "ASCEND_FLEET_EXPORTER_INTERVAL": "-1"})
+    config = ExporterConfig.from_env(
+        {"ASCEND_FLEET_EXPORTER_PORT": "http", "ASCEND_FLEET_EXPORTER_INTERVAL": "-1"}
+    )
     assert (config.port, config.interval) == (9410, 5.0)
-    assert "ASCEND_FLEET_EXPORTER_PORT='http' is not a TCP port (1..65535); using the default 9410" in caplog.text
+    assert (
+        "ASCEND_FLEET_EXPORTER_PORT='http' is not a TCP port (1..65535); using the default 9410"
+        in caplog.text
+    )
     assert "ASCEND_FLEET_EXPORTER_INTERVAL='-1' is not seconds > 0; using the default 5.0" in caplog.text
 
 
-@pytest.mark.parametrize(("text", "port"), [("9410", 9410), (" 1 ", 1), ("0", None), ("65536", None), ("x", None)])
+@pytest.mark.parametrize(
+    ("text", "port"), [("9410", 9410), (" 1 ", 1), ("0", None), ("65536", None), ("x", None)]
+)
 def test_parse_port(text, port):
     assert parse_port(text) == port
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("5", 5.0), ("0.25", 0.25), ("0", None), ("nan", None), ("inf", None)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("5", 5.0), ("0.25", 0.25), ("0", None), ("nan", None), ("inf", None)]
+)
 def test_parse_interval(text, seconds):
     assert parse_interval(text) == seconds
 
@@ -64,8 +89,10 @@ def test_spool_prefers_pod_shared_memory():
     assert spool.parent == shm or not shm.is_dir()
 
 
-@pytest.mark.parametrize(("text", "devices"), [("2,3", [2, 3]), (" 6 , 1", [6, 1]), ("", None), (None, None),
-                                               ("0,x", None), ("1,,2", None)])
+@pytest.mark.parametrize(
+    ("text", "devices"),
+    [("2,3", [2, 3]), (" 6 , 1", [6, 1]), ("", None), (None, None), ("0,x", None), ("1,,2", None)],
+)
 def test_parse_visible_devices(text, devices):
     assert parse_visible_devices(text) == devices
 

@@ -18,7 +18,14 @@ def test_every_metric_is_documented_with_its_type():
 
 def test_every_setting_is_documented():
     text = DOC.read_text()
-    for name in (config.ENV_ENABLED, config.ENV_PORT, config.ENV_INTERVAL, config.ENV_SPOOL_DIR,
-                 config.PORT_NAME, config.SGLANG_LAUNCHER_MODULE, config.VLLM_PLUGIN_NAME):
+    for name in (
+        config.ENV_ENABLED,
+        config.ENV_PORT,
+        config.ENV_INTERVAL,
+        config.ENV_SPOOL_DIR,
+        config.PORT_NAME,
+        config.SGLANG_LAUNCHER_MODULE,
+        config.VLLM_PLUGIN_NAME,
+    ):
         assert f"`{name}" in text, name
     assert str(config.DEFAULT_PORT) in text

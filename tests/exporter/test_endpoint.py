@@ -32,8 +32,11 @@ class Pod:
     def __init__(self, tmp_path: Path) -> None:
         self.port = free_port()
         self.env = child_env(
-            {"ASCEND_FLEET_EXPORTER_PORT": str(self.port), "ASCEND_FLEET_EXPORTER_INTERVAL": INTERVAL,
-             "ASCEND_FLEET_EXPORTER_DIR": str(tmp_path / "spool")},
+            {
+                "ASCEND_FLEET_EXPORTER_PORT": str(self.port),
+                "ASCEND_FLEET_EXPORTER_INTERVAL": INTERVAL,
+                "ASCEND_FLEET_EXPORTER_DIR": str(tmp_path / "spool"),
+            },
             npu_smi_dir=install_fake_npu_smi(tmp_path, AICORE_BY_CARD).parent,
         )
         self.ranks: dict[int, subprocess.Popen] = {}
@@ -67,8 +70,10 @@ class Pod:
     def devices_shown(self, expected: set[str]) -> dict | None:
         """The scraped series once fragmentation and utilization show exactly ``expected`` devices."""
         series = self.series()
-        shown = (set(by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO)),
-                 set(by_device(series, metrics.NPU_UTILIZATION_RATIO)))
+        shown = (
+            set(by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO)),
+            set(by_device(series, metrics.NPU_UTILIZATION_RATIO)),
+        )
         return series if shown == (expected, expected) else None
 
 
@@ -100,7 +105,8 @@ def test_one_endpoint_serves_every_rank_once_and_survives_the_server_dying(pod):
     assert by_device(series, metrics.ALLOC_RETRIES_TOTAL) == {"0": 12, "1": 0, "2": 12}
     assert by_device(series, metrics.OOMS_TOTAL) == {"0": 1, "1": 0, "2": 1}
     assert series[metrics.EXPORTER_SCRAPE_ERRORS_TOTAL] == {
-        (("collector", "npu_smi"),): 0.0, (("collector", "torch_npu"),): 0.0,
+        (("collector", "npu_smi"),): 0.0,
+        (("collector", "torch_npu"),): 0.0,
     }
 
     # Well within the 10 s after which a record counts as stale: dead ranks are dropped by their pid.

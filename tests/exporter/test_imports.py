@@ -12,7 +12,9 @@ import ascend_fleet.exporter
 from .support import child_env
 
 HEAVY = ("torch", "torch_npu", "vllm", "sglang")
-MODULES = sorted(f"ascend_fleet.exporter.{m.name}" for m in pkgutil.iter_modules(ascend_fleet.exporter.__path__))
+MODULES = sorted(
+    f"ascend_fleet.exporter.{m.name}" for m in pkgutil.iter_modules(ascend_fleet.exporter.__path__)
+)
 
 
 def test_the_list_of_modules_is_complete():
@@ -32,6 +34,11 @@ def test_importing_and_registering_touches_no_engine_package(tmp_path):
         vllm_plugin.register()
         print("clean")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
-                          env=child_env({"ASCEND_FLEET_EXPORTER": "1"}, python_path=[tmp_path]))
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=child_env({"ASCEND_FLEET_EXPORTER": "1"}, python_path=[tmp_path]),
+    )
     assert (done.returncode, done.stdout.strip()) == (0, "clean"), done.stderr

@@ -46,15 +46,25 @@ def test_counters_end_in_total_and_units_match_names():
 
 def test_exposition_round_trips_through_the_prometheus_parser():
     samples = {
-        "0": DeviceSample(utilization_ratio=0.62, hbm_used_bytes=5e10, hbm_total_bytes=6.8719476736e10,
-                          fragmentation_ratio=0.25, slack_ratio=0.31, reserved_bytes=6.2e10, allocated_bytes=4.3e10,
-                          alloc_retries=12, ooms=1),
+        "0": DeviceSample(
+            utilization_ratio=0.62,
+            hbm_used_bytes=5e10,
+            hbm_total_bytes=6.8719476736e10,
+            fragmentation_ratio=0.25,
+            slack_ratio=0.31,
+            reserved_bytes=6.2e10,
+            allocated_bytes=4.3e10,
+            alloc_retries=12,
+            ooms=1,
+        ),
         "1": DeviceSample(utilization_ratio=0.0, fragmentation_ratio=0.001),
     }
     series = parse(render_exposition(samples, {"torch_npu": 0, "npu_smi": 3}))
     assert by_device(series, metrics.NPU_UTILIZATION_RATIO) == {"0": 0.62, "1": 0.0}
     assert by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO) == {"0": 0.25, "1": 0.001}
-    assert by_device(series, metrics.HBM_TOTAL_BYTES) == {"0": 68719476736.0}  # unknown for device 1: no series
+    assert by_device(series, metrics.HBM_TOTAL_BYTES) == {
+        "0": 68719476736.0
+    }  # unknown for device 1: no series
     assert by_device(series, metrics.ALLOC_RETRIES_TOTAL) == {"0": 12.0}
     assert by_device(series, metrics.OOMS_TOTAL) == {"0": 1.0}
     assert series[metrics.EXPORTER_SCRAPE_ERRORS_TOTAL] == {
@@ -64,7 +74,9 @@ def test_exposition_round_trips_through_the_prometheus_parser():
 
 
 def test_types_and_help_are_declared():
-    text = render_exposition({"0": DeviceSample(**{f.name: 1.0 for f in dataclasses.fields(DeviceSample)})}, {"x": 0})
+    text = render_exposition(
+        {"0": DeviceSample(**{f.name: 1.0 for f in dataclasses.fields(DeviceSample)})}, {"x": 0}
+    )
     for spec in metrics.DEVICE_METRICS:
         assert f"# TYPE {spec.name} {spec.kind}\n" in text
         assert f"# HELP {spec.name} {spec.help}\n" in text
@@ -79,7 +91,11 @@ def test_only_the_device_label_is_emitted():
 
 def test_devices_sort_numerically():
     text = render_exposition({str(d): DeviceSample(utilization_ratio=0.5) for d in (10, 2, 0)})
-    assert [line.split('"')[1] for line in text.splitlines() if line.startswith("ascend_fleet_")] == ["0", "2", "10"]
+    assert [line.split('"')[1] for line in text.splitlines() if line.startswith("ascend_fleet_")] == [
+        "0",
+        "2",
+        "10",
+    ]
 
 
 def test_nothing_known_renders_nothing():

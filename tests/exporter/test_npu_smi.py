@@ -24,7 +24,9 @@ def recorded(name: str) -> str:
 def test_usages_of_a_910b_card():
     usages, problems = parse_usages(recorded("usages_910b"))
     assert problems == ()
-    assert usages == {0: NpuUsage(aicore_ratio=0.62, hbm_used_bytes=65536 * MIB * 0.87, hbm_total_bytes=65536 * MIB)}
+    assert usages == {
+        0: NpuUsage(aicore_ratio=0.62, hbm_used_bytes=65536 * MIB * 0.87, hbm_total_bytes=65536 * MIB)
+    }
     assert usages[0].hbm_total_bytes == 64 * 1024**3  # "MB" are mebibytes
 
 
@@ -51,20 +53,29 @@ def test_output_without_usage_lines_is_reported(name):
 
 
 def test_out_of_range_percentages_are_rejected():
-    usages, problems = parse_usages("Aicore Usage Rate(%) : 130\nHBM Capacity(MB) : 1024\nHBM Usage Rate(%) : -1\n")
+    usages, problems = parse_usages(
+        "Aicore Usage Rate(%) : 130\nHBM Capacity(MB) : 1024\nHBM Usage Rate(%) : -1\n"
+    )
     assert usages == {None: NpuUsage(hbm_total_bytes=1024 * MIB)}
-    assert problems == ("Aicore Usage Rate(%) is '130', out of range", "HBM Usage Rate(%) is '-1', out of range")
+    assert problems == (
+        "Aicore Usage Rate(%) is '130', out of range",
+        "HBM Usage Rate(%) is '-1', out of range",
+    )
 
 
 def test_a_block_without_chip_id_stands_for_chip_0():
     usages, _ = parse_usages("AI Core Usage Rate(%) : 50\nHBM Capacity(MB) : 100\nHBM Usage Rate(%) : 10\n")
-    assert usage_of_chip(usages, 0) == NpuUsage(aicore_ratio=0.5, hbm_used_bytes=10 * MIB, hbm_total_bytes=100 * MIB)
+    assert usage_of_chip(usages, 0) == NpuUsage(
+        aicore_ratio=0.5, hbm_used_bytes=10 * MIB, hbm_total_bytes=100 * MIB
+    )
     assert usage_of_chip(usages, 1) is None
 
 
 def test_blocks_opened_by_their_chip_id_are_read_too():
-    text = ("Chip ID : 0\nAicore Usage Rate(%) : 10\nHBM Capacity(MB) : 8\nHBM Usage Rate(%) : 50\n"
-            "Chip ID : 1\nAicore Usage Rate(%) : 20\nHBM Capacity(MB) : 8\nHBM Usage Rate(%) : 25\n")
+    text = (
+        "Chip ID : 0\nAicore Usage Rate(%) : 10\nHBM Capacity(MB) : 8\nHBM Usage Rate(%) : 50\n"
+        "Chip ID : 1\nAicore Usage Rate(%) : 20\nHBM Capacity(MB) : 8\nHBM Usage Rate(%) : 25\n"
+    )
     usages, problems = parse_usages(text)
     assert problems == ()
     assert (usages[0].aicore_ratio, usages[1].aicore_ratio) == (0.1, 0.2)
@@ -94,7 +105,10 @@ def test_a_container_sees_its_chips_as_devices_0_to_n_in_logic_id_order():
 
 
 def test_chip_map_without_a_header_is_reported():
-    assert parse_chip_map("Error: permission denied\n") == ([], ("npu-smi info -m output has no 'NPU ID ... Chip ID' header",))
+    assert parse_chip_map("Error: permission denied\n") == (
+        [],
+        ("npu-smi info -m output has no 'NPU ID ... Chip ID' header",),
+    )
 
 
 def test_chip_map_rows_that_are_not_rows_are_reported():

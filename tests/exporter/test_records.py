@@ -12,10 +12,22 @@ from ascend_fleet.exporter.records import ProcessRecord, TimedUsage, decode, enc
 GIB = 1024**3
 
 
-def rank(pid: int, device: str, *, reserved: float = 10 * GIB, inactive: float = GIB, allocated: float = 8 * GIB,
-         retries: float = 0, aicore: float = 0.5, sampled_at: float = 100.0, errors=None) -> ProcessRecord:
+def rank(
+    pid: int,
+    device: str,
+    *,
+    reserved: float = 10 * GIB,
+    inactive: float = GIB,
+    allocated: float = 8 * GIB,
+    retries: float = 0,
+    aicore: float = 0.5,
+    sampled_at: float = 100.0,
+    errors=None,
+) -> ProcessRecord:
     return ProcessRecord(
-        pid=pid, written_at=100.0, interval=5.0,
+        pid=pid,
+        written_at=100.0,
+        interval=5.0,
         allocator={device: AllocatorStats(reserved, allocated, inactive, retries, 0)},
         usage={device: TimedUsage(sampled_at, NpuUsage(aicore, 30 * GIB, 64 * GIB))},
         errors=errors or {"torch_npu": 0, "npu_smi": 0},
@@ -32,8 +44,12 @@ def test_one_process_per_device_gives_each_device_once():
 
 
 def test_two_processes_on_one_device_add_allocators_but_not_device_usage():
-    older = rank(11, "0", reserved=10 * GIB, inactive=4 * GIB, allocated=5 * GIB, retries=1, aicore=0.2, sampled_at=90)
-    newer = rank(12, "0", reserved=30 * GIB, inactive=0, allocated=25 * GIB, retries=2, aicore=0.7, sampled_at=99)
+    older = rank(
+        11, "0", reserved=10 * GIB, inactive=4 * GIB, allocated=5 * GIB, retries=1, aicore=0.2, sampled_at=90
+    )
+    newer = rank(
+        12, "0", reserved=30 * GIB, inactive=0, allocated=25 * GIB, retries=2, aicore=0.7, sampled_at=99
+    )
     sample = merge([older, newer]).devices["0"]
     assert sample.reserved_bytes == 40 * GIB and sample.allocated_bytes == 30 * GIB
     assert sample.fragmentation_ratio == pytest.approx(0.1)
@@ -44,7 +60,9 @@ def test_two_processes_on_one_device_add_allocators_but_not_device_usage():
 
 
 def test_scrape_errors_add_up_per_collector():
-    snapshot = merge([rank(1, "0", errors={"npu_smi": 2, "torch_npu": 0}), rank(2, "1", errors={"npu_smi": 1})])
+    snapshot = merge(
+        [rank(1, "0", errors={"npu_smi": 2, "torch_npu": 0}), rank(2, "1", errors={"npu_smi": 1})]
+    )
     assert snapshot.scrape_errors == {"npu_smi": 3, "torch_npu": 0}
 
 
@@ -53,8 +71,14 @@ def test_a_device_with_only_usage_or_only_allocator_values():
     only_allocator = ProcessRecord(2, 0.0, 5.0, allocator={"3": AllocatorStats(100, 50, 10, 0, 0)})
     devices = merge([only_usage, only_allocator]).devices
     assert devices["2"] == DeviceSample(utilization_ratio=0.3)
-    assert devices["3"] == DeviceSample(fragmentation_ratio=0.1, slack_ratio=0.5, reserved_bytes=100,
-                                        allocated_bytes=50, alloc_retries=0, ooms=0)
+    assert devices["3"] == DeviceSample(
+        fragmentation_ratio=0.1,
+        slack_ratio=0.5,
+        reserved_bytes=100,
+        allocated_bytes=50,
+        alloc_retries=0,
+        ooms=0,
+    )
 
 
 def test_nothing_to_merge():
@@ -65,8 +89,14 @@ def test_nothing_to_merge():
 def test_json_round_trip():
     record = rank(4242, "5", retries=7)
     assert decode(encode(record)) == record
-    partial = ProcessRecord(7, 1.5, 0.25, allocator={"0": AllocatorStats(reserved_bytes=1.0)},
-                            usage={"0": TimedUsage(2.0, NpuUsage())}, errors={})
+    partial = ProcessRecord(
+        7,
+        1.5,
+        0.25,
+        allocator={"0": AllocatorStats(reserved_bytes=1.0)},
+        usage={"0": TimedUsage(2.0, NpuUsage())},
+        errors={},
+    )
     assert decode(encode(partial)) == partial
 
 
@@ -78,12 +108,20 @@ def test_json_round_trip():
         ('{"schema": 2}', "not a schema-1 record"),
         ('{"schema": 1, "pid": "7", "devices": {}, "errors": {}}', "is not a process id"),
         ('{"schema": 1, "pid": 7, "devices": [], "errors": {}}', "must be objects"),
-        ('{"schema": 1, "pid": 7, "written_at": 1, "interval": 5, "devices": {"0": 3}, "errors": {}}',
-         "is not an object"),
-        ('{"schema": 1, "pid": 7, "written_at": 1, "interval": 5, "devices": '
-         '{"0": {"allocator": {"reserved_bytes": "x"}}}, "errors": {}}', "reserved_bytes is 'x'"),
-        ('{"schema": 1, "pid": 7, "written_at": 1, "interval": 5, "devices": '
-         '{"0": {"usage": {"aicore_ratio": 0.1}}}, "errors": {}}', "usage has no sampled_at"),
+        (
+            '{"schema": 1, "pid": 7, "written_at": 1, "interval": 5, "devices": {"0": 3}, "errors": {}}',
+            "is not an object",
+        ),
+        (
+            '{"schema": 1, "pid": 7, "written_at": 1, "interval": 5, "devices": '
+            '{"0": {"allocator": {"reserved_bytes": "x"}}}, "errors": {}}',
+            "reserved_bytes is 'x'",
+        ),
+        (
+            '{"schema": 1, "pid": 7, "written_at": 1, "interval": 5, "devices": '
+            '{"0": {"usage": {"aicore_ratio": 0.1}}}, "errors": {}}',
+            "usage has no sampled_at",
+        ),
         ('{"schema": 1, "pid": 7, "interval": 5, "devices": {}, "errors": {}}', "written_at is None"),
     ],
 )

@@ -56,12 +56,16 @@ def test_an_exporter_samples_publishes_serves_and_withdraws(config, npu_smi):
     assert port_free(config.port)
 
 
-def test_without_torch_npu_it_says_so_and_reports_every_device_from_npu_smi(config, npu_smi, monkeypatch, caplog):
+def test_without_torch_npu_it_says_so_and_reports_every_device_from_npu_smi(
+    config, npu_smi, monkeypatch, caplog
+):
     monkeypatch.setitem(sys.modules, "torch_npu", None)
     caplog.set_level(logging.WARNING, "ascend_fleet.exporter")
     exporter = Exporter(config, TorchNpuStats(), npu_smi).start()
     try:
-        series = eventually(lambda: series_with(config.port, metrics.NPU_UTILIZATION_RATIO, {str(n) for n in range(8)}))
+        series = eventually(
+            lambda: series_with(config.port, metrics.NPU_UTILIZATION_RATIO, {str(n) for n in range(8)})
+        )
     finally:
         exporter.stop()
     assert metrics.MEMORY_FRAGMENTATION_RATIO not in series
@@ -73,7 +77,9 @@ def test_without_torch_npu_it_says_so_and_reports_every_device_from_npu_smi(conf
 def npu_smi_failed_once(port: int) -> dict | None:
     series = parse(scrape(port)[0])
     errors = series.get(metrics.EXPORTER_SCRAPE_ERRORS_TOTAL, {})
-    if errors.get((("collector", "npu_smi"),)) == 1.0 and by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO):
+    if errors.get((("collector", "npu_smi"),)) == 1.0 and by_device(
+        series, metrics.MEMORY_FRAGMENTATION_RATIO
+    ):
         return series
     return None
 
@@ -151,8 +157,12 @@ def test_a_forked_child_lets_go_of_the_port_and_arms_itself(tmp_path):
         time.sleep(0.5)
         os._exit(0)  # the serving process dies; its forked child lives on
     """)
-    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                               env=child_env({"ASCEND_FLEET_EXPORTER": "1"}))
+    process = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env({"ASCEND_FLEET_EXPORTER": "1"}),
+    )
     assert process.stdout is not None
     lines = sorted([process.stdout.readline().strip(), process.stdout.readline().strip()])
     grandchild = int(lines[1].split()[1])

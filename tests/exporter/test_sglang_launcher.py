@@ -11,12 +11,23 @@ import pytest
 from .support import child_env
 
 LAUNCHER = [sys.executable, "-m", "ascend_fleet.exporter.sglang"]
-ARGS = ["--model-path", "/models/Qwen2.5-7B-Instruct", "--tp-size", "2", "--served-model-name", "qwen 7b",
-        "--device", "npu", "--attention-backend", "ascend", "--enable-metrics"]
+ARGS = [
+    "--model-path",
+    "/models/Qwen2.5-7B-Instruct",
+    "--tp-size",
+    "2",
+    "--served-model-name",
+    "qwen 7b",
+    "--device",
+    "npu",
+    "--attention-backend",
+    "ascend",
+    "--enable-metrics",
+]
 
 # A stand-in SGLang: launch_server's __main__ block spawns a worker (as SGLang starts its schedulers)
 # and prints what it saw; the worker's target lives in an importable module, as SGLang's do.
-FAKE_LAUNCH_SERVER = '''
+FAKE_LAUNCH_SERVER = """
 import json, multiprocessing, sys
 from sglang.worker import report
 
@@ -29,8 +40,8 @@ if __name__ == "__main__":
     worker.start()
     print(json.dumps({"argv": sys.argv, "armed": runtime.is_armed(), "worker": queue.get(timeout=30)}))
     worker.join()
-'''
-FAKE_WORKER = '''
+"""
+FAKE_WORKER = """
 import sys
 
 
@@ -38,7 +49,7 @@ def report(queue):
     from ascend_fleet.exporter import runtime
 
     queue.put({"armed": runtime.is_armed(), "main": sys.modules["__main__"].__spec__.name})
-'''
+"""
 
 
 @pytest.fixture
@@ -53,8 +64,13 @@ def fake_sglang(tmp_path):
 
 @pytest.mark.parametrize("enabled", ["1", "0"])
 def test_arguments_are_forwarded_and_spawned_workers_arm_the_exporter(fake_sglang, enabled):
-    done = subprocess.run([*LAUNCHER, *ARGS], capture_output=True, text=True, timeout=60,
-                          env=child_env({"ASCEND_FLEET_EXPORTER": enabled}, python_path=[fake_sglang]))
+    done = subprocess.run(
+        [*LAUNCHER, *ARGS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env({"ASCEND_FLEET_EXPORTER": enabled}, python_path=[fake_sglang]),
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["argv"] == [str(fake_sglang / "sglang" / "launch_server.py"), *ARGS]
@@ -65,8 +81,13 @@ def test_arguments_are_forwarded_and_spawned_workers_arm_the_exporter(fake_sglan
 
 
 def test_without_sglang_a_clear_message_and_status_2():
-    done = subprocess.run([*LAUNCHER, *ARGS], capture_output=True, text=True, timeout=30,
-                          env=child_env({"ASCEND_FLEET_EXPORTER": "1"}))
+    done = subprocess.run(
+        [*LAUNCHER, *ARGS],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=child_env({"ASCEND_FLEET_EXPORTER": "1"}),
+    )
     assert done.returncode == 2
     assert "sglang.launch_server is not importable: SGLang is not installed" in done.stderr
     assert "Traceback" not in done.stderr

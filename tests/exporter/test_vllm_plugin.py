@@ -17,7 +17,11 @@ from ascend_fleet.exporter import metrics
 from .scrape import by_device, parse, scrape
 from .support import DATA, SOURCE_ROOT, child_env, eventually, free_port, port_free
 
-GROUP, NAME, TARGET = "vllm.general_plugins", "ascend_fleet_exporter", "ascend_fleet.exporter.vllm_plugin:register"
+GROUP, NAME, TARGET = (
+    "vllm.general_plugins",
+    "ascend_fleet_exporter",
+    "ascend_fleet.exporter.vllm_plugin:register",
+)
 PYPROJECT = SOURCE_ROOT.parent / "pyproject.toml"
 
 FAKE_TORCH_NPU = '''
@@ -69,8 +73,13 @@ def test_register_imports_neither_vllm_nor_torch(enabled):
         watchers = [t.name for t in threading.enumerate() if t.name.startswith("ascend-fleet-exporter")]
         print(json.dumps({"heavy": heavy, "watchers": watchers}))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
-                          env=child_env({"ASCEND_FLEET_EXPORTER": enabled}))
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=child_env({"ASCEND_FLEET_EXPORTER": enabled}),
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["heavy"] == []
@@ -97,13 +106,20 @@ def test_the_exporter_starts_only_once_the_engine_binds_a_device(tmp_path):
         torch_npu.npu.set_device(device)
         threading.Event().wait()
     """)
-    env = child_env({"ASCEND_FLEET_EXPORTER": "1", "ASCEND_FLEET_EXPORTER_PORT": str(port),
-                     "ASCEND_FLEET_EXPORTER_INTERVAL": "0.1", "ASCEND_FLEET_EXPORTER_DIR": str(tmp_path / "spool"),
-                     "FAKE_TORCH_NPU_STATS": str(DATA / "memory_stats_fragmented.json"),
-                     "PATH": "/nonexistent"},  # no npu-smi: allocator metrics alone
-                    python_path=[tmp_path])
-    engine = subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    env = child_env(
+        {
+            "ASCEND_FLEET_EXPORTER": "1",
+            "ASCEND_FLEET_EXPORTER_PORT": str(port),
+            "ASCEND_FLEET_EXPORTER_INTERVAL": "0.1",
+            "ASCEND_FLEET_EXPORTER_DIR": str(tmp_path / "spool"),
+            "FAKE_TORCH_NPU_STATS": str(DATA / "memory_stats_fragmented.json"),
+            "PATH": "/nonexistent",
+        },  # no npu-smi: allocator metrics alone
+        python_path=[tmp_path],
+    )
+    engine = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
         assert engine.stdin is not None and engine.stdout is not None
         assert engine.stdout.readline().strip() == "imported"

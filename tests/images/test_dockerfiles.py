@@ -19,9 +19,22 @@ from tests.support.paths import ROOT
 
 IMAGES = ROOT / "images"
 DOCKERFILES = {path.parent.name: path for path in sorted(IMAGES.glob("*/Dockerfile"))}
-SECRET_NAMES = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)", re.I)
-SECRET_FILES = ("*.pem", "*.key", "*id_rsa*", "*id_ed25519*", ".netrc", ".pypirc", ".npmrc", "*.p12",
-                ".docker/config.json", ".env", "*kubeconfig*")
+SECRET_NAMES = re.compile(
+    r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)", re.I
+)
+SECRET_FILES = (
+    "*.pem",
+    "*.key",
+    "*id_rsa*",
+    "*id_ed25519*",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+    "*.p12",
+    ".docker/config.json",
+    ".env",
+    "*kubeconfig*",
+)
 
 
 @dataclass
@@ -113,8 +126,25 @@ def test_the_three_images_exist():
 
 def test_parses(dockerfile):
     instructions = parse(dockerfile.read_text())
-    known = {"FROM", "ARG", "ENV", "LABEL", "WORKDIR", "COPY", "ADD", "RUN", "USER", "EXPOSE", "ENTRYPOINT", "CMD",
-             "HEALTHCHECK", "SHELL", "STOPSIGNAL", "VOLUME", "ONBUILD"}
+    known = {
+        "FROM",
+        "ARG",
+        "ENV",
+        "LABEL",
+        "WORKDIR",
+        "COPY",
+        "ADD",
+        "RUN",
+        "USER",
+        "EXPOSE",
+        "ENTRYPOINT",
+        "CMD",
+        "HEALTHCHECK",
+        "SHELL",
+        "STOPSIGNAL",
+        "VOLUME",
+        "ONBUILD",
+    }
     assert instructions and {i.keyword for i in instructions} <= known
     for instruction in instructions:
         if instruction.keyword in ("ENTRYPOINT", "CMD"):
@@ -123,7 +153,9 @@ def test_parses(dockerfile):
 
 def test_buildkit_parser_agrees(dockerfile):
     """Docker's own parser (the `dockerfile` package wraps BuildKit's) reads the same instructions."""
-    buildkit = pytest.importorskip("dockerfile", reason="pip install dockerfile (BuildKit's parser) to cross-check")
+    buildkit = pytest.importorskip(
+        "dockerfile", reason="pip install dockerfile (BuildKit's parser) to cross-check"
+    )
     ours = [(i.keyword, i.line) for i in parse(dockerfile.read_text())]
     theirs = [(c.cmd.upper(), c.start_line) for c in buildkit.parse_file(str(dockerfile))]
     assert ours == theirs
@@ -135,7 +167,8 @@ def test_bases_are_pinned(dockerfile):
         name, _, digest = image.partition("@")
         tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
         assert digest.startswith("sha256:") or (tag and tag != "latest" and re.search(r"\d", tag)), (
-            f"{dockerfile.parent.name}: base {image} is not pinned to a versioned tag or digest")
+            f"{dockerfile.parent.name}: base {image} is not pinned to a versioned tag or digest"
+        )
 
 
 def test_runs_as_non_root(dockerfile):
@@ -147,7 +180,9 @@ def test_runs_as_non_root(dockerfile):
             name, _, default = instruction.args.partition("=")
             args[name] = default
     users = [expand(i.args, args) for i in final if i.keyword == "USER"]
-    assert users, f"{dockerfile.parent.name}: the final stage sets no USER (it would run as the base's, often root)"
+    assert users, (
+        f"{dockerfile.parent.name}: the final stage sets no USER (it would run as the base's, often root)"
+    )
     user = users[-1].split(":")[0]
     assert user not in ("root", "0", ""), f"{dockerfile.parent.name} runs as {users[-1]}"
     assert user.isdigit(), "a numeric USER lets Kubernetes' runAsNonRoot verify it"
@@ -158,12 +193,15 @@ def test_no_secrets(dockerfile):
     assert not re.search(r"://[^/\s:@]+:[^/\s@]+@", text), "credentials in a URL"
     for instruction in parse(text):
         if instruction.keyword in ("ENV", "ARG"):
-            for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", instruction.args) or [instruction.args.split()[0]]:
+            for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)=", instruction.args) or [
+                instruction.args.split()[0]
+            ]:
                 assert not SECRET_NAMES.search(name), f"line {instruction.line}: {name} looks like a secret"
         if instruction.keyword in ("COPY", "ADD"):
             for source in instruction.words()[:-1]:
-                assert not any(fnmatch.fnmatch(Path(source).name, p) or fnmatch.fnmatch(source, p)
-                               for p in SECRET_FILES), f"line {instruction.line} copies {source}"
+                assert not any(
+                    fnmatch.fnmatch(Path(source).name, p) or fnmatch.fnmatch(source, p) for p in SECRET_FILES
+                ), f"line {instruction.line} copies {source}"
         if instruction.keyword == "ADD":
             assert not re.match(r"https?://", instruction.args), "ADD of a URL is neither pinned nor checked"
 
@@ -197,8 +235,16 @@ def test_copied_sources_exist_and_reach_the_builder(dockerfile):
 
 
 def test_dockerignore_keeps_the_context_small():
-    for path in (".git", ".venv", "tests", "charts", "docs", ".pytest_cache", "operator/ascend_fleet.egg-info",
-                 "operator/ascend_fleet/__pycache__"):
+    for path in (
+        ".git",
+        ".venv",
+        "tests",
+        "charts",
+        "docs",
+        ".pytest_cache",
+        "operator/ascend_fleet.egg-info",
+        "operator/ascend_fleet/__pycache__",
+    ):
         assert not sent_to_builder(path), f"{path} would be sent to the builder"
     assert sent_to_builder("operator/ascend_fleet/cli/main.py") and sent_to_builder("pyproject.toml")
 
@@ -219,8 +265,12 @@ def test_engine_images_extend_the_operators_default_upstream_image(engine):
     text = DOCKERFILES[engine].read_text()
     assert "UNCONFIRMED" in text, "say that the upstream tag is not confirmed"
     runs = " ".join(i.args for i in parse(text) if i.keyword == "RUN")
-    assert "--no-deps" in runs, "only this package goes into the engine image, not the operator's dependencies"
-    module = {"vllm-ascend": "ascend_fleet.exporter.vllm_plugin", "sglang": "ascend_fleet.exporter.sglang"}[engine]
+    assert "--no-deps" in runs, (
+        "only this package goes into the engine image, not the operator's dependencies"
+    )
+    module = {"vllm-ascend": "ascend_fleet.exporter.vllm_plugin", "sglang": "ascend_fleet.exporter.sglang"}[
+        engine
+    ]
     assert f"import {module}" in runs, "the build proves the exporter imports"
 
 

@@ -10,7 +10,9 @@ from ascend_fleet.simulate.traces import Trace
 REFERENCE_PROMPT = 512
 
 
-def periodic(rate: float, duration: float, output: int, prompt: int = REFERENCE_PROMPT, start: float = 0.0) -> Trace:
+def periodic(
+    rate: float, duration: float, output: int, prompt: int = REFERENCE_PROMPT, start: float = 0.0
+) -> Trace:
     """Requests every 1/rate seconds from ``start``, all alike: a fixed load with no randomness."""
     count = int((duration - start) * rate)
     arrivals = [start + i / rate for i in range(count)]

@@ -64,8 +64,13 @@ def test_without_matplotlib_the_png_is_skipped_with_a_message(tmp_path, capsys, 
 
 
 def test_bench_policy_prints_a_table_per_trace_and_a_verdict():
-    run = subprocess.run([sys.executable, "-m", "bench.policy", "--hours", "0.1"], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.policy", "--hours", "0.1"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     for name in BUILT_IN:
         assert f"## {name}:" in run.stdout

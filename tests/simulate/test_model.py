@@ -100,8 +100,12 @@ def test_cold_start_delays_the_new_replicas_capacity_by_exactly_the_configured_t
 
 
 def same(a: Result, b: Result) -> bool:
-    return (a.first_token.tobytes() == b.first_token.tobytes() and a.end_to_end.tobytes() == b.end_to_end.tobytes()
-            and a.timeline == b.timeline and summarize(a) == summarize(b))
+    return (
+        a.first_token.tobytes() == b.first_token.tobytes()
+        and a.end_to_end.tobytes() == b.end_to_end.tobytes()
+        and a.timeline == b.timeline
+        and summarize(a) == summarize(b)
+    )
 
 
 def test_the_same_seed_gives_the_same_numbers_and_another_seed_does_not():
@@ -117,7 +121,9 @@ def test_the_same_seed_gives_the_same_numbers_and_another_seed_does_not():
 
 def test_failed_requests_count_as_slow_and_have_no_latency():
     # No replica at all: every request fails with nowhere to go.
-    result = simulate(FleetConfig(initial_replicas=0, min_replicas=0), periodic(1.0, 30.0, 10), StaticPolicy(0))
+    result = simulate(
+        FleetConfig(initial_replicas=0, min_replicas=0), periodic(1.0, 30.0, 10), StaticPolicy(0)
+    )
     summary = summarize(result)
     assert summary.failed == summary.requests == 30 and summary.slow_share == 1.0
     assert math.isnan(summary.first_token_p50)
@@ -126,8 +132,9 @@ def test_failed_requests_count_as_slow_and_have_no_latency():
 
 def test_fragmentation_slows_steps_past_its_level_then_crashes_the_engine():
     # Fragmentation grows 0.001 per second whatever the load: 0.30 at 300 s, 0.40 (out of memory) at 400 s.
-    engine = EngineModel(max_batch=32, cold_start=100.0, fragmentation_idle_per_hour=3.6,
-                         fragmentation_busy_per_hour=3.6)
+    engine = EngineModel(
+        max_batch=32, cold_start=100.0, fragmentation_idle_per_hour=3.6, fragmentation_busy_per_hour=3.6
+    )
     assert (engine.penalty_start, engine.oom_fragmentation) == (0.15, 0.40)
     # A short request right after the scrape that saw 0.30, then one too long to finish before the crash.
     trace = Trace("two", 600.0, [300.0, 301.0], [512, 512], [20, 100_000])
@@ -136,7 +143,9 @@ def test_fragmentation_slows_steps_past_its_level_then_crashes_the_engine():
     slowdown = 1 + (0.30 - 0.15) * engine.slowdown_per_fragmentation
     assert result.first_token[0] == pytest.approx(CURVE.first_token(1) * slowdown)
     crash = 405.0  # the first scrape at or past 0.40
-    assert [(life.created, life.deleted, life.end) for life in result.lives][:1] == [(0.0, crash, "out of memory")]
+    assert [(life.created, life.deleted, life.end) for life in result.lives][:1] == [
+        (0.0, crash, "out of memory")
+    ]
     assert result.oom_crashes == 1 and result.failures == {"lost in an out-of-memory crash": 1}
     new = result.lives[1]
     assert (new.created, new.ready_at) == (crash, crash + engine.cold_start)

@@ -28,7 +28,9 @@ def test_replicas_without_a_metric_damp_a_scale_up():
     assert hpa_replicas(2, [1.0, 1.0], 0, 0.70, 0.10) == 3
 
 
-def view(now: float, desired: int, utilizations: list[float], store: MetricStore, starting: int = 0) -> FleetView:
+def view(
+    now: float, desired: int, utilizations: list[float], store: MetricStore, starting: int = 0
+) -> FleetView:
     store.add(Scrape(now, {i: (u, 0.0) for i, u in enumerate(utilizations)}))
     replicas = [ReplicaView(i, SERVING, 0.0, 0.0) for i in range(len(utilizations))]
     replicas += [ReplicaView(len(utilizations) + i, STARTING, now, None) for i in range(starting)]

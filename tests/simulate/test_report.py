@@ -13,9 +13,19 @@ from ascend_fleet.simulate.report import LOSE, TRADE_OFF, WIN, outcome, percenti
 
 def result(first: list[float], e2e: list[float], npu_seconds: float = 3600.0 * 8, name: str = "p") -> Result:
     n = len(first)
-    return Result(policy=name, trace="t", duration=100.0, npus_per_replica=8, arrivals=array("d", range(n)),
-                  output_tokens=[10] * n, first_token=array("d", first), end_to_end=array("d", e2e),
-                  served_by=array("i", [0] * n), failures={}, npu_seconds=npu_seconds)
+    return Result(
+        policy=name,
+        trace="t",
+        duration=100.0,
+        npus_per_replica=8,
+        arrivals=array("d", range(n)),
+        output_tokens=[10] * n,
+        first_token=array("d", first),
+        end_to_end=array("d", e2e),
+        served_by=array("i", [0] * n),
+        failures={},
+        npu_seconds=npu_seconds,
+    )
 
 
 def test_percentile_is_nearest_rank():
@@ -50,7 +60,18 @@ def test_table_has_a_column_per_figure_and_a_row_per_policy():
     text = table([summarize(result([0.1], [1.0], name="a")), summarize(result([0.2], [2.0], name="b"))])
     lines = text.splitlines()
     assert len(lines) == 4
-    for column in ("TTFT p50", "TTFT p99", "E2E p50", "E2E p99", ">1s", "req/s", "tok/s", "NPU-h", "scale +/-",
-                   "restarts rule/OOM", "failed"):
+    for column in (
+        "TTFT p50",
+        "TTFT p99",
+        "E2E p50",
+        "E2E p99",
+        ">1s",
+        "req/s",
+        "tok/s",
+        "NPU-h",
+        "scale +/-",
+        "restarts rule/OOM",
+        "failed",
+    ):
         assert column in lines[0]
     assert lines[2].startswith("| a ") and lines[3].startswith("| b ")

@@ -39,11 +39,15 @@ def test_every_rules_decision_comes_from_the_operators_decide(monkeypatch):
     result = simulate(fleet_config(spec), periodic(14.0, HOUR, 200), policy)
 
     made = [d for answer in answers for d in answer]
-    ticks = [policy.interval * i for i in range(1, int(HOUR // policy.interval))]  # every interval, before the end
+    ticks = [
+        policy.interval * i for i in range(1, int(HOUR // policy.interval))
+    ]  # every interval, before the end
     assert len(answers) == len(ticks)  # one decide() per control tick
     ups = [d for d in made if d.action == "scale_up"]
     assert ups and result.scale_ups == len(ups)
-    times = [tick for tick, answer in zip(ticks, answers, strict=True) for d in answer if d.action == "scale_up"]
+    times = [
+        tick for tick, answer in zip(ticks, answers, strict=True) for d in answer if d.action == "scale_up"
+    ]
     # The window must fill first (5 min of samples above 85 %), then the spec's 3 min cooldown spaces them.
     assert times[0] >= 300.0
     assert all(b - a >= spec.autoscaling.scale_up_cooldown for a, b in zip(times, times[1:], strict=False))
@@ -67,10 +71,12 @@ def test_windows_are_answered_like_prometheus_subqueries():
 def _restart_scenario(restarts: bool):
     """Two replicas, a light load that keeps batches at one sequence, fragmentation that grows fast."""
     spec = load_spec()
-    spec = spec.model_copy(update={
-        "rules": [Rule(metric="mem_fragmentation", threshold="20%", for_="2m", action="restart_service")],
-        "autoscaling": spec.autoscaling.model_copy(update={"min_replicas": 2, "max_replicas": 2}),
-    })
+    spec = spec.model_copy(
+        update={
+            "rules": [Rule(metric="mem_fragmentation", threshold="20%", for_="2m", action="restart_service")],
+            "autoscaling": spec.autoscaling.model_copy(update={"min_replicas": 2, "max_replicas": 2}),
+        }
+    )
     engine = EngineModel(cold_start=60.0, fragmentation_idle_per_hour=0.6, fragmentation_busy_per_hour=0.6)
     config = fleet_config(spec, engine)
     policy = RulesPolicy(spec, restarts=restarts, name="rules" if restarts else "rules-no-restart")
@@ -89,8 +95,11 @@ def test_a_fragmentation_restart_removes_the_latency_penalty():
     assert back == pytest.approx(down + config.engine.cold_start)
 
     def ratios(start: float, end: float) -> list[float]:
-        return [result.first_token[i] / floor for i, t in enumerate(result.arrivals)
-                if start <= t < end and result.served_by[i] == 0]
+        return [
+            result.first_token[i] / floor
+            for i, t in enumerate(result.arrivals)
+            if start <= t < end and result.served_by[i] == 0
+        ]
 
     before = ratios(down - 120.0, down - config.drain_seconds)
     after = ratios(back, back + 600.0)
@@ -100,5 +109,7 @@ def test_a_fragmentation_restart_removes_the_latency_penalty():
     assert after and max(after) == pytest.approx(1.0, rel=1e-9)
 
     without, _ = _restart_scenario(restarts=False)
-    late = [without.first_token[i] / floor for i, t in enumerate(without.arrivals) if back <= t < back + 600.0]
+    late = [
+        without.first_token[i] / floor for i, t in enumerate(without.arrivals) if back <= t < back + 600.0
+    ]
     assert without.rule_restarts == 0 and min(late) > 1.1  # without restarts the penalty stays

@@ -48,7 +48,9 @@ def test_csv_with_header_loads_sorted(tmp_path):
 def test_csv_errors_name_the_row(tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("1.0,10,5\n2.0,ten,5\n")
-    with pytest.raises(ValueError, match=r"bad.csv:2: expected arrival seconds, prompt tokens, output tokens"):
+    with pytest.raises(
+        ValueError, match=r"bad.csv:2: expected arrival seconds, prompt tokens, output tokens"
+    ):
         load_csv(path)
 
 

@@ -32,8 +32,12 @@ def rbac_triple(method: str, url: str) -> tuple[str, str, str] | None:
     if method == "GET":
         verb = "watch" if query.get("watch", [""])[0] in ("true", "1") else ("get" if name else "list")
     else:
-        verb = {"POST": "create", "PATCH": "patch", "PUT": "update",
-                "DELETE": "delete" if name else "deletecollection"}[method]
+        verb = {
+            "POST": "create",
+            "PATCH": "patch",
+            "PUT": "update",
+            "DELETE": "delete" if name else "deletecollection",
+        }[method]
     return group, resource, verb
 
 
@@ -46,3 +50,20 @@ def record_operator_requests(cluster, suite: str) -> None:
             triple = rbac_triple(str(request.method.value), str(request.url))
             if triple:
                 OBSERVED.add(triple)
+
+
+def audited_requests(audit_log, username: str) -> set[tuple[str, str, str]]:
+    """(group, resource[/subresource], verb) of every request ``username`` made, from a real API server's
+    audit log (JSON lines at the Metadata level)."""
+    import json
+
+    triples = set()
+    with open(audit_log) as lines:
+        for line in lines:
+            event = json.loads(line)
+            ref = event.get("objectRef")
+            if event.get("user", {}).get("username") != username or not ref or not ref.get("resource"):
+                continue
+            resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            triples.add((ref.get("apiGroup", ""), resource, event["verb"]))
+    return triples

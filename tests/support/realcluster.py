@@ -60,6 +60,11 @@ def control_plane_or_skip() -> None:
         pytest.skip(str(error))
 
 
+STARTED: list[
+    RealClusterHandle
+] = []  # the session's cluster once started (the RBAC check reads its audit log)
+
+
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[RealClusterHandle]:
     control_plane_or_skip()
@@ -71,4 +76,6 @@ def real_cluster() -> Iterator[RealClusterHandle]:
         )
         handle.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
         handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_FILE))
+        STARTED.append(handle)
         yield handle
+        STARTED.remove(handle)

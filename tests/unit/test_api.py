@@ -16,7 +16,11 @@ def test_defaults_are_filled_in():
     assert s.hardware.chip == "ascend910b"
     assert s.hardware.npus_per_node == 8
     assert s.hardware.resource_name == "huawei.com/Ascend910"
-    assert (s.memory.static_fraction, s.memory.dynamic_fraction, s.memory.reserve_fraction) == (0.60, 0.25, 0.15)
+    assert (s.memory.static_fraction, s.memory.dynamic_fraction, s.memory.reserve_fraction) == (
+        0.60,
+        0.25,
+        0.15,
+    )
     assert s.precision == "bf16"
     assert s.parallelism.data == 1
     assert [r.describe() for r in s.rules] == [
@@ -41,11 +45,15 @@ def test_wire_form_is_camel_case_and_round_trips():
 
 
 def test_rules_accept_seed_spellings():
-    rule = Rule.model_validate({"metric": "npu_utilization", "threshold": "85%", "for": "5min", "action": "scale_up"})
+    rule = Rule.model_validate(
+        {"metric": "npu_utilization", "threshold": "85%", "for": "5min", "action": "scale_up"}
+    )
     assert rule.threshold == pytest.approx(0.85)
     assert rule.for_ == 300
     assert rule.scope == "fleet"
-    restart = Rule.model_validate({"metric": "m", "threshold": 0.15, "for": "10m", "action": "restart_service"})
+    restart = Rule.model_validate(
+        {"metric": "m", "threshold": 0.15, "for": "10m", "action": "restart_service"}
+    )
     assert restart.scope == "replica"
 
 
@@ -60,8 +68,20 @@ def test_rules_accept_seed_spellings():
         ({"rules": [{"metric": "m", "threshold": "85%", "for": "5m", "action": "explode"}]}, "scale_up"),
         ({"rules": [{"threshold": "85%", "for": "5m", "action": "notify"}]}, "exactly one of metric"),
         ({"rules": [{"metric": "m", "threshold": "85%", "for": "soon", "action": "notify"}]}, "30s, 5m"),
-        ({"rules": [{"metric": "m", "threshold": 0.1, "for": "1m", "action": "restart_service", "scope": "fleet"}]},
-         "scope: replica"),
+        (
+            {
+                "rules": [
+                    {
+                        "metric": "m",
+                        "threshold": 0.1,
+                        "for": "1m",
+                        "action": "restart_service",
+                        "scope": "fleet",
+                    }
+                ]
+            },
+            "scope: replica",
+        ),
         ({"model": {"name": "m", "path": "/weights/m", "volume": {"hostPath": {"path": "/x"}}}}, "mountPath"),
         ({"parallelism": {"tensr": 2}}, "Extra inputs"),
     ],

@@ -13,8 +13,14 @@ SEED = ROOT / "examples" / "vllm-tp4-pp2-dp2.yaml"
 
 
 def cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "ascend_fleet.cli.main", *args], input=stdin,
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "ascend_fleet.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def test_plan_shows_the_seed_layout():
@@ -56,7 +62,9 @@ def test_validate_lists_every_problem_and_exits_2():
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert any(line.startswith("-#1 (first): spec.parallelism:") and "tensor must divide 8" in line for line in lines)
+    assert any(
+        line.startswith("-#1 (first): spec.parallelism:") and "tensor must divide 8" in line for line in lines
+    )
     assert any("-#2 (second): spec.memory: memory fractions add up to 1.30" in line for line in lines)
     assert any("-#2 (second): spec.rules.0.threshold: '120%' is out of range" in line for line in lines)
 
@@ -99,13 +107,16 @@ def test_crd_command_prints_the_checked_in_crd():
 
 def test_render_and_validate_use_the_operators_configuration(tmp_path):
     config = tmp_path / "config.yaml"
-    config.write_text("images:\n  sglang: registry.example.com/ai/sglang:v0.5.14-fleet1\n"
-                      "control:\n  catalog:\n    ttft_p95: 'histogram_quantile(0.95, x)'\n")
+    config.write_text(
+        "images:\n  sglang: registry.example.com/ai/sglang:v0.5.14-fleet1\n"
+        "control:\n  catalog:\n    ttft_p95: 'histogram_quantile(0.95, x)'\n"
+    )
     spec = tmp_path / "s.yaml"
     spec.write_text(
         "apiVersion: inference.ascendfleet.io/v1alpha1\nkind: AscendInference\nmetadata: {name: s}\n"
         "spec:\n  model: {name: m, path: /models/m}\n  engine: {type: sglang}\n"
-        "  rules: [{metric: ttft_p95, threshold: 2, for: 5m, action: scale_up}]\n")
+        "  rules: [{metric: ttft_p95, threshold: 2, for: 5m, action: scale_up}]\n"
+    )
     rendered = cli("render", "--config", str(config), str(spec))
     assert rendered.returncode == 0, rendered.stderr
     assert "image: registry.example.com/ai/sglang:v0.5.14-fleet1" in rendered.stdout

@@ -39,8 +39,11 @@ def test_schema_is_structural():
     for path, node in walk(SCHEMA):
         for banned in ("$ref", "anyOf", "oneOf", "allOf", "const", "title"):
             assert banned not in node, f"{path} has {banned}"
-        typed = "type" in node or node.get("x-kubernetes-int-or-string") or node.get(
-            "x-kubernetes-preserve-unknown-fields")
+        typed = (
+            "type" in node
+            or node.get("x-kubernetes-int-or-string")
+            or node.get("x-kubernetes-preserve-unknown-fields")
+        )
         assert typed, f"{path} has no type"
         if "properties" in node:
             assert "additionalProperties" not in node, f"{path} mixes properties and additionalProperties"
@@ -48,7 +51,9 @@ def test_schema_is_structural():
 
 def test_every_spec_field_is_described():
     spec = SCHEMA["properties"]["spec"]
-    missing = [path for path, node in walk(spec, "spec") if "description" not in node and path.count(".") <= 1]
+    missing = [
+        path for path, node in walk(spec, "spec") if "description" not in node and path.count(".") <= 1
+    ]
     assert not missing
 
 
@@ -60,7 +65,14 @@ def test_scale_subresource_and_printer_columns():
         "labelSelectorPath": ".status.selector",
     }
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Engine", "TP", "PP", "Replicas", "Ready", "NPUs", "Age"]
+        "Engine",
+        "TP",
+        "PP",
+        "Replicas",
+        "Ready",
+        "NPUs",
+        "Age",
+    ]
     assert CRD["spec"]["names"]["shortNames"] == ["ainf"]
 
 
@@ -90,7 +102,9 @@ def rule(**fields):
 BAD = {
     "memory fractions": (with_spec(memory={"staticFraction": 0.7}), "must add up to 1.0"),
     "memory fractions, all set": (
-        with_spec(memory={"staticFraction": 0.5, "dynamicFraction": 0.5, "reserveFraction": 0.5}), "add up to 1.0"),
+        with_spec(memory={"staticFraction": 0.5, "dynamicFraction": 0.5, "reserveFraction": 0.5}),
+        "add up to 1.0",
+    ),
     "min above max": (with_spec(autoscaling={"minReplicas": 5, "maxReplicas": 2}), "minReplicas must be <="),
     "min above default max": (with_spec(autoscaling={"minReplicas": 9}), "minReplicas must be <="),
     "percentage over 100": (with_spec(rules=[rule(threshold="150%")]), "does not match"),
@@ -98,8 +112,10 @@ BAD = {
     "word threshold": (with_spec(rules=[rule(threshold="high")]), "does not match"),
     "too many rules": (with_spec(rules=[rule()] * 33), "is too long"),
     "metric and query": (with_spec(rules=[rule(query="up")]), "exactly one of metric"),
-    "neither metric nor query": (with_spec(rules=[{k: v for k, v in rule().items() if k != "metric"}]),
-                                 "exactly one of metric"),
+    "neither metric nor query": (
+        with_spec(rules=[{k: v for k, v in rule().items() if k != "metric"}]),
+        "exactly one of metric",
+    ),
     "fleet restart": (with_spec(rules=[rule(action="restart_service", scope="fleet")]), "use scope: replica"),
     "long name": ({**GOOD, "metadata": {"name": "x" * 60}}, "at most 52 characters"),
     "tensor zero": (with_spec(parallelism={"tensor": 0}), "parallelism.tensor"),

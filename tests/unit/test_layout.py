@@ -8,13 +8,17 @@ def layout_of(tensor, pipeline, data=1, chip="ascend910b", npus_per_node=None, *
     hardware = {"chip": chip}
     if npus_per_node:
         hardware["npusPerNode"] = npus_per_node
-    return plan(AscendInferenceSpec.model_validate({
-        "model": {"name": "m", "path": "/models/m", **model},
-        # vllm-ascend does not run on the 910A; the planner's rules are the same for both engines.
-        "engine": {"type": "sglang" if chip == "ascend910a" else "vllm-ascend"},
-        "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
-        "hardware": hardware,
-    }))
+    return plan(
+        AscendInferenceSpec.model_validate(
+            {
+                "model": {"name": "m", "path": "/models/m", **model},
+                # vllm-ascend does not run on the 910A; the planner's rules are the same for both engines.
+                "engine": {"type": "sglang" if chip == "ascend910a" else "vllm-ascend"},
+                "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
+                "hardware": hardware,
+            }
+        )
+    )
 
 
 def test_seed_layout_is_two_single_pod_replicas_of_eight():
@@ -25,7 +29,12 @@ def test_seed_layout_is_two_single_pod_replicas_of_eight():
 
 def test_multi_node_replica_takes_whole_nodes():
     layout = layout_of(8, 4)
-    assert (layout.pods_per_replica, layout.npus_per_pod, layout.stages_per_pod, layout.total_npus) == (4, 8, 1, 32)
+    assert (layout.pods_per_replica, layout.npus_per_pod, layout.stages_per_pod, layout.total_npus) == (
+        4,
+        8,
+        1,
+        32,
+    )
 
 
 def test_two_stages_per_node_when_tensor_is_half_a_node():
@@ -40,7 +49,9 @@ def test_910a_takes_powers_of_two(count):
 
 @pytest.mark.parametrize("count", [3, 5, 6, 7])
 def test_910a_rejects_other_counts_and_suggests_neighbours(count):
-    with pytest.raises(LayoutError, match=r"910A pods take 1, 2, 4, 8 NPUs; pick tensor x pipeline = \d( or \d)?"):
+    with pytest.raises(
+        LayoutError, match=r"910A pods take 1, 2, 4, 8 NPUs; pick tensor x pipeline = \d( or \d)?"
+    ):
         layout_of(count, 1, chip="ascend910a")
 
 
@@ -72,7 +83,9 @@ def test_tensor_never_crosses_a_node():
 
 
 def test_tensor_must_divide_the_node_when_spanning():
-    with pytest.raises(LayoutError, match=r"tensor must divide 8; tensor 3 does not \(use one of 1, 2, 4, 8\)"):
+    with pytest.raises(
+        LayoutError, match=r"tensor must divide 8; tensor 3 does not \(use one of 1, 2, 4, 8\)"
+    ):
         layout_of(3, 4)
 
 
@@ -87,7 +100,9 @@ def test_smaller_nodes():
 
 
 def test_heads_must_divide_by_tensor():
-    with pytest.raises(LayoutError, match="tensor 8 does not divide the model's 28 attention heads; use tensor 7 or 14"):
+    with pytest.raises(
+        LayoutError, match="tensor 8 does not divide the model's 28 attention heads; use tensor 7 or 14"
+    ):
         layout_of(8, 1, num_attention_heads=28)
 
 

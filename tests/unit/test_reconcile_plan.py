@@ -16,15 +16,21 @@ NOW = 1_800_000_000.0
 SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
 
 
-def make(data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None, scheduler=None):
+def make(
+    data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None, scheduler=None
+):
     engine = {"type": "vllm-ascend", **({"image": image} if image else {})}
     doc = {
-        "apiVersion": names.API_VERSION, "kind": names.KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "metadata": {"name": "llm", "namespace": "ai", "uid": "uid-1", "generation": 3},
-        "spec": {"model": {"name": "m", "path": "/models/m"}, "engine": engine,
-                 "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
-                 "disruption": {"maxUnavailable": max_unavailable, "drainSeconds": drain},
-                 **({"scheduling": {"schedulerName": scheduler}} if scheduler else {})},
+        "spec": {
+            "model": {"name": "m", "path": "/models/m"},
+            "engine": engine,
+            "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
+            "disruption": {"maxUnavailable": max_unavailable, "drainSeconds": drain},
+            **({"scheduling": {"schedulerName": scheduler}} if scheduler else {}),
+        },
     }
     if status:
         doc["status"] = status
@@ -36,7 +42,9 @@ def running(pod, ready=True, restarts=0):
     pod["status"] = {
         "phase": "Running",
         "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        "containerStatuses": [{"name": "engine", "ready": ready, "restartCount": restarts, "state": {"running": {}}}],
+        "containerStatuses": [
+            {"name": "engine", "ready": ready, "restartCount": restarts, "state": {"running": {}}}
+        ],
     }
     return pod
 
@@ -46,8 +54,12 @@ def fleet(valid, replicas=None, **pod_state):
     from ascend_fleet.render import Owner
 
     owner = Owner.of(obj)
-    pods = [running(p, **pod_state) for r in (replicas if replicas is not None else range(layout.data))
-            for p in render_replica(obj.spec, owner, r, layout) if p["kind"] == "Pod"]
+    pods = [
+        running(p, **pod_state)
+        for r in (replicas if replicas is not None else range(layout.data))
+        for p in render_replica(obj.spec, owner, r, layout)
+        if p["kind"] == "Pod"
+    ]
     services = {s["metadata"]["name"]: s for s in render_services(obj.spec, owner, layout)}
     return Observed(pods=pods, services=services, pdb=render_pdb(obj.spec, owner, layout))
 
@@ -57,7 +69,12 @@ def test_empty_cluster_creates_every_child():
     result = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
     kinds = sorted(o["kind"] for o in result.creates)
     assert kinds == ["Pod"] * 4 + ["PodDisruptionBudget", "Service", "Service"]
-    assert result.status["layout"] == {"npusPerReplica": 16, "podsPerReplica": 2, "npusPerPod": 8, "totalNpus": 32}
+    assert result.status["layout"] == {
+        "npusPerReplica": 16,
+        "podsPerReplica": 2,
+        "npusPerPod": 8,
+        "totalNpus": 32,
+    }
     ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["message"]) == ("False", "0 of 2 replicas ready")
 
@@ -118,8 +135,10 @@ def test_scale_in_drains_the_highest_replica_first_then_deletes():
     assert not result.deletes
     drained = copy.deepcopy(observed)
     drained.pods[1]["metadata"]["labels"][names.LABEL_SERVING] = "false"
-    drained.pods[1]["metadata"]["annotations"] = {names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW),
-                                                  names.ANNOTATION_DRAIN_REASON: "scale-in"}
+    drained.pods[1]["metadata"]["annotations"] = {
+        names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW),
+        names.ANNOTATION_DRAIN_REASON: "scale-in",
+    }
     waiting = plan(valid.obj, valid.layout, drained, NOW + 10, SETTINGS)
     assert not waiting.deletes and waiting.requeue_after == pytest.approx(20)
     done = plan(valid.obj, valid.layout, drained, NOW + 31, SETTINGS)
@@ -134,13 +153,21 @@ def test_volcano_pod_groups_come_with_their_gang_and_go_with_it():
     smaller = make(data=1, tensor=8, pipeline=2, scheduler="volcano", drain=0)
     observed = fleet(smaller, replicas=[0, 1])
     observed.pods[2]["metadata"]["labels"][names.LABEL_SERVING] = "false"
-    observed.pods[2]["metadata"]["annotations"] = {names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW - 5),
-                                                   names.ANNOTATION_DRAIN_REASON: "scale-in"}
+    observed.pods[2]["metadata"]["annotations"] = {
+        names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW - 5),
+        names.ANNOTATION_DRAIN_REASON: "scale-in",
+    }
     done = plan(smaller.obj, smaller.layout, observed, NOW, SETTINGS)
-    assert [(d.kind, d.name) for d in done.deletes] == [("Pod", "llm-1"), ("Pod", "llm-1-1"), ("PodGroup", "llm-1")]
+    assert [(d.kind, d.name) for d in done.deletes] == [
+        ("Pod", "llm-1"),
+        ("Pod", "llm-1-1"),
+        ("PodGroup", "llm-1"),
+    ]
     plain = make(data=1, tensor=8, pipeline=2, drain=0)
-    assert all(d.kind == "Pod" for d in plan(plain.obj, plain.layout, fleet(plain, replicas=[0, 1]), NOW,
-                                             SETTINGS).deletes)
+    assert all(
+        d.kind == "Pod"
+        for d in plan(plain.obj, plain.layout, fleet(plain, replicas=[0, 1]), NOW, SETTINGS).deletes
+    )
 
 
 def test_rollout_respects_max_unavailable():
@@ -173,7 +200,9 @@ def test_invalid_spec_touches_nothing_and_reports_once():
     ready = first.status["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
     assert [e.reason for e in first.events] == ["InvalidSpec"]
-    again = plan_invalid({**doc, "status": first.status}, ["spec.parallelism: tensor 3 does not fit"], NOW + 5)
+    again = plan_invalid(
+        {**doc, "status": first.status}, ["spec.parallelism: tensor 3 does not fit"], NOW + 5
+    )
     assert not again.events and again.status == first.status
 
 
@@ -200,8 +229,11 @@ def test_a_pdb_with_max_unavailable_is_replaced_by_min_available():
     valid = make(data=2, tensor=8, pipeline=2)
     observed = fleet(valid)
     observed.pdb = {**observed.pdb, "spec": {"maxUnavailable": 1, **observed.pdb["spec"]}}
-    (patch,) = [p for p in plan(valid.obj, valid.layout, observed, NOW, SETTINGS).patches
-                if p.kind == "PodDisruptionBudget"]
+    (patch,) = [
+        p
+        for p in plan(valid.obj, valid.layout, observed, NOW, SETTINGS).patches
+        if p.kind == "PodDisruptionBudget"
+    ]
     # A merge patch: null removes the field, which the API server refuses beside minAvailable.
     assert patch.body["spec"]["maxUnavailable"] is None
     assert patch.body["spec"]["minAvailable"] == 3

@@ -26,7 +26,9 @@ def test_render_matches_golden_file(example, update_golden):
     if update_golden:
         golden.write_text(rendered)
     assert golden.exists(), f"no golden file for {example.name}; run pytest --update-golden"
-    assert rendered == golden.read_text(), f"render of {example.name} changed; review, then pytest --update-golden"
+    assert rendered == golden.read_text(), (
+        f"render of {example.name} changed; review, then pytest --update-golden"
+    )
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
@@ -38,8 +40,12 @@ def test_every_rendered_object_is_valid_kubernetes(example):
 
 def spec_doc(**spec):
     base = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "vllm-ascend"}}
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": "llm", "uid": "u-1"},
-            "spec": {**base, **spec}}
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": "llm", "uid": "u-1"},
+        "spec": {**base, **spec},
+    }
 
 
 def pods(**spec):
@@ -55,8 +61,11 @@ def flag(command, name):
 
 
 def test_vllm_single_pod_flags_come_from_the_spec():
-    (pod,) = pods(parallelism={"tensor": 4, "pipeline": 2}, batching={"maxBatchSize": 32, "maxBatchTokens": 4096},
-                  scheduling={"priority": True})
+    (pod,) = pods(
+        parallelism={"tensor": 4, "pipeline": 2},
+        batching={"maxBatchSize": 32, "maxBatchTokens": 4096},
+        scheduling={"priority": True},
+    )
     command = argv(pod)
     assert command[:3] == ["vllm", "serve", "/models/m"]
     assert flag(command, "--tensor-parallel-size") == "4"
@@ -73,7 +82,9 @@ def test_vllm_single_pod_flags_come_from_the_spec():
 
 
 def test_engine_resources_override_the_defaults_key_by_key():
-    (pod,) = pods(engine={"type": "vllm-ascend", "resources": {"requests": {"cpu": "10"}, "limits": {"cpu": "12"}}})
+    (pod,) = pods(
+        engine={"type": "vllm-ascend", "resources": {"requests": {"cpu": "10"}, "limits": {"cpu": "12"}}}
+    )
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["requests"]["cpu"] == "10" and resources["requests"]["memory"] == "48Gi"
     assert resources["limits"] == {"memory": "48Gi", "cpu": "12", "huawei.com/Ascend910": "1"}
@@ -93,8 +104,12 @@ PROJECT_SGLANG = "ghcr.io/ascend-fleet/sglang:0.1.0"
 
 
 def test_sglang_flags_and_launcher():
-    (pod,) = pods(engine={"type": "sglang", "image": PROJECT_SGLANG}, parallelism={"tensor": 2}, precision="int8",
-                  batching={"maxBatchTokens": 8192})
+    (pod,) = pods(
+        engine={"type": "sglang", "image": PROJECT_SGLANG},
+        parallelism={"tensor": 2},
+        precision="int8",
+        batching={"maxBatchTokens": 8192},
+    )
     command = argv(pod)
     # SGLang 0.5.14 loads the exporter through its sglang.srt.plugins entry point: its own launcher.
     assert command[:3] == ["python3", "-m", "sglang.launch_server"]
@@ -132,8 +147,12 @@ def test_sglang_priority_runs_on_fcfs_with_lower_values_first():
 
 def test_int8_on_sglang_before_0_5_7_is_refused():
     with pytest.raises(InvalidSpec, match="SGLang 0.5.5 .*lacks; use an image with SGLang 0.5.7"):
-        validate(spec_doc(engine={"type": "sglang", "image": "lmsysorg/sglang:v0.5.5-cann8.3.rc1-910b"},
-                          precision="int8"))
+        validate(
+            spec_doc(
+                engine={"type": "sglang", "image": "lmsysorg/sglang:v0.5.5-cann8.3.rc1-910b"},
+                precision="int8",
+            )
+        )
     validate(spec_doc(engine={"type": "sglang"}, hardware={"chip": "ascend910_93"}, precision="int8"))
 
 
@@ -160,7 +179,10 @@ def test_hostpath_model_volumes_only_when_the_operator_allows_them():
 
 
 def test_multi_pod_vllm_replica_is_a_ray_gang():
-    gang = pods(parallelism={"tensor": 8, "pipeline": 2, "data": 1}, engine={"type": "vllm-ascend", "multiNode": "ray"})
+    gang = pods(
+        parallelism={"tensor": 8, "pipeline": 2, "data": 1},
+        engine={"type": "vllm-ascend", "multiNode": "ray"},
+    )
     assert [p["metadata"]["name"] for p in gang] == ["llm-0", "llm-0-1"]
     leader, worker = gang
     assert leader["metadata"]["labels"][names.LABEL_ROLE] == "leader"
@@ -183,7 +205,10 @@ def test_multi_pod_vllm_defaults_to_the_native_launch_on_vllm_0_23():
         command = argv(pod)
         assert command[:3] == ["vllm", "serve", "/models/m"]
         assert flag(command, "--nnodes") == "2" and flag(command, "--node-rank") == str(rank)
-        assert flag(command, "--master-addr") == "$(LEADER_ADDRESS)" and flag(command, "--master-port") == "29500"
+        assert (
+            flag(command, "--master-addr") == "$(LEADER_ADDRESS)"
+            and flag(command, "--master-port") == "29500"
+        )
         assert "--distributed-executor-backend" not in command
     assert "--headless" not in argv(leader) and "--headless" in argv(worker)
     # An image with vLLM 0.11 has no native launch: Ray by default, native refused.
@@ -207,21 +232,26 @@ def test_user_args_are_appended_and_conflicts_rejected():
         validate(spec_doc(engine={"type": "vllm-ascend", "args": ["--tensor-parallel-size", "2"]}))
 
 
-@pytest.mark.parametrize(("engine", "arg", "generated"), [
-    ("vllm-ascend", "-tp", "--tensor-parallel-size"),
-    ("vllm-ascend", "--tensor_parallel_size", "--tensor-parallel-size"),
-    ("vllm-ascend", "--tensor-parallel-size=2", "--tensor-parallel-size"),
-    ("vllm-ascend", "--max_model_len=4096", "--max-model-len"),
-    ("vllm-ascend", "--tensor-par", "--tensor-parallel-size"),  # argparse takes unambiguous prefixes
-    ("vllm-ascend", "-pp", "--pipeline-parallel-size"),
-    ("sglang", "--tp", "--tp-size"),
-    ("sglang", "--tensor-parallel-size", "--tp-size"),
-    ("sglang", "--pp-size=2", "--pp-size"),
-    ("sglang", "--model", "--model-path"),
-])
+@pytest.mark.parametrize(
+    ("engine", "arg", "generated"),
+    [
+        ("vllm-ascend", "-tp", "--tensor-parallel-size"),
+        ("vllm-ascend", "--tensor_parallel_size", "--tensor-parallel-size"),
+        ("vllm-ascend", "--tensor-parallel-size=2", "--tensor-parallel-size"),
+        ("vllm-ascend", "--max_model_len=4096", "--max-model-len"),
+        ("vllm-ascend", "--tensor-par", "--tensor-parallel-size"),  # argparse takes unambiguous prefixes
+        ("vllm-ascend", "-pp", "--pipeline-parallel-size"),
+        ("sglang", "--tp", "--tp-size"),
+        ("sglang", "--tensor-parallel-size", "--tp-size"),
+        ("sglang", "--pp-size=2", "--pp-size"),
+        ("sglang", "--model", "--model-path"),
+    ],
+)
 def test_conflicts_know_each_engines_spellings(engine, arg, generated):
-    doc = spec_doc(engine={"type": engine, "args": [arg, "2"]}, model={"name": "m", "path": "/models/m",
-                                                                     "maxModelLen": 8192})
+    doc = spec_doc(
+        engine={"type": engine, "args": [arg, "2"]},
+        model={"name": "m", "path": "/models/m", "maxModelLen": 8192},
+    )
     with pytest.raises(InvalidSpec, match=f"{arg!r} repeats the generated '{generated}"):
         validate(doc)
 
@@ -263,9 +293,13 @@ def test_driver_mounts_without_the_ascend_runtime():
 def test_revision_tracks_the_pod_template_only():
     obj = validate(spec_doc(parallelism={"tensor": 2})).obj
     base = revision(obj.spec, "llm")
-    more_replicas = obj.spec.model_copy(update={"parallelism": obj.spec.parallelism.model_copy(update={"data": 5})})
+    more_replicas = obj.spec.model_copy(
+        update={"parallelism": obj.spec.parallelism.model_copy(update={"data": 5})}
+    )
     assert revision(more_replicas, "llm") == base
-    new_image = validate(spec_doc(parallelism={"tensor": 2}, engine={"type": "vllm-ascend", "image": "x:2"})).obj
+    new_image = validate(
+        spec_doc(parallelism={"tensor": 2}, engine={"type": "vllm-ascend", "image": "x:2"})
+    ).obj
     assert revision(new_image.spec, "llm") != base
     replica = render_replica(obj.spec, Owner("llm", "default", "u-1"), 3)
     assert replica[0]["metadata"]["labels"][names.LABEL_REVISION] == base
@@ -277,22 +311,30 @@ def test_children_are_owned_and_services_select_the_right_pods():
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == "u-1" for o in objs)
     services = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Service"}
     assert services["llm"]["spec"]["selector"] == {
-        names.LABEL_NAME: "llm", names.LABEL_ROLE: "leader", names.LABEL_SERVING: "true"}
+        names.LABEL_NAME: "llm",
+        names.LABEL_ROLE: "leader",
+        names.LABEL_SERVING: "true",
+    }
     assert services["llm-pods"]["spec"]["clusterIP"] == "None"
     (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
     assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": {names.LABEL_NAME: "llm"}}}
 
 
-@pytest.mark.parametrize(("data", "pipeline", "max_unavailable", "min_available"), [
-    (2, 4, 1, 7),   # 2 replicas x 4 whole-node pods: one pod (so one replica) out at a time
-    (2, 4, 2, 6),
-    (3, 1, 1, 2),   # single-pod replicas: pods are replicas
-    (1, 1, 3, 0),   # never negative
-    (0, 1, 1, 0),
-])
+@pytest.mark.parametrize(
+    ("data", "pipeline", "max_unavailable", "min_available"),
+    [
+        (2, 4, 1, 7),  # 2 replicas x 4 whole-node pods: one pod (so one replica) out at a time
+        (2, 4, 2, 6),
+        (3, 1, 1, 2),  # single-pod replicas: pods are replicas
+        (1, 1, 3, 0),  # never negative
+        (0, 1, 1, 0),
+    ],
+)
 def test_pdb_counts_pods_not_replicas(data, pipeline, max_unavailable, min_available):
-    doc = spec_doc(parallelism={"tensor": 8, "pipeline": pipeline, "data": data},
-                   disruption={"maxUnavailable": max_unavailable})
+    doc = spec_doc(
+        parallelism={"tensor": 8, "pipeline": pipeline, "data": data},
+        disruption={"maxUnavailable": max_unavailable},
+    )
     obj = AscendInference.model_validate(doc)
     pdb = render_pdb(obj.spec, Owner.of(obj))
     assert pdb["spec"]["minAvailable"] == min_available
@@ -311,8 +353,16 @@ def test_offline_render_has_no_owner_references():
         ({"metadata": {"name": "Bad_Name"}}, "must be a DNS label"),
         ({"metadata": {"name": "x" * 53}}, "at most 52 characters"),
         ({"kind": "Deployment"}, "kind is 'Deployment'"),
-        ({"spec": {"model": {"name": "m", "path": "/m"}, "engine": {"type": "vllm-ascend"},
-                   "parallelism": {"tensor": 3, "pipeline": 3}}}, "spec.parallelism: a replica of 9 NPUs"),
+        (
+            {
+                "spec": {
+                    "model": {"name": "m", "path": "/m"},
+                    "engine": {"type": "vllm-ascend"},
+                    "parallelism": {"tensor": 3, "pipeline": 3},
+                }
+            },
+            "spec.parallelism: a replica of 9 NPUs",
+        ),
     ],
 )
 def test_validate_reports_every_problem(doc_change, message):
@@ -326,13 +376,23 @@ TEMPLATE = {
         "imagePullSecrets": [{"name": "registry"}],
         "serviceAccountName": "engines",
         "priorityClassName": "inference-high",
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["npu-a"]}]}]}}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["npu-a"]}]}
+                    ]
+                }
+            }
+        },
         "volumes": [{"name": "cache", "emptyDir": {}}],
         "containers": [
-            {"name": "engine", "env": [{"name": "TASK_QUEUE_ENABLE", "value": "2"}, {"name": "X", "value": "1"}],
-             "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
-             "resources": {"requests": {"cpu": "12"}}},
+            {
+                "name": "engine",
+                "env": [{"name": "TASK_QUEUE_ENABLE", "value": "2"}, {"name": "X", "value": "1"}],
+                "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
+                "resources": {"requests": {"cpu": "12"}},
+            },
             {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"},
         ],
     },
@@ -365,17 +425,32 @@ def test_template_changes_roll_out():
     assert revision(plain.spec, "llm") != revision(templated.spec, "llm")
 
 
-@pytest.mark.parametrize(("template", "message"), [
-    ({"metadata": {"labels": {names.LABEL_ROLE: "x"}}}, "a label the operator sets"),
-    ({"spec": {"hostNetwork": True}}, "spec.template.spec.hostNetwork: not settable"),
-    ({"spec": {"containers": [{"name": "engine", "command": ["sh"]}]}}, "the operator sets the engine's command"),
-    ({"spec": {"containers": [{"name": "engine", "resources": {"limits": {"huawei.com/Ascend910": "2"}}}]}},
-     "comes from spec.parallelism"),
-    ({"spec": {"volumes": [{"name": "dshm", "emptyDir": {}}]}}, "is the operator's volume"),
-    ({"spec": {"volumes": [{"name": "etc", "hostPath": {"path": "/etc"}}]}}, "hostPath volumes are not accepted"),
-    ({"spec": {"imagePullSecrets": "registry"}}, "not a valid Pod at spec.imagePullSecrets"),
-    ({"spec": {"affinity": {"nodeAfinity": {}}}}, "not a valid Pod"),
-])
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ({"metadata": {"labels": {names.LABEL_ROLE: "x"}}}, "a label the operator sets"),
+        ({"spec": {"hostNetwork": True}}, "spec.template.spec.hostNetwork: not settable"),
+        (
+            {"spec": {"containers": [{"name": "engine", "command": ["sh"]}]}},
+            "the operator sets the engine's command",
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [{"name": "engine", "resources": {"limits": {"huawei.com/Ascend910": "2"}}}]
+                }
+            },
+            "comes from spec.parallelism",
+        ),
+        ({"spec": {"volumes": [{"name": "dshm", "emptyDir": {}}]}}, "is the operator's volume"),
+        (
+            {"spec": {"volumes": [{"name": "etc", "hostPath": {"path": "/etc"}}]}},
+            "hostPath volumes are not accepted",
+        ),
+        ({"spec": {"imagePullSecrets": "registry"}}, "not a valid Pod at spec.imagePullSecrets"),
+        ({"spec": {"affinity": {"nodeAfinity": {}}}}, "not a valid Pod"),
+    ],
+)
 def test_template_refuses_what_the_operator_owns_or_kubernetes_rejects(template, message):
     with pytest.raises(InvalidSpec, match=message):
         validate(spec_doc(template=template))
@@ -387,8 +462,13 @@ def test_automount_only_when_the_template_asks():
 
 
 def test_volcano_gets_one_pod_group_per_replica():
-    objects = render_all(validate(spec_doc(parallelism={"tensor": 8, "pipeline": 2, "data": 2},
-                                           scheduling={"schedulerName": "volcano"})).obj)
+    objects = render_all(
+        validate(
+            spec_doc(
+                parallelism={"tensor": 8, "pipeline": 2, "data": 2}, scheduling={"schedulerName": "volcano"}
+            )
+        ).obj
+    )
     groups = [o for o in objects if o["kind"] == "PodGroup"]
     assert [g["metadata"]["name"] for g in groups] == ["llm-0", "llm-1"]
     assert groups[0]["apiVersion"] == "scheduling.volcano.sh/v1beta1"
@@ -396,10 +476,17 @@ def test_volcano_gets_one_pod_group_per_replica():
     assert groups[0]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     pods = [o for o in objects if o["kind"] == "Pod"]
     assert [p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods] == [
-        "llm-0", "llm-0", "llm-1", "llm-1"]
+        "llm-0",
+        "llm-0",
+        "llm-1",
+        "llm-1",
+    ]
     assert all(p["spec"]["schedulerName"] == "volcano" for p in pods)
     # The group comes before its pods, so Volcano sees it before it sees them.
-    replica = render_replica(validate(spec_doc(scheduling={"schedulerName": "volcano"})).obj.spec,
-                             Owner("llm", "default", "u-1"), 0)
+    replica = render_replica(
+        validate(spec_doc(scheduling={"schedulerName": "volcano"})).obj.spec,
+        Owner("llm", "default", "u-1"),
+        0,
+    )
     assert [o["kind"] for o in replica] == ["PodGroup", "Pod"]
     assert not [o for o in render_all(validate(spec_doc()).obj) if o["kind"] == "PodGroup"]

@@ -46,8 +46,40 @@ def _either(aggregation: str, *metrics: str) -> str:
 _SGLANG_TOTAL = '{priority=""}'
 _ENGINE_ENTRIES = {
     "queue_depth": _either("sum", "vllm:num_requests_waiting", f"sglang:num_queue_reqs{_SGLANG_TOTAL}"),
-    "running_requests": _either("sum", "vllm:num_requests_running", f"sglang:num_running_reqs{_SGLANG_TOTAL}"),
+    "running_requests": _either(
+        "sum", "vllm:num_requests_running", f"sglang:num_running_reqs{_SGLANG_TOTAL}"
+    ),
     "kv_cache_usage": _either("max", "vllm:kv_cache_usage_perc", "sglang:token_usage"),
+}
+
+# Request KPIs from the engines' own histograms, over the last minute (the seeds' "requests over 1 s"):
+# the 99th percentile of time to first token and of time waiting in the engine's queue, and the share of
+# requests whose end-to-end latency exceeded one second (1.0 is a bucket bound in both engines).
+REQUEST_RATE_WINDOW = "1m"
+_BY_LE = "by (namespace, inference, replica, le)"
+
+
+def _p99(*histograms: str) -> str:
+    return " or ".join(
+        f"histogram_quantile(0.99, sum {_BY_LE} (rate({name}_bucket[{REQUEST_RATE_WINDOW}])))"
+        for name in histograms
+    )
+
+
+def _share_over_one_second(*histograms: str) -> str:
+    return " or ".join(
+        f'(1 - sum {_BY} (rate({name}_bucket{{le="1.0"}}[{REQUEST_RATE_WINDOW}])) '
+        f"/ sum {_BY} (rate({name}_count[{REQUEST_RATE_WINDOW}])))"
+        for name in histograms
+    )
+
+
+_REQUEST_ENTRIES = {
+    "ttft_p99": _p99("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
+    "queue_time_p99": _p99("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
+    "slow_request_share": _share_over_one_second(
+        "vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"
+    ),
 }
 
 # The project's exporter: per device; a replica is as fragmented as its worst device and as busy as its mean.
@@ -85,9 +117,9 @@ _NPU_EXPORTER_ENTRIES = {
 
 PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
-        PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES}),
+        PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_REQUEST_ENTRIES}),
         PRESET_NPU_EXPORTER: MappingProxyType(
-            {**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_NPU_EXPORTER_ENTRIES}
+            {**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_REQUEST_ENTRIES, **_NPU_EXPORTER_ENTRIES}
         ),
     }
 )

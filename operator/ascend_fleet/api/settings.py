@@ -72,12 +72,22 @@ class ReconcileSettings(Model):
     )
 
 
+class RoutingSettings(Model):
+    picker_image: str = Field(
+        default="registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0",
+        min_length=1,
+        description="Endpoint picker image for spec.routing.mode inferencePool (the release the operator is "
+        "tested with).",
+    )
+
+
 class OperatorSettings(Model):
     """Everything the operator process is configured with."""
 
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
     control: ControlSettings = Field(default_factory=ControlSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
     images: dict[str, str] = Field(
         default_factory=dict,
         description="Default engine images for specs that name none, keyed by engine type (vllm-ascend, sglang) "

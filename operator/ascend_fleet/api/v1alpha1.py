@@ -31,6 +31,7 @@ from .checks import (
     window_validations,
 )
 from .images import DEFAULT_IMAGES
+from .k8s import EnvVarSource, ResourceRequirements, Size, Toleration, VolumeSource, env_name_problem
 from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
 
 _DURATION_SCHEMA = {
@@ -79,6 +80,8 @@ Precision = Literal["bf16", "fp16", "int8"]
 Action = Literal["scale_up", "scale_down", "restart_service", "notify"]
 Comparison = Literal[">", ">=", "<", "<="]
 Scope = Literal["fleet", "replica"]
+RoutingMode = Literal["service", "inferencePool"]
+SchedulingPolicy = Literal["fcfs", "short-request-first"]
 
 DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
 
@@ -106,9 +109,8 @@ class ModelSource(Model):
         pattern=r"^/",
         description="Absolute path of the weights inside the engine container.",
     )
-    volume: dict[str, Any] | None = Field(
+    volume: VolumeSource | None = Field(
         default=None,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
         description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
         "where the operator configuration allows it), "
         "mounted read-only at mountPath.",
@@ -157,11 +159,18 @@ def _parent(path: str) -> str:
 class EnvVar(Model):
     """An environment variable: a literal value or a Kubernetes valueFrom source."""
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=256)
     value: str | None = None
-    value_from: dict[str, Any] | None = Field(
-        default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
-    )
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _valid_for_a_container(self) -> EnvVar:
+        problem = env_name_problem(self.name)
+        if problem:
+            raise ValueError(problem)
+        if self.value and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
 
 
 class Engine(Model):
@@ -182,16 +191,17 @@ class Engine(Model):
         description="Extra engine arguments, appended; one that repeats a generated flag is rejected.",
     )
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment; a name set here wins.")
-    resources: dict[str, Any] | None = Field(
-        default=None,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
-        description="CPU/memory requests and limits (the NPU resource is set from the layout).",
+    resources: ResourceRequirements | None = Field(
+        default=None, description="CPU/memory requests and limits (the NPU resource is set from the layout)."
     )
     exporter: bool = Field(default=True, description="Run the project's NPU exporter inside the engine.")
     startup_timeout: Duration = Field(
         default=1800.0, description="How long model loading may take before the startup probe gives up."
     )
-    shm_size: str = Field(default="16Gi", description="Size limit of the in-memory /dev/shm.")
+    shm_size: Size = Field(
+        default="16Gi",
+        description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi.",
+    )
     multi_node: MultiNode | None = Field(
         default=None,
         description="vLLM replicas spanning pods: native (--nnodes/--node-rank/--master-addr, --headless on "
@@ -264,11 +274,35 @@ class Hardware(Model):
         return self
 
 
+class PrefillDelayer(Model):
+    """SGLang's prefill delayer: holds new prefills back a little so they batch together (SGLang >= 0.5.7)."""
+
+    enabled: bool = Field(default=True, description="--enable-prefill-delayer.")
+    max_delay_ms: float | None = Field(
+        default=None, gt=0, description="--prefill-delayer-max-delay-ms: the longest a prefill is held back."
+    )
+    queue_min_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="--prefill-delayer-queue-min-ratio: wait until the queue holds this share of the running "
+        "requests (typical 0.1 to 0.5).",
+    )
+
+
 class Batching(Model):
-    """Continuous-batching limits (engine defaults when unset)."""
+    """Continuous-batching limits (engine defaults when unset) and the engines' own adaptive knobs."""
 
     max_batch_size: int | None = Field(default=None, ge=1, description="Sequences in a batch.")
     max_batch_tokens: int | None = Field(default=None, ge=1, description="Tokens scheduled in one step.")
+    chunked_prefill: bool | None = Field(
+        default=None,
+        description="Split long prompts into chunks batched with decodes (vLLM --[no-]enable-chunked-prefill; "
+        "SGLang: false sets --chunked-prefill-size -1). Unset keeps the engine's default (on in both).",
+    )
+    prefill_delayer: PrefillDelayer | None = Field(
+        default=None, description="SGLang only: its adaptive prefill delayer (engine.type sglang)."
+    )
 
 
 def _or(field: str, default: object) -> str:
@@ -320,13 +354,137 @@ class Scheduling(Model):
     priority: bool = Field(
         default=False, description="Priority request scheduling (requests carry `priority`)."
     )
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(
-        default_factory=list,
-        json_schema_extra={"items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    policy: SchedulingPolicy = Field(
+        default="fcfs",
+        description="Order of the engine's own queue: fcfs, or short-request-first (vllm-ascend only: prompts "
+        "up to shortRequestTokens go first, a longer one waiting over maxWait goes before them).",
     )
+    short_request_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=1_000_000,
+        description="Prompt tokens up to which short-request-first counts a request as short.",
+    )
+    max_wait: Duration = Field(
+        default=2.0, description="How long short-request-first lets a long prompt wait before it goes first."
+    )
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
     scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
     priority_class_name: str | None = None
+
+
+class PriorityClass(Model):
+    """One class of requests: an InferenceObjective with its priority, and its queue at the endpoint picker."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=40,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Class name; clients name the class's InferenceObjective <inference>-<name> in the "
+        "x-gateway-inference-objective header.",
+    )
+    priority: int = Field(
+        ge=-1000,
+        le=1000,
+        description="Dispatch priority at the endpoint picker: higher first; negative only for a sheddable class.",
+    )
+    max_queue: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="Requests of this class the picker queues (its band's maxRequests).",
+    )
+    sheddable: bool = Field(
+        default=False, description="Shed under saturation (the picker drops negative priorities first)."
+    )
+    min_prompt_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Requests whose prompt has at least this many tokens belong to this class (the class with "
+        "the largest minPromptTokens that the prompt reaches).",
+    )
+
+    @model_validator(mode="after")
+    def _sheddable_is_negative(self) -> PriorityClass:
+        if self.sheddable != (self.priority < 0):
+            raise ValueError(
+                f"class {self.name!r}: a sheddable class needs a negative priority and a negative priority "
+                f"makes a class sheddable (the endpoint picker sheds negative priorities); got priority "
+                f"{self.priority} with sheddable {str(self.sheddable).lower()}"
+            )
+        return self
+
+
+def default_classes() -> list[PriorityClass]:
+    """The seeds' three classes by prompt length: over 2048 tokens, over 512, the rest (queues 16, 32, 64).
+
+    Short prompts are dispatched first, as the seeds' scheduler does, so long prompts stop holding them up.
+    """
+    return [
+        PriorityClass(name="long", priority=0, max_queue=16, min_prompt_tokens=2049),
+        PriorityClass(name="medium", priority=1, max_queue=32, min_prompt_tokens=513),
+        PriorityClass(name="short", priority=2, max_queue=64, min_prompt_tokens=0),
+    ]
+
+
+class GatewayRef(Model):
+    """The Gateway an HTTPRoute attaches the InferencePool to."""
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str | None = Field(default=None, description="Default: the inference's namespace.")
+    section_name: str | None = Field(default=None, description="A listener of the Gateway.")
+
+
+class Routing(Model):
+    """How requests reach the serving leaders."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.classes) || self.classes.all(c, self.classes.exists_one(d, d.priority == c.priority))",
+                    "message": "each priority class needs its own priority (one priority band per class)",
+                }
+            ]
+        }
+    )
+
+    mode: RoutingMode = Field(
+        default="service",
+        description="service: a ClusterIP Service over the serving leaders. inferencePool: a Gateway API "
+        "InferencePool with the endpoint picker and one InferenceObjective per class.",
+    )
+    classes: list[PriorityClass] = Field(
+        default_factory=default_classes,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Priority classes (inferencePool mode); default: long (> 2048 prompt tokens, priority 0, "
+        "queue 16), medium (> 512, 1, 32), short (2, 64).",
+    )
+    gateway: GatewayRef | None = Field(
+        default=None,
+        description="Attach the InferencePool to this Gateway with an HTTPRoute (inferencePool mode).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Routing:
+        problems = []
+        for field_name in ("name", "priority"):
+            values = [getattr(c, field_name) for c in self.classes]
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                problems.append(f"class {field_name}s must be distinct, repeated: {', '.join(repeated)}")
+        if problems:
+            raise ValueError(
+                "; ".join(problems) + " (one InferenceObjective and one priority band per class)"
+            )
+        return self
+
+    def class_for(self, prompt_tokens: int) -> PriorityClass | None:
+        """The class of a request with this many prompt tokens: the largest ``minPromptTokens`` it reaches."""
+        fitting = [c for c in self.classes if prompt_tokens >= c.min_prompt_tokens]
+        return max(fitting, key=lambda c: c.min_prompt_tokens) if fitting else None
 
 
 class Autoscaling(Model):
@@ -484,6 +642,25 @@ class PodTemplate(Model):
 class AscendInferenceSpec(Model):
     """What the user asks for."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.scheduling) || !has(self.scheduling.policy) || "
+                    "self.scheduling.policy != 'short-request-first' || self.engine.type == 'vllm-ascend'",
+                    "message": "scheduling.policy short-request-first needs engine.type vllm-ascend (SGLang has no "
+                    "prompt-length scheduler: use policy fcfs with routing.classes)",
+                },
+                {
+                    "rule": "!has(self.batching) || !has(self.batching.prefillDelayer) "
+                    "|| self.engine.type == 'sglang'",
+                    "message": "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: "
+                    "remove it, or use engine.type sglang",
+                },
+            ]
+        }
+    )
+
     model: ModelSource
     engine: Engine
     parallelism: Parallelism = Field(
@@ -508,6 +685,26 @@ class AscendInferenceSpec(Model):
         description="A partial pod template merged into every engine pod: labels, annotations, affinity, pull "
         "secrets, service account, sidecars, ... Fields the operator owns are refused.",
     )
+    routing: Routing = Field(default_factory=Routing)
+
+    @model_validator(mode="after")
+    def _policy_fits_engine(self) -> AscendInferenceSpec:
+        if self.scheduling.policy == "short-request-first" and self.engine.type != "vllm-ascend":
+            raise ValueError(
+                "spec.scheduling.policy short-request-first needs engine.type vllm-ascend: SGLang has no "
+                "prompt-length scheduler (its policies are fcfs, lof, lpm, dfs-weight, random); use policy fcfs "
+                "with spec.routing.classes to dispatch short prompts first at the endpoint picker"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _engine_knobs(self) -> AscendInferenceSpec:
+        if self.batching.prefill_delayer is not None and self.engine.type != "sglang":
+            raise ValueError(
+                "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: remove it, "
+                "or use engine.type sglang"
+            )
+        return self
 
     @model_validator(mode="after")
     def _engine_runs_on_chip(self) -> AscendInferenceSpec:
@@ -565,6 +762,37 @@ class GroupRestart(Model):
     last_time: str = Field(description="RFC 3339 time of the last recreation.")
 
 
+class TuningRung(Model):
+    """One measured rung of a tuning ladder."""
+
+    batch_size: int
+    adaptive: str = Field(
+        default="", description="Engine-native knobs the rung ran with, e.g. prefillDelayer."
+    )
+    tokens_per_second: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    e2e_latency_p99_ms: float
+    npu_utilization: float | None = Field(
+        default=None, description="Mean NPU utilization (0..1) over the rung."
+    )
+
+
+class TuningRecord(Model):
+    """What the last `ascend-fleet tune` measured and chose."""
+
+    time: str = Field(description="RFC 3339 time the choice was written.")
+    batch_size: int = Field(description="The maxBatchSize chosen.")
+    adaptive: str = Field(default="", description="Engine-native knobs chosen with it, if any.")
+    goal: str = Field(description="What the choice optimised, e.g. 'ttft_p99 <= 100ms' or 'max throughput'.")
+    reason: str = Field(default="", description="Why this rung, in a sentence.")
+    table_hash: str = Field(
+        description="sha256 of the measured table (canonical JSON), to match it to its report."
+    )
+    client: str = Field(default="", description="The benchmark client that measured it.")
+    rungs: list[TuningRung] = Field(default_factory=list, description="The measured table.")
+
+
 class AscendInferenceStatus(Model):
     """What the operator observed and did."""
 
@@ -581,6 +809,9 @@ class AscendInferenceStatus(Model):
     actions: list[ActionRecord] = Field(default_factory=list)
     group_restarts: list[GroupRestart] = Field(
         default_factory=list, description="Failure recreations per replica (drives the backoff)."
+    )
+    tuning: TuningRecord | None = Field(
+        default=None, description="The last batch-size tuning run (ascend-fleet tune)."
     )
 
 

@@ -28,8 +28,9 @@ def _settings(args: argparse.Namespace) -> OperatorSettings | None:
         raise DocumentError(f"{path}: not a usable operator configuration: {error}") from None
 
 
-def _checked(paths: list[str], namespace: str | None = None, settings: OperatorSettings | None = None
-             ) -> tuple[list[tuple[Document, Valid]], list[str]]:
+def _checked(
+    paths: list[str], namespace: str | None = None, settings: OperatorSettings | None = None
+) -> tuple[list[tuple[Document, Valid]], list[str]]:
     """Validate every document as the operator would; return the good ones and every problem as lines.
 
     With the operator's settings, the configured default images are filled in and rules are checked
@@ -46,8 +47,10 @@ def _checked(paths: list[str], namespace: str | None = None, settings: OperatorS
         body = settings.with_default_image(doc.body) if settings is not None else doc.body
         options = {}
         if settings is not None:
-            options = {"max_window": settings.control.max_window,
-                       "allow_host_path": settings.allow_host_path_models}
+            options = {
+                "max_window": settings.control.max_window,
+                "allow_host_path": settings.allow_host_path_models,
+            }
         try:
             valid = validate(body, known_metrics=known, **options)
         except InvalidSpec as error:
@@ -142,8 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
         return command
 
     files_help = "AscendInference YAML files (several documents each are fine; - reads stdin)"
-    config_help = ("the operator's configuration file (the chart's config.yaml): its default images, catalog "
-                   "and hostPath setting apply, as in the cluster")
+    config_help = (
+        "the operator's configuration file (the chart's config.yaml): its default images, catalog "
+        "and hostPath setting apply, as in the cluster"
+    )
     validate_cmd = add("validate", cmd_validate, "Check AscendInference files; exit 2 listing every problem.")
     validate_cmd.add_argument("files", nargs="+", metavar="FILE", help=files_help)
     validate_cmd.add_argument("--config", metavar="FILE", help=config_help)
@@ -164,10 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_runtime_commands(sub: argparse._SubParsersAction) -> None:
     """Commands that run the operator, the local cluster or the simulator; heavy imports load only when used."""
     from ..simulate.cli import register as register_simulate
+    from ..tune.cli import register as register_tune
     from . import runtime
 
     runtime.register(sub)
     register_simulate(sub)
+    register_tune(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

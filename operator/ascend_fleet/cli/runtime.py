@@ -81,6 +81,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     dev.add_argument("--pod-start-seconds", type=float, default=1.0, help="Pending -> Running delay")
     dev.add_argument("--pod-ready-seconds", type=float, default=1.0, help="Running -> Ready delay")
+    dev.add_argument(
+        "--prometheus",
+        action="store_true",
+        help="also run a real Prometheus scraping the simulated engines (needs the prometheus binary)",
+    )
     dev.set_defaults(handler=cmd_dev_cluster)
 
     demo = sub.add_parser(
@@ -95,6 +100,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--scenario", help="a load scenario YAML file (default: the packaged demo scenario)")
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
     demo.add_argument("--keep", action="store_true", help="keep everything running afterwards, for kubectl")
+    demo.add_argument(
+        "--real",
+        action="store_true",
+        help="on the real control plane (built from Go modules on first use) instead of the emulator",
+    )
     demo.add_argument(
         "--kubeconfig",
         default="~/.kube/ascend-fleet-dev.yaml",
@@ -148,6 +158,7 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
         args.pod_start_seconds,
         args.pod_ready_seconds,
         nodes=args.nodes,
+        prometheus=args.prometheus,
     )
     return 0
 

@@ -1,7 +1,8 @@
 """The control loop: one per operator process, one cycle every ``control.interval``.
 
-A cycle lists every AscendInference and its engine pods (two list calls, not one per object),
-asks Prometheus the distinct window queries of all rules (bounded by distinct windows, not objects),
+A cycle reads every AscendInference and its engine pods from a :class:`Source`: in the operator, the
+watch cache kopf already keeps (no API call at all); :class:`ListSource`, two list calls per
+namespace, stays as the baseline the benchmark compares with. It then asks Prometheus the distinct window queries of all rules (bounded by distinct windows, not objects),
 lets :mod:`.evaluate` decide, and acts through the same paths as everything else:
 
 - scale: a merge patch of ``spec.parallelism.data``, as HPA does through the scale subresource; the
@@ -24,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..api import names
 from ..api.settings import OperatorSettings
@@ -32,6 +34,7 @@ from ..kube import Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
 from ..status.conditions import get_condition
+from ..status.pods import slim_pod
 from ..telemetry import DECISIONS, RULE_EVALUATION
 from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate, queries_for
 from .prometheus import Prometheus
@@ -63,9 +66,46 @@ class CycleReport:
     decisions: list[Decision] = field(default_factory=list)
     writes: int = 0
     seconds: float = 0.0
-    read_seconds: float = 0.0  # listing objects and pods
+    read_seconds: float = 0.0  # reading objects and pods (from the cache, or by listing)
+    list_calls: int = 0  # API list requests made to read them
     query_seconds: float = 0.0  # Prometheus
     error: str | None = None
+
+
+Pods = dict[tuple[str, str], list[dict]]  # engine pods (slimmed) by (namespace, AscendInference name)
+
+
+class Source(Protocol):
+    """Where a cycle reads the fleet from: every AscendInference, and the engine pods of each."""
+
+    list_calls: int  # API list requests made so far
+
+    async def read(self) -> tuple[list[dict], Pods]: ...
+
+
+class ListSource:
+    """Two list calls per namespace each cycle (the baseline: what the loop did before it read the cache)."""
+
+    def __init__(self, kube: Kube, namespaces: Sequence[str] = ()):
+        self.kube, self.namespaces = kube, list(namespaces)
+        self.list_calls = 0
+
+    async def read(self) -> tuple[list[dict], Pods]:
+        return await asyncio.to_thread(self._read)
+
+    def _read(self) -> tuple[list[dict], Pods]:
+        bodies, pods = [], []
+        for namespace in self.namespaces or [None]:
+            bodies += self.kube.list(names.KIND, namespace)
+            pods += self.kube.list("Pod", namespace, ENGINE_PODS)
+            self.list_calls += 2
+        grouped: Pods = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            name = (meta.get("labels") or {}).get(names.LABEL_NAME)
+            if name:
+                grouped.setdefault((meta.get("namespace", "default"), name), []).append(slim_pod(pod))
+        return bodies, grouped
 
 
 class ControlLoop:
@@ -78,7 +118,10 @@ class ControlLoop:
         prometheus: Prometheus | None = None,
         namespaces: Sequence[str] = (),
         clock: Callable[[], float] = time.time,
+        source: Source | None = None,
+        on_cycle: Callable[[CycleReport], None] | None = None,
     ):
+        """``source`` None: :class:`ListSource`, which the operator's wiring (handlers.control) swaps for its watch cache."""
         if prometheus is None:
             if not settings.prometheus.url:
                 raise ValueError("the control loop needs prometheus.url in the operator configuration")
@@ -87,6 +130,9 @@ class ControlLoop:
         self.namespaces = list(namespaces)
         self.clock = clock
         self.policy = Policy.from_settings(settings.control)
+        self.source: Source = source if source is not None else ListSource(kube, namespaces)
+        self.source_is_default = source is None  # the operator's wiring then swaps in its watch cache
+        self.on_cycle = on_cycle
 
     async def run(self) -> None:
         """Cycle every interval until cancelled; a failing cycle is logged and the next one tries afresh."""
@@ -99,6 +145,8 @@ class ControlLoop:
             except Exception:  # the loop must outlive any single cycle's surprise
                 log.exception("control-loop cycle failed")
             else:
+                if self.on_cycle is not None:
+                    self.on_cycle(report)
                 if report.decisions or report.error:
                     log.info(
                         "control cycle: %d objects, %d queries (%d failed), %d decisions in %.2fs%s",
@@ -113,16 +161,19 @@ class ControlLoop:
             next_at = max(next_at + interval, time.monotonic())
             await asyncio.sleep(next_at - time.monotonic())
 
-    async def cycle(self) -> CycleReport:
-        """One full cycle: read, query, decide, act."""
+    async def cycle(self, source: Source | None = None) -> CycleReport:
+        """One full cycle: read (from ``source``, by default the loop's own), query, decide, act."""
+        source = self.source if source is None else source
         started, now = time.perf_counter(), self.clock()
         report = CycleReport()
+        calls = source.list_calls
         try:
-            bodies, pods = await asyncio.to_thread(self._read)
+            bodies, pods = await source.read()
         except KubeError as error:
             report.error = f"cannot list objects: {error}"
             return report
         report.read_seconds = time.perf_counter() - started
+        report.list_calls = source.list_calls - calls
         # Parsing a thousand objects takes a while: keep it (and the evaluation) off kopf's event loop.
         fleets = await asyncio.to_thread(self._fleets, bodies, pods)
         report.objects = len(fleets)
@@ -153,19 +204,6 @@ class ControlLoop:
         return report
 
     # ----- reading -----
-
-    def _read(self) -> tuple[list[dict], dict[tuple[str, str], list[dict]]]:
-        bodies, pods = [], []
-        for namespace in self.namespaces or [None]:
-            bodies += self.kube.list(names.KIND, namespace)
-            pods += self.kube.list("Pod", namespace, ENGINE_PODS)
-        grouped: dict[tuple[str, str], list[dict]] = {}
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            name = (meta.get("labels") or {}).get(names.LABEL_NAME)
-            if name:
-                grouped.setdefault((meta.get("namespace", "default"), name), []).append(_slim(pod))
-        return bodies, grouped
 
     def _fleets(
         self, bodies: list[dict], pods: dict[tuple[str, str], list[dict]]
@@ -300,21 +338,6 @@ class ControlLoop:
         )
         log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
         return True
-
-
-def _slim(pod: dict) -> dict:
-    """The parts of a pod the loop reads; pod specs are large and a cycle holds thousands of pods."""
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    return {
-        "metadata": {
-            k: meta[k]
-            for k in ("name", "namespace", "labels", "annotations", "ownerReferences", "deletionTimestamp")
-            if k in meta
-        },
-        "status": {
-            k: status[k] for k in ("phase", "conditions", "containerStatuses", "startTime") if k in status
-        },
-    }
 
 
 def _owned_by(pod: dict, uid: str | None) -> bool:

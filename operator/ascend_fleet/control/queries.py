@@ -32,12 +32,17 @@ from typing import Literal
 from ..api.catalog import Catalog
 from ..api.v1alpha1 import Rule, Scope
 
-Stat = Literal["min", "max", "count"]
+Stat = Literal["min", "max", "count", "avg"]  # avg: for reports (ascend-fleet tune), not for rules
 SeriesKey = tuple[str, str, int | None]  # namespace, inference, replica (None for fleet scope)
 
 # A step counts while Prometheus scraped something within this many steps (step >= scrape interval).
 FRESH_STEPS = 3
-_FUNCTIONS: dict[str, str] = {"min": "min_over_time", "max": "max_over_time", "count": "count_over_time"}
+_FUNCTIONS: dict[str, str] = {
+    "min": "min_over_time",
+    "max": "max_over_time",
+    "count": "count_over_time",
+    "avg": "avg_over_time",
+}
 _GROUPING: dict[str, str] = {"fleet": "namespace, inference", "replica": "namespace, inference, replica"}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ..api.times import parse_rfc3339, rfc3339
-from ..api.v1alpha1 import AscendInference, Autoscaling
+from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..render import Valid
 from ..status import ReplicaState, replica_states
 from .evaluate import FLEET, Decision, FleetState, PastAction, ReplicaInfo
@@ -71,20 +71,17 @@ def past_actions(obj: AscendInference) -> tuple[PastAction, ...]:
 
 
 def action_record(decision: Decision, now: float) -> dict:
-    """The status.actions entry for a decision, in wire form."""
-    record = {
-        "time": rfc3339(now),
-        "rule": decision.rule,
-        "action": decision.action,
-        "target": decision.target,
-        "result": decision.result(),
-        "dryRun": decision.dry_run,
-    }
-    if decision.metric is not None:
-        record["metric"] = decision.metric
-    if decision.value is not None:
-        record["value"] = round(decision.value, 6)
-    return record
+    """The status.actions entry for a decision, in wire form (through the status model)."""
+    return ActionRecord(
+        time=rfc3339(now),
+        rule=decision.rule,
+        metric=decision.metric,
+        value=None if decision.value is None else round(decision.value, 6),
+        action=decision.action,
+        target=decision.target,
+        result=decision.result(),
+        dry_run=decision.dry_run,
+    ).wire()
 
 
 def updated_actions(

@@ -25,6 +25,7 @@ from ..api.settings import OperatorSettings
 from ..api.times import parse_rfc3339
 from ..control.loop import ControlLoop
 from ..devcluster.cluster import DevCluster
+from ..devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
 from ..devcluster.engines import SimulatedEngines
 from ..devcluster.prometheus import (
     PrometheusError,
@@ -32,6 +33,7 @@ from ..devcluster.prometheus import (
     PrometheusServer,
     find_prometheus_binary,
 )
+from ..devcluster.realcluster import RealCluster, provide_model_claim
 from ..devcluster.scenario import Scenario, ScenarioError
 from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
@@ -52,6 +54,7 @@ class DemoOptions:
     timeout: float = 300.0
     keep: bool = False
     kubeconfig: Path = Path("~/.kube/ascend-fleet-dev.yaml")
+    real: bool = False  # the real control plane instead of the local emulator
     tick: float = 1.0
     linger: float = 5.0  # seconds shown after the story completes
     out: TextIO = field(default_factory=lambda: sys.stdout)
@@ -86,21 +89,26 @@ def run_demo(options: DemoOptions) -> int:
         return EXIT_SETUP
     stop = _stop_on_signals()
     name = doc["metadata"]["name"]
+    api = "the real Kubernetes control plane" if options.real else "a local Kubernetes API"
     print(
-        f"Starting a local Kubernetes API, a real Prometheus, simulated engines and the operator "
-        f"for {name} ...",
+        f"Starting {api}, a real Prometheus, simulated engines and the operator for {name} ...",
         file=out,
         flush=True,
     )
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(
-            DevCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=options.kubeconfig.expanduser())
-        )
+        try:
+            cluster = stack.enter_context(_cluster(options))
+        except ControlPlaneUnavailable as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_SETUP
         prometheus = stack.enter_context(PrometheusServer(scrape_interval="1s"))
         engines = stack.enter_context(SimulatedEngines(scenario, prometheus=prometheus, start_scenario=False))
         cluster.kubelet.add_listener(engines)
         kube = Kube.connect(str(cluster.kubeconfig_path))
         kube.create_crd(crd())
+        if options.real:
+            _wait_served(kube)
+            provide_model_claim(kube, doc["metadata"].get("namespace", "default"))
         settings = demo_settings(prometheus.url)
         context = OperatorContext(settings, kube)
         context.extra_startup.append(control_loop_hook(ControlLoop(settings, kube)))
@@ -121,9 +129,32 @@ def run_demo(options: DemoOptions) -> int:
             )
             stop.wait()
         print(
-            "Stopping the operator, Prometheus, simulated engines and the local API ...", file=out, flush=True
+            "Stopping the operator, Prometheus, simulated engines and the Kubernetes API ...",
+            file=out,
+            flush=True,
         )
     return EXIT_OK if completed else EXIT_INCOMPLETE
+
+
+def _cluster(options: DemoOptions) -> DevCluster | RealCluster:
+    kubeconfig = options.kubeconfig.expanduser()
+    if options.real:
+        ensure_binary(progress=lambda line: print(line, file=options.out, flush=True))
+        return RealCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
+    return DevCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
+
+
+def _wait_served(kube: Kube, timeout: float = 60.0) -> None:
+    """A new CRD's resource is served a moment after it is created (once Established)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube.list(names.KIND, "default")
+            return
+        except KubeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _load(options: DemoOptions) -> tuple[dict, Scenario]:

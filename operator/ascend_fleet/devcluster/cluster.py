@@ -210,8 +210,17 @@ def serve(
     start_seconds: float = 1.0,
     ready_seconds: float = 1.0,
     nodes: int = 4,
+    prometheus: bool = False,
 ) -> None:
-    """Run a dev cluster until SIGINT or SIGTERM (``ascend-fleet dev-cluster``); print how to reach it."""
+    """Run a dev cluster until SIGINT or SIGTERM (``ascend-fleet dev-cluster``); print how to reach it.
+
+    Running pods are simulated engines that serve the OpenAI API on their pod IPs (as in ``ascend-fleet
+    dev``), so ``ascend-fleet tune`` and plain HTTP clients can measure them; ``prometheus`` adds a real
+    Prometheus scraping them."""
+    from ascend_fleet.devcluster.engines import SimulatedEngines
+    from ascend_fleet.devcluster.prometheus import PrometheusServer
+    from ascend_fleet.devcluster.scenario import Scenario
+
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -219,16 +228,24 @@ def serve(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with DevCluster(
-            host,
-            port,
-            kubeconfig=kubeconfig,
-            start_seconds=start_seconds,
-            ready_seconds=ready_seconds,
-            nodes=nodes,
-            request_log_limit=10_000,
-        ) as cluster:
+        with (
+            DevCluster(
+                host,
+                port,
+                kubeconfig=kubeconfig,
+                start_seconds=start_seconds,
+                ready_seconds=ready_seconds,
+                nodes=nodes,
+                request_log_limit=10_000,
+            ) as cluster,
+            contextlib.ExitStack() as stack,
+        ):
+            server = stack.enter_context(PrometheusServer(scrape_interval="1s")) if prometheus else None
+            engines = stack.enter_context(SimulatedEngines(Scenario.constant(0.0), prometheus=server))
+            cluster.kubelet.add_listener(engines)
             print(f"Kubernetes API (local, no auth): {cluster.url}", flush=True)
+            if server is not None:
+                print(f"Prometheus (scraping the engines): {server.url}", flush=True)
             print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
             print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
             while not stopping.wait(0.5):

@@ -405,9 +405,29 @@ class ControlPlane:
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cert-dir={self.workdir / 'certs'}",
+            # Who asked for what (kept as metadata only): tests read it to check RBAC grants against use.
+            f"--audit-policy-file={self._audit_policy()}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
             "--profiling=false",
             f"--v={self.verbosity}",
         ]
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: one JSON event per request, at the Metadata level."""
+        return self.workdir / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        path = self.workdir / "audit-policy.yaml"
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived", "ResponseStarted"],
+            "rules": [{"level": "Metadata"}],
+        }
+        path.write_text(yaml.safe_dump(policy))
+        return path
 
     def _controller_manager_args(self) -> list[str]:
         pki = self.pki

@@ -5,9 +5,13 @@ The kubelet simulator calls :meth:`SimulatedEngines.on_pod_running` and
 loopback address) and exporter port, serving ``GET /metrics`` and ``GET /health``:
 
 - per device (label ``device``): the ``ascend_fleet_*`` metrics, rendered by the real exporter's code;
-- on the leader (rank 0): the engine's own queue metrics, vLLM's or SGLang's, by the pod's command.
+- on the leader (rank 0): the engine's own metrics, vLLM's or SGLang's, by the pod's command.
 
-Values come from a :class:`~ascend_fleet.devcluster.scenario.Scenario`, sampled at each scrape. An
+The leader also serves the OpenAI API on its pod IP and ``--port`` (see
+:mod:`~ascend_fleet.devcluster.serving`): a continuously batching engine that follows the batch curve
+and the limits on the pod's command line. Values come from a
+:class:`~ascend_fleet.devcluster.scenario.Scenario`, sampled at each scrape, except that while real
+requests arrive the engine's own running/waiting/KV-cache/utilization figures replace the scenario's. An
 attached :class:`~ascend_fleet.devcluster.prometheus.PrometheusServer` gets one file_sd target
 per pod, labelled with ``namespace``, ``inference``, ``replica``, ``rank`` and ``pod``.
 """
@@ -16,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import shlex
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -28,7 +31,15 @@ from aiohttp import web
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
-from ascend_fleet.api.names import LABEL_NAME, LABEL_RANK, LABEL_REPLICA, LABEL_ROLE, ROLE_LEADER, ROLE_WORKER
+from ascend_fleet.api.names import (
+    LABEL_APP_COMPONENT,
+    LABEL_NAME,
+    LABEL_RANK,
+    LABEL_REPLICA,
+    LABEL_ROLE,
+    ROLE_LEADER,
+    ROLE_WORKER,
+)
 from ascend_fleet.exporter.metrics import (
     COLLECTOR_NPU_SMI,
     COLLECTOR_TORCH_NPU,
@@ -37,9 +48,11 @@ from ascend_fleet.exporter.metrics import (
     render_exposition,
 )
 from ascend_fleet.render import EXPORTER_PORT
+from ascend_fleet.render.routing import PICKER_COMPONENT
 
 from .prometheus import Target
 from .scenario import EngineSample, Scenario
+from .serving import BatchingEngine, EngineConfig, command_words, engine_config, engine_metrics, openai_app
 
 VLLM = "vllm"
 SGLANG = "sglang"
@@ -75,6 +88,8 @@ class EnginePod:
     ip: str
     port: int
     started_at: float
+    argv: tuple[str, ...] = ()
+    api_port: int | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -91,6 +106,15 @@ class EnginePod:
         """``host:port`` of the pod's metrics endpoint."""
         return f"{self.ip}:{self.port}"
 
+    @property
+    def api_address(self) -> str | None:
+        """``host:port`` of the leader's OpenAI API, or ``None`` for a pod that serves none."""
+        return f"{self.ip}:{self.api_port}" if self.api_port else None
+
+    def engine_config(self) -> EngineConfig:
+        """The simulated engine's settings, read from the pod's command line."""
+        return engine_config(self.argv, engine=self.engine, default_model=self.model_name)
+
 
 # Reading pods ---------------------------------------------------------------------------------
 
@@ -100,7 +124,8 @@ def engine_pod(pod: Mapping[str, Any], now: float) -> EnginePod | None:
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     inference = labels.get(LABEL_NAME)
-    if not inference:
+    # The endpoint picker's pods carry the inference's name too, but run no engine.
+    if not inference or labels.get(LABEL_APP_COMPONENT) == PICKER_COMPONENT:
         return None
     rank = _int_label(labels, LABEL_RANK)
     return EnginePod(
@@ -117,6 +142,8 @@ def engine_pod(pod: Mapping[str, Any], now: float) -> EnginePod | None:
         ip=(pod.get("status") or {}).get("podIP") or FALLBACK_HOST,
         port=metrics_port(pod),
         started_at=pod_start_time(pod, default=now),
+        argv=tuple(_command_words(pod)),
+        api_port=api_port(pod) if rank == 0 else None,
     )
 
 
@@ -157,6 +184,11 @@ def metrics_port(pod: Mapping[str, Any]) -> int:
             if port.get("name") == METRICS_PORT_NAME and port.get("containerPort"):
                 return int(port["containerPort"])
     return EXPORTER_PORT
+
+
+def api_port(pod: Mapping[str, Any]) -> int | None:
+    """The engine's ``--port`` (its OpenAI API), or ``None`` when the command line names none."""
+    return engine_config(_command_words(pod), engine=detect_engine(pod), default_model="").port
 
 
 def pod_start_time(pod: Mapping[str, Any], *, default: float) -> float:
@@ -201,11 +233,7 @@ def _command_words(pod: Mapping[str, Any]) -> list[str]:
     """Command and args of all containers, with shell scripts (``bash -c "..."``) split into words."""
     words = []
     for container in _containers(pod):
-        for item in [*(container.get("command") or []), *(container.get("args") or [])]:
-            try:
-                words += shlex.split(str(item))
-            except ValueError:
-                words += str(item).split()
+        words += command_words([*(container.get("command") or []), *(container.get("args") or [])])
     return words
 
 
@@ -253,14 +281,38 @@ def queue_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
     return families
 
 
-def render_metrics(pod: EnginePod, sample: EngineSample) -> bytes:
+def render_metrics(pod: EnginePod, sample: EngineSample, engine: BatchingEngine | None = None) -> bytes:
     """What a pod serves on ``/metrics`` (text format 0.0.4): the exporter's gauges, then the engine's.
 
     The exporter part comes from the real exporter's renderer, so simulated and real names cannot drift.
+    ``engine`` adds the serving engine's counters and histograms (requests it has served).
     """
     exporter = render_exposition(device_samples(pod, sample), scrape_errors=_HEALTHY_COLLECTORS)
-    engine = generate_latest(_Families(queue_families(pod, sample))) if pod.leader else b""
-    return exporter.encode() + engine
+    return exporter.encode() + render_engine_metrics(pod, sample, engine)
+
+
+def render_engine_metrics(
+    pod: EnginePod, sample: EngineSample, engine: BatchingEngine | None = None
+) -> bytes:
+    """The engine's own families (leaders only): queue gauges, then request counters and histograms."""
+    if not pod.leader:
+        return b""
+    gauges = generate_latest(_Families(queue_families(pod, sample)))
+    return gauges + (engine_metrics(engine) if engine is not None else b"")
+
+
+def with_real_traffic(sample: EngineSample, engine: BatchingEngine | None) -> EngineSample:
+    """``sample`` with the serving engine's own figures while real requests drive it."""
+    if engine is None or not engine.serving_real_traffic():
+        return sample
+    running, waiting, kv_usage, utilization = engine.snapshot()
+    return replace(
+        sample,
+        requests_running=running,
+        requests_waiting=waiting,
+        kv_cache_usage=kv_usage,
+        utilization=utilization,
+    )
 
 
 class _Families:
@@ -301,7 +353,8 @@ class SimulatedEngines:
         self._lock = threading.Lock()
         # Replaced, never mutated: request handlers on the loop thread read it without the lock.
         self._pods: dict[tuple[str, str], EnginePod] = {}
-        self._runners: dict[tuple[str, str], web.AppRunner] = {}
+        self._runners: dict[tuple[str, str], list[web.AppRunner]] = {}
+        self._engines: dict[tuple[str, str], BatchingEngine] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="simulated-engines", daemon=True)
         self._thread.start()
@@ -356,6 +409,15 @@ class SimulatedEngines:
         pod = self._pods.get((namespace, name))
         return pod.address if pod else None
 
+    def api_endpoint(self, namespace: str, name: str) -> str | None:
+        """``host:port`` of a leader's OpenAI API, or ``None`` if the pod serves none."""
+        pod = self._pods.get((namespace, name))
+        return pod.api_address if pod else None
+
+    def engine(self, namespace: str, name: str) -> BatchingEngine | None:
+        """The serving engine of a leader pod (for tests and the dev UI), or ``None``."""
+        return self._engines.get((namespace, name))
+
     def targets(self) -> list[Target]:
         """One scrape target per served pod."""
         return [scrape_target(pod) for pod in sorted(self._pods.values(), key=lambda pod: pod.key)]
@@ -385,40 +447,61 @@ class SimulatedEngines:
             self.prometheus.set_targets(self.targets())
 
     def _start_server(self, pod: EnginePod) -> EnginePod:
-        """Serve ``pod`` on its IP and port, else on a free port of 127.0.0.1; return where it listens."""
+        """Serve ``pod`` on its IP and ports, else on free ports of 127.0.0.1; return where it listens.
+
+        Every pod serves metrics; a leader whose command names a ``--port`` also serves the OpenAI API.
+        """
         app = web.Application()
-        app.router.add_get("/metrics", self._metrics_handler(pod.key))
+        app.router.add_get("/metrics", self._metrics_handler(pod.key, with_exporter=True))
         app.router.add_get("/health", _health)
+        runner, pod = self._bind(app, pod, pod.port, lambda p, port: replace(p, port=port))
+        self._runners[pod.key] = [runner]
+        if pod.leader and pod.api_port:
+            engine = self._run(_create_engine(pod.engine_config()))
+            self._engines[pod.key] = engine
+            api = openai_app(engine, self._metrics_handler(pod.key, with_exporter=False))
+            runner, pod = self._bind(api, pod, pod.api_port, lambda p, port: replace(p, api_port=port))
+            self._runners[pod.key].append(runner)
+        return pod
+
+    def _bind(
+        self, app: web.Application, pod: EnginePod, port: int, moved: Callable[[EnginePod, int], EnginePod]
+    ) -> tuple[web.AppRunner, EnginePod]:
+        """Listen on the pod's IP and ``port``, else on a free port of 127.0.0.1 (``moved`` records it)."""
         if _is_loopback(pod.ip):
             try:
-                runner = self._run(_serve(app, pod.ip, pod.port))
-                self._runners[pod.key] = runner
-                return pod
+                return self._run(_serve(app, pod.ip, port)), pod
             except OSError:
                 pass  # Address taken or not configured: fall through to a port of our own.
         runner = self._run(_serve(app, FALLBACK_HOST, 0))
-        self._runners[pod.key] = runner
-        host, port = runner.addresses[0][:2]
-        return replace(pod, ip=host, port=port)
+        host, bound = runner.addresses[0][:2]
+        return runner, moved(replace(pod, ip=host), bound)
 
     def _stop_server(self, key: tuple[str, str]) -> None:
-        runner = self._runners.pop(key, None)
-        if runner is not None:
+        engine = self._engines.pop(key, None)
+        if engine is not None:
+            self._run(engine.close())
+        for runner in self._runners.pop(key, []):
             self._run(runner.cleanup())
 
     def _sample(self, pods: Mapping[tuple[str, str], EnginePod], pod: EnginePod) -> EngineSample:
         ready = ready_replicas(pods.values(), pod.namespace, pod.inference)
-        return self.scenario.sample(
+        sample = self.scenario.sample(
             self._clock(), pod.namespace, pod.inference, pod.replica, pod.started_at, ready
         )
+        return with_real_traffic(sample, self._engines.get(pod.key))
 
-    def _metrics_handler(self, key: tuple[str, str]) -> Callable[[web.Request], Any]:
+    def _metrics_handler(self, key: tuple[str, str], *, with_exporter: bool) -> Callable[[web.Request], Any]:
         async def metrics(request: web.Request) -> web.Response:
             pods = self._pods
             pod = pods.get(key)
             if pod is None:
                 raise web.HTTPNotFound()
-            body = render_metrics(pod, self._sample(pods, pod))
+            sample, engine = self._sample(pods, pod), self._engines.get(key)
+            if with_exporter:
+                body = render_metrics(pod, sample, engine)
+            else:
+                body = render_engine_metrics(pod, sample, engine)
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
         return metrics
@@ -429,7 +512,8 @@ class SimulatedEngines:
 
 async def _serve(app: web.Application, host: str, port: int) -> web.AppRunner:
     # Scrapes finish in milliseconds; a short shutdown keeps a pod's stop from waiting on keep-alives.
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    # A client that goes away cancels its handler, so the engine frees the slot as a real engine does.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0, handler_cancellation=True)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
@@ -437,6 +521,11 @@ async def _serve(app: web.Application, host: str, port: int) -> web.AppRunner:
         await runner.cleanup()
         raise
     return runner
+
+
+async def _create_engine(config: EngineConfig) -> BatchingEngine:
+    """An engine created on the serving loop, which runs its batching."""
+    return BatchingEngine(config)
 
 
 async def _health(request: web.Request) -> web.Response:

@@ -11,6 +11,7 @@ controls as the emulator's kubelet simulator.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -23,6 +24,8 @@ from typing import Self
 from ascend_fleet.devcluster.controlplane import ControlPlane, ensure_binary
 from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY
 from ascend_fleet.devcluster.nodeagent import NodeAgent
+from ascend_fleet.kube import Kube
+from ascend_fleet.kube.client import Conflict
 
 
 class RealCluster:
@@ -101,6 +104,30 @@ class RealCluster:
         self.stop()
 
 
+def provide_model_claim(kube: Kube, namespace: str, claim: str = "models") -> None:
+    """A PersistentVolume pre-bound to the claim ``claim`` in ``namespace``, and the claim: what the examples
+    mount. The real scheduler places no pod whose claim is missing or unbound; the simulated nodes mount nothing.
+    """
+    volume = f"{claim}-{namespace}"
+    _create(kube, {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadOnlyMany", "ReadWriteMany"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "hostPath": {"path": "/var/lib/ascend-fleet-dev-models"},
+                 "claimRef": {"namespace": namespace, "name": claim}},
+    }, "/api/v1/persistentvolumes")  # fmt: skip
+    _create(kube, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": namespace},
+        "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Ti"}}},
+    }, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")  # fmt: skip
+
+
+def _create(kube: Kube, body: dict, path: str) -> None:
+    with contextlib.suppress(Conflict):  # there already
+        kube._call("POST", path, body=body)
+
+
 def serve(
     kubeconfig: str = "~/.kube/ascend-fleet-real.yaml",
     nodes: int = 4,
@@ -139,6 +166,9 @@ def serve(
                 f"{cluster.start_time:.1f}s",
                 flush=True,
             )
+            # The examples mount the claim `models`; on a real cluster an admin provides the storage.
+            provide_model_claim(Kube.connect(str(cluster.kubeconfig_path)), "default")
+            print("claim default/models provided (a pre-bound volume the examples mount)", flush=True)
             print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
             print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
             while not stopping.wait(0.5):

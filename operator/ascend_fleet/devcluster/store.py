@@ -265,6 +265,7 @@ class ObjectStore:
         key = self._key(served, metadata.get("namespace"), metadata["name"])
         if self._stored(key) is not None:
             raise errors.already_exists(served.group_resource, metadata["name"], **_details(served))
+        self._admit_quota(served, metadata)
         if dry_run:
             return self.present(served, obj)
         stored = self._commit(served, key, obj, "ADDED", None)
@@ -413,6 +414,36 @@ class ObjectStore:
         body = copy.deepcopy(dict(obj))
         body.pop("apiVersion", None)
         return {"apiVersion": served.api_version, "kind": body.pop("kind", served.kind), **body}
+
+    def _admit_quota(self, served: ServedResource, metadata: Mapping[str, Any]) -> None:
+        """ResourceQuota admission for the pod count (``spec.hard.pods``), as a real API server refuses.
+
+        Only the count of pods: enough for a namespace that may hold no more pods to refuse the next
+        one with the server's 403, which is what the operator's refused-create handling is tested with.
+        """
+        if served.resource.plural != "pods" or served.resource.group:
+            return
+        namespace = metadata.get("namespace")
+        quotas = [q for _, q in self._live(self.served("v1/resourcequotas"), namespace)]
+        if not quotas:
+            return
+        used = sum(
+            1
+            for _, pod in self._live(served, namespace)
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        )
+        for quota in quotas:
+            hard = ((quota.get("spec") or {}).get("hard") or {}).get("pods")
+            if hard is not None and used + 1 > int(hard):
+                name = quota["metadata"]["name"]
+                raise errors.status_error(
+                    403,
+                    "Forbidden",
+                    f'pods "{metadata["name"]}" is forbidden: exceeded quota: {name}, requested: pods=1, '
+                    f"used: pods={used}, limited: pods={hard}",
+                    name=metadata["name"],
+                    kind="pods",
+                )
 
     def _key(self, served: ServedResource, namespace: str | None, name: str) -> Key:
         return (served.storage, namespace if served.namespaced else None, name)

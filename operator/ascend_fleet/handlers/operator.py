@@ -3,15 +3,22 @@
 Everything here is wiring. Decisions are made by ``reconcile`` and ``control``; the daemon only
 decides *when* to run a pass: on any change to the object or its children (via the wake-up flags),
 when the previous pass asked to look again (drain and backoff timers), and at least every
-``reconcile.resyncInterval``.
+``reconcile.resyncInterval`` -- but never while a write of an earlier pass is still missing from the
+watch cache (:mod:`..reconcile.expectations`).
+
+The kopf indexes are the operator's watch cache: engine pods (slimmed), Services, PDBs and the
+AscendInferences themselves. The reconcilers and the control loop read them; nothing lists.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -20,17 +27,21 @@ import kopf
 from ..api import names
 from ..api.settings import OperatorSettings
 from ..kube import Kube, KubeError
-from ..reconcile.apply import reconcile_once
-from ..reconcile.observe import observed_children
+from ..reconcile.apply import Outcome, reconcile_once
+from ..reconcile.expectations import Expectations, children_by_name
+from ..reconcile.observe import observed_children, owned_by
+from ..reconcile.refusals import Refusal, current, refused_again
+from ..status.pods import slim_pod
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 ERROR_BACKOFF = (1.0, 30.0)  # first retry and cap after an API error during a pass
-SETTLE_SECONDS = 0.5
+SETTLE_SECONDS = 0.5  # after our own writes, let the watch deliver them before the next pass
 RESTART_BACKOFF = (1.0, 30.0)  # first restart of kopf after it stopped on an error, and the cap
-OPERATOR_RESTARTS: list[
-    str
-] = []  # why kopf had to be started again (read by the outage tests)  # after our own writes, let the watch deliver them before the next pass
+OPERATOR_RESTARTS: list[str] = []  # why kopf had to be started again
+# After creating children, a status that only says "pods still starting" waits this long (or until
+# Ready): one status write for the whole start-up instead of one per pod that comes up.
+STATUS_HOLD_SECONDS = 5.0
 
 
 @dataclass
@@ -40,7 +51,11 @@ class OperatorContext:
     settings: OperatorSettings
     kube: Kube
     wakeups: Wakeups = field(default_factory=Wakeups)
+    expectations: Expectations = field(default_factory=Expectations)
+    gone: set[str] = field(default_factory=set)  # uids whose DELETED event arrived: their daemon ends
     extra_startup: list = field(default_factory=list)  # callables(registry-scoped) e.g. the control loop
+    # False: only the watch caches (indexes) and the extra hooks, no reconcilers (the control-loop benchmark).
+    reconcile: bool = True
 
 
 class RetryForever:
@@ -89,7 +104,11 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
 
     @kopf.index("pods", labels=child_filter, registry=registry, id="engine_pods")
     async def engine_pods(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
-        return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
+        return {(namespace, labels[names.LABEL_NAME]): copy.deepcopy(slim_pod(dict(body)))}
+
+    @kopf.index(names.GROUP, names.VERSION, names.PLURAL, registry=registry, id="inferences")
+    async def inferences(namespace: str, name: str, body: kopf.Body, **_) -> dict:
+        return {(namespace, name): _object_snapshot(body)}
 
     @kopf.index("services", labels=child_filter, registry=registry, id="engine_services")
     async def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
@@ -101,6 +120,11 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     async def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
+    for hook in ctx.extra_startup:
+        hook(registry)
+    if not ctx.reconcile:
+        return registry
+
     @kopf.on.event("pods", labels=child_filter, registry=registry)
     @kopf.on.event("services", labels=child_filter, registry=registry)
     @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
@@ -108,7 +132,9 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         ctx.wakeups.wake(namespace, labels[names.LABEL_NAME])
 
     @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
-    async def object_changed(namespace: str, name: str, **_) -> None:
+    async def object_changed(namespace: str, name: str, type: str, uid: str, **_) -> None:
+        if type == "DELETED":  # without a finalizer kopf does not stop the daemon of a deleted object
+            ctx.gone.add(uid)
         ctx.wakeups.wake(namespace, name)
 
     @kopf.daemon(
@@ -134,9 +160,29 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs, logger
         )
 
-    for hook in ctx.extra_startup:
-        hook(registry)
+    _daemons_without_finalizer(registry)
     return registry
+
+
+def _daemons_without_finalizer(registry: kopf.OperatorRegistry) -> None:
+    """Let AscendInferences be deleted without a finalizer.
+
+    kopf puts a finalizer on every object that has a daemon, so that it can stop the daemon before
+    the object goes: one PATCH on create and one on delete per object, and an object that cannot be
+    deleted while the operator is down. Neither is needed here: the children carry ownerReferences
+    (the garbage collector removes them), and the daemon ends itself on the object's DELETED event.
+    kopf has no public switch for this, so the registered daemon handlers are marked; if kopf's
+    registry ever changes shape, the finalizer simply stays.
+    """
+    handlers = getattr(getattr(registry, "_spawning", None), "_handlers", None)
+    if not isinstance(handlers, list):
+        return
+    handlers[:] = [
+        dataclasses.replace(h, requires_finalizer=False)
+        if dataclasses.is_dataclass(h) and getattr(h, "requires_finalizer", None)
+        else h
+        for h in handlers
+    ]
 
 
 async def run_reconciler(
@@ -149,43 +195,87 @@ async def run_reconciler(
     and a few dozen objects would starve every other handler.
     """
     flag = ctx.wakeups.flag(namespace, name)
+    key = (namespace, name)
+    resync = ctx.settings.reconcile.resync_interval
     error_delay = ERROR_BACKOFF[0]
     written: dict | None = None  # our last status write, until the watch has delivered it
+    refusals: dict[tuple[str, str], Refusal] = {}  # refused creates of this object, for backoff and status
+    hold_status_until: float | None = None
+    uid = body.get("metadata", {}).get("uid", "")
     try:
-        while not stopped:
+        while not stopped and uid not in ctx.gone:
             flag.clear()
-            current = _snapshot(body)
+            snapshot = _snapshot(body)
             if written is not None:
-                if _caught_up(current, written):
+                if _caught_up(snapshot, written):
                     written = None
                 else:  # the watch has not delivered our own status write yet: do not act on old status
-                    current["status"] = written.get("status", {})
-            key = (namespace, name)
-            observed = observed_children(
-                current["metadata"].get("uid", ""),
-                _values(pods, key),
-                _values(services, key),
-                _values(pdbs, key),
-            )
+                    snapshot["status"] = written.get("status", {})
+            candidates = (_values(pods, key), _values(services, key), _values(pdbs, key))
+            # Writes of an earlier pass the cache does not show yet: deciding now would repeat them.
+            if ctx.expectations.pending(key, children_by_name(*candidates), time.time()):
+                await _wait(
+                    stopped,
+                    flag,
+                    min(ctx.expectations.wait_hint(key, time.time()) or resync, resync),
+                    settle=0.0,
+                )
+                continue
+            observed = observed_children(uid, *candidates)
+            generation = snapshot["metadata"].get("generation")
+            owned = {k for k, child in children_by_name(*candidates).items() if owned_by(child, uid)}
+            refusals = current(refusals, generation, owned)
+            observed.refused = dict(refusals)
+            outcome = Outcome()
             try:
-                result = await asyncio.to_thread(reconcile_once, ctx.kube, current, observed, ctx.settings)
+                result = await asyncio.to_thread(
+                    reconcile_once,
+                    ctx.kube,
+                    snapshot,
+                    observed,
+                    ctx.settings,
+                    None,
+                    outcome,
+                    hold_status_until,
+                )
             except KubeError as error:
+                if outcome.expectations:  # some writes landed: the API answers, only this request failed
+                    error_delay = ERROR_BACKOFF[0]
                 logger.warning(
                     "reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error
                 )
+                ctx.expectations.expect(key, outcome.expectations)
+                _note_refusals(refusals, outcome, generation)
                 await _wait(stopped, flag, error_delay, settle=error_delay)
                 error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
                 continue
             error_delay = ERROR_BACKOFF[0]
+            ctx.expectations.expect(key, outcome.expectations)
+            _note_refusals(refusals, outcome, generation)
+            if outcome.created:
+                hold_status_until = time.time() + STATUS_HOLD_SECONDS
             if result.written is not None:
                 written = result.written
-            wait = min(
-                result.requeue_after or ctx.settings.reconcile.resync_interval,
-                ctx.settings.reconcile.resync_interval,
-            )
+            wait = min(result.requeue_after or resync, resync)
             await _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
     finally:
         ctx.wakeups.forget(namespace, name)
+        ctx.expectations.forget(key)
+        ctx.gone.discard(uid)
+
+
+def _note_refusals(
+    refusals: dict[tuple[str, str], Refusal], outcome: Outcome, generation: int | None
+) -> None:
+    """Count this pass's refused creates (for their backoff) and forget the ones that were created."""
+    now = time.time()
+    for refused in outcome.refused:
+        key = (refused.kind, refused.name)
+        refusals[key] = refused_again(
+            refusals.get(key), refused.kind, refused.name, refused.reason, refused.message, now, generation
+        )
+    for obj in outcome.created:
+        refusals.pop((obj["kind"], obj["metadata"]["name"]), None)
 
 
 def _caught_up(current: dict, written: dict) -> bool:
@@ -218,9 +308,16 @@ async def _wait(stopped, flag: asyncio.Event, seconds: float, settle: float) -> 
 
 def _snapshot(body) -> dict:
     """A plain, detached copy of a kopf body (kopf's views change under our feet)."""
-    import copy
-
     return copy.deepcopy(dict(body))
+
+
+def _object_snapshot(body) -> dict:
+    """An AscendInference as the control loop's cache keeps it: without managedFields and kopf's annotations."""
+    obj = dict(body)
+    meta = {
+        k: v for k, v in dict(obj.get("metadata") or {}).items() if k not in ("managedFields", "annotations")
+    }
+    return copy.deepcopy({**obj, "metadata": meta})
 
 
 def connection_info(kube: Kube) -> kopf.ConnectionInfo:

@@ -1,8 +1,9 @@
 """A small, dict-in dict-out wrapper over the official client for the kinds the operator touches.
 
 Dicts rather than generated models keep the renderer's output and the API's answers the same
-shape. Creates and deletes are idempotent (AlreadyExists and NotFound are not errors), which is
-what a level-based reconciler wants after a lost response or a restart.
+shape. Deletes are idempotent (NotFound is not an error); creates are too unless the caller asks
+to hear about AlreadyExists (the reconciler must tell its own earlier write from a foreign object).
+Events are aggregated as Kubernetes' recorder does it (:mod:`.events`).
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from ..api import names
+from ..api.times import rfc3339
+from .events import EventCache, EventKey, Seen
 
 log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
@@ -29,7 +32,12 @@ class KubeError(Exception):
 
     def __init__(self, status: int, reason: str, message: str):
         super().__init__(f"{status} {reason}: {message}")
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.message = status, reason, message
+
+    @property
+    def refused(self) -> bool:
+        """The server judged the request itself (invalid, forbidden, bad request): retrying it unchanged fails again."""
+        return self.status in (400, 403, 422)
 
 
 class NotFound(KubeError):
@@ -40,12 +48,20 @@ class Conflict(KubeError):
     pass
 
 
+class AlreadyExists(Conflict):
+    """A create found an object of that name (a 409 whose Status reason is AlreadyExists)."""
+
+
 def _error(exc: ApiException) -> KubeError:
-    message = exc.reason or ""
+    message, reason = exc.reason or "", exc.reason or ""
     with contextlib.suppress(ValueError, AttributeError):
-        message = json.loads(exc.body or "{}").get("message", message)
+        body = json.loads(exc.body or "{}")
+        message = body.get("message", message)
+        reason = body.get("reason") or reason
     kind = {404: NotFound, 409: Conflict}.get(exc.status or 0, KubeError)
-    return kind(exc.status or 0, exc.reason or "", message)
+    if kind is Conflict and reason == "AlreadyExists":
+        kind = AlreadyExists
+    return kind(exc.status or 0, reason, message)
 
 
 @dataclass(frozen=True)
@@ -60,7 +76,9 @@ KINDS = {
     "Service": _Kind("", "v1", "services"),
     "Event": _Kind("", "v1", "events"),
     "PodDisruptionBudget": _Kind("policy", "v1", "poddisruptionbudgets"),
-    "PodGroup": _Kind("scheduling.volcano.sh", "v1beta1", "podgroups"),  # Volcano gangs (schedulerName: volcano)
+    "PodGroup": _Kind(
+        "scheduling.volcano.sh", "v1beta1", "podgroups"
+    ),  # Volcano gangs (schedulerName: volcano)
     names.KIND: _Kind(names.GROUP, names.VERSION, names.PLURAL),
 }
 
@@ -72,6 +90,7 @@ class Kube:
         self.api = api_client
         # Identifies the operator's traffic in API server audit logs (and in the RBAC test).
         self.api.user_agent = user_agent
+        self.events = EventCache()
 
     @classmethod
     def connect(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
@@ -148,12 +167,14 @@ class Kube:
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
         return self._call("GET", self._path(kind, namespace), query=query).get("items", [])
 
-    def create(self, obj: dict) -> dict | None:
-        """Create; None when an object of that name exists already (a previous pass's write landed)."""
+    def create(self, obj: dict, exist_ok: bool = True) -> dict | None:
+        """Create; None when an object of that name exists already, or AlreadyExists with ``exist_ok=False``."""
         meta = obj["metadata"]
         try:
             return self._call("POST", self._path(obj["kind"], meta["namespace"]), body=obj)
-        except Conflict:
+        except AlreadyExists:
+            if not exist_ok:
+                raise
             return None
 
     def patch(self, kind: str, namespace: str, name: str, body: dict, subresource: str | None = None) -> dict:
@@ -181,33 +202,73 @@ class Kube:
             return None
 
     def event(
-        self, regarding: dict, type_: str, reason: str, message: str, component: str = "ascend-fleet"
+        self,
+        regarding: dict,
+        type_: str,
+        reason: str,
+        message: str,
+        component: str = "ascend-fleet",
+        now: float | None = None,
     ) -> None:
-        """Record a core/v1 Event about an object; failures are logged, never raised (events are best effort)."""
+        """Record a core/v1 Event about an object, counted up when the same one was recorded recently.
+
+        Failures are logged, never raised: Events are best effort.
+        """
         meta = regarding["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
-            "involvedObject": {
-                "apiVersion": regarding.get("apiVersion"),
-                "kind": regarding.get("kind"),
-                "name": meta["name"],
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": component},
-            "reportingComponent": component,
-            "reportingInstance": component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        namespace = meta.get("namespace", "default")
+        message = message[:1024]
+        now = time.time() if now is None else now
+        key = EventKey(
+            component,
+            regarding.get("apiVersion") or "",
+            regarding.get("kind") or "",
+            namespace,
+            meta["name"],
+            meta.get("uid") or "",
+            type_,
+            reason,
+            message,
+        )
+        seen = self.events.decide(key, now)
+        stamp = rfc3339(now)
         try:
-            self._call("POST", self._path("Event", meta.get("namespace", "default")), body=event)
+            if seen.patch_name is not None:
+                try:
+                    self._call(
+                        "PATCH",
+                        self._path("Event", namespace, seen.patch_name),
+                        body={"count": seen.count, "lastTimestamp": stamp},
+                        content_type=MERGE_PATCH,
+                    )
+                    self.events.remember(key, Seen(seen.patch_name, seen.count, seen.first or stamp, now))
+                    return
+                except NotFound:  # expired (the server's event TTL) or deleted: start a new one
+                    self.events.forget(key)
+            created = self._call("POST", self._path("Event", namespace), body=_event_body(key, stamp))
+            self.events.remember(key, Seen(created["metadata"]["name"], 1, stamp, now))
         except KubeError as error:
             log.warning("could not record event %s on %s: %s", reason, meta["name"], error)
+
+
+def _event_body(key: EventKey, stamp: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{key.name}.", "namespace": key.namespace},
+        "involvedObject": {
+            "apiVersion": key.api_version,
+            "kind": key.kind,
+            "name": key.name,
+            "namespace": key.namespace,
+            "uid": key.uid,
+        },
+        "type": key.type,
+        "reason": key.reason,
+        "message": key.message,
+        "source": {"component": key.component},
+        "reportingComponent": key.component,
+        "reportingInstance": key.component,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }

@@ -5,17 +5,20 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..api import names
 from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
-from ..kube import Conflict, Kube, NotFound
+from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, validate
 from ..status import replica_states
 from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
-from .plan import Observed, Plan, plan, plan_invalid
+from .expectations import CREATE, DELETE, PATCH, Expectation
+from .observe import owned_by
+from .plan import Event, Observed, Plan, canonical_status, creation_event, plan, plan_invalid
+from .refusals import CHILD_REJECTED, NAME_CONFLICT
 
 log = logging.getLogger(__name__)
 SETTLE_AFTER_CONFLICT = 0.5  # seconds; the watch delivers the newer object by then
@@ -25,6 +28,25 @@ class StatusConflict(Exception):
     """The object changed after this pass read it, so its status write was refused."""
 
 
+@dataclass(frozen=True)
+class Refused:
+    """One create the server would not do, as the applier saw it."""
+
+    kind: str
+    name: str
+    reason: str  # ChildRejected | NameConflict
+    message: str
+
+
+@dataclass
+class Outcome:
+    """What a pass's writes did, filled in as they happen (kept even when a later write raises)."""
+
+    expectations: list[Expectation] = field(default_factory=list)
+    created: list[dict] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+
+
 @dataclass
 class PassResult:
     """What a pass did, for the caller's loop: when to look again and the object as last written."""
@@ -32,6 +54,7 @@ class PassResult:
     requeue_after: float | None
     wrote: bool
     written: dict | None = None  # the object returned by our status write, if any
+    outcome: Outcome = field(default_factory=Outcome)
 
 
 def with_default_image(body: dict, settings: OperatorSettings) -> dict:
@@ -40,10 +63,23 @@ def with_default_image(body: dict, settings: OperatorSettings) -> dict:
 
 
 def reconcile_once(
-    kube: Kube, body: dict, observed: Observed, settings: OperatorSettings, now: float | None = None
+    kube: Kube,
+    body: dict,
+    observed: Observed,
+    settings: OperatorSettings,
+    now: float | None = None,
+    outcome: Outcome | None = None,
+    hold_status_until: float | None = None,
 ) -> PassResult:
-    """Bring one AscendInference's children to its spec and report what was done."""
+    """Bring one AscendInference's children to its spec and report what was done.
+
+    ``outcome`` (the caller's, so it survives an API error half-way) collects the writes issued, for
+    the caller's expectations, and the creates the server refused. Until ``hold_status_until`` (a
+    short while after this object's last creates) a status that only reports pods still starting
+    is not written yet (see :func:`status_can_wait`).
+    """
     now = time.time() if now is None else now
+    outcome = Outcome() if outcome is None else outcome
     meta = body["metadata"]
     try:
         valid = validate(
@@ -54,20 +90,26 @@ def reconcile_once(
         )
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
-        outcome = "invalid"
+        kind = "invalid"
     else:
         result = plan(valid.obj, valid.layout, observed, now, settings.reconcile)
-        outcome = "changed" if result.writes_children else "converged"
+        kind = "changed" if result.writes_children else "converged"
         _export_gauges(meta, valid.layout.data, result, observed)
     try:
-        written = _apply(kube, body, result)
+        hold = hold_status_until is not None and now < hold_status_until
+        written = _apply(kube, body, result, outcome, hold)
     except StatusConflict:
         # Another writer (the control loop) changed the object since this pass read it: look again
         # shortly, from the newer object, instead of overwriting its status with an older one.
-        RECONCILES.labels(outcome).inc()
-        return PassResult(SETTLE_AFTER_CONFLICT, True, None)
-    RECONCILES.labels(outcome).inc()
-    return PassResult(result.requeue_after, result.writes_children or written is not None, written)
+        RECONCILES.labels(kind).inc()
+        return PassResult(SETTLE_AFTER_CONFLICT, True, None, outcome)
+    RECONCILES.labels(kind).inc()
+    requeue = result.requeue_after
+    if outcome.refused:  # report the refusal in status on the next pass, without waiting for the resync
+        requeue = min(requeue or SETTLE_AFTER_CONFLICT, SETTLE_AFTER_CONFLICT)
+    if hold and written is None and result.status and result.status != canonical_status(body.get("status")):
+        requeue = min(requeue or hold_status_until - now, max(hold_status_until - now, 0.1))
+    return PassResult(requeue, result.writes_children or written is not None, written, outcome)
 
 
 def known_metrics(control: ControlSettings) -> frozenset[str]:
@@ -80,24 +122,134 @@ def _catalog_names(preset: str, overrides: tuple[tuple[str, str], ...]) -> froze
     return Catalog.build(preset, dict(overrides)).names()
 
 
-def _apply(kube: Kube, body: dict, result: Plan) -> dict | None:
+def _apply(kube: Kube, body: dict, result: Plan, outcome: Outcome, hold: bool = False) -> dict | None:
     namespace = body["metadata"]["namespace"]
-    for obj in result.creates:
-        kube.create(obj)
+    events = list(result.events)
+    _create(kube, body, result.creates, outcome, events)
+    created = creation_event(outcome.created)
+    if created is not None:
+        events.insert(0, created)
     for patch in result.patches:
         try:
-            kube.patch(patch.kind, namespace, patch.name, patch.body)
+            patched = kube.patch(patch.kind, namespace, patch.name, patch.body)
         except NotFound:
             log.info("%s %s/%s vanished before it could be patched", patch.kind, namespace, patch.name)
+            continue
+        outcome.expectations.append(
+            Expectation(
+                PATCH,
+                patch.kind,
+                patch.name,
+                time.time(),
+                (patched.get("metadata") or {}).get("resourceVersion"),
+            )
+        )
     for delete in result.deletes:
         kube.delete(delete.kind, namespace, delete.name)
+        outcome.expectations.append(Expectation(DELETE, delete.kind, delete.name, time.time()))
+    if status_can_wait(
+        canonical_status(body.get("status")),
+        result.status,
+        created=bool(outcome.created) or hold,
+        urgent=bool(result.deletes or outcome.refused),
+    ):
+        _record(kube, body, events)
+        return None
     try:
         written = _write_status(kube, body, result)
     except StatusConflict:
-        _record(kube, body, [e for e in result.events if not e.with_status])
+        _record(kube, body, [e for e in events if not e.with_status])
         raise
-    _record(kube, body, result.events)
+    _record(kube, body, events)
     return written
+
+
+PROGRESS_REASONS = frozenset({"ReplicasNotReady", "AllReplicasReady"})
+
+
+def status_can_wait(stored: dict, new: dict, created: bool, urgent: bool) -> bool:
+    """Whether a status write may be left to a later pass (pure).
+
+    Right after creating children, a pass computes a status from before them ("0 replicas"), and the
+    passes that follow see pods that are still starting: each a real but passing state, soon
+    replaced by the one that matters (Ready). ``created``: this pass created children, or it runs
+    within the short hold after such a pass; then such a status waits, and the one written reports
+    the pods as they have come up. Nothing else waits: not Ready turning True, not a gang restart's
+    record (its backoff must survive a restart of the operator), not a refusal or a Degraded change,
+    not a change of Ready's reason (an invalid spec).
+    """
+    if not created or urgent or not new:
+        return False
+    if stored.get("groupRestarts", []) != new.get("groupRestarts", []):
+        return False
+    before = {c.get("type"): c for c in stored.get("conditions", [])}
+    after = {c.get("type"): c for c in new.get("conditions", [])}
+    ready = after.get("Ready") or {}
+    if ready.get("status") == "True" or ready.get("reason") not in PROGRESS_REASONS:
+        return False
+    return (before.get("Degraded") or {}).get("status", "False") == (after.get("Degraded") or {}).get(
+        "status", "False"
+    )
+
+
+def _create(kube: Kube, body: dict, creates: list[dict], outcome: Outcome, events: list[Event]) -> None:
+    """Create the children; a refused one becomes a Refused record and a Warning Event, never a retry here.
+
+    AlreadyExists means either our own earlier create (its response lost, or the cache behind): then
+    we wait for the cache like for any create; or a foreign object holding the name: a NameConflict.
+    """
+    uid = body["metadata"].get("uid", "")
+    namespace = body["metadata"]["namespace"]
+    held: set[str] = set()  # replicas with a refused rank: the rest of that gang waits too
+    for obj in creates:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        replica = (obj["metadata"].get("labels") or {}).get(names.LABEL_REPLICA) if kind == "Pod" else None
+        if replica is not None and replica in held:
+            continue
+        try:
+            kube.create(obj, exist_ok=False)
+        except AlreadyExists:
+            try:
+                holder = kube.get(kind, namespace, name)
+            except NotFound:  # gone in between: the next pass creates it
+                continue
+            if owned_by(holder, uid):
+                outcome.expectations.append(Expectation(CREATE, kind, name, time.time()))
+                continue
+            refusal = Refused(kind, name, NAME_CONFLICT, _holder(holder))
+        except KubeError as error:
+            if not error.refused:
+                raise
+            refusal = Refused(kind, name, CHILD_REJECTED, f"{error.reason}: {error.message}")
+        else:
+            outcome.expectations.append(Expectation(CREATE, kind, name, time.time()))
+            outcome.created.append(obj)
+            continue
+        outcome.refused.append(refusal)
+        if replica is not None:
+            held.add(replica)
+        if refusal.reason == NAME_CONFLICT:
+            events.append(
+                Event(
+                    "Warning",
+                    NAME_CONFLICT,
+                    f"{kind} {name} already exists and is not owned by "
+                    f"this AscendInference ({refusal.message}); it is left alone",
+                )
+            )
+        else:
+            events.append(
+                Event("Warning", CHILD_REJECTED, f"the API server refused {kind} {name}: {refusal.message}")
+            )
+
+
+def _holder(obj: dict) -> str:
+    """Who controls a foreign object, in words."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    controller = next((r for r in refs if r.get("controller")), None)
+    if controller:
+        return f"controlled by {controller.get('kind')} {controller.get('name')}"
+    return "not controlled by any object"
 
 
 def _record(kube: Kube, body: dict, events: list) -> None:
@@ -105,6 +257,8 @@ def _record(kube: Kube, body: dict, events: list) -> None:
         kube.event(body, event.type, event.reason, event.message)
 
 
+# Status fields other writers own.
+NOT_OWN_STATUS = ("actions", "tuning")
 # Condition types this reconciler writes; the control loop owns MetricsAvailable (and status.actions).
 OWN_CONDITIONS = frozenset({"Ready", "Progressing", "Degraded"})
 
@@ -116,10 +270,11 @@ def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
     keeping that object's conditions of other owners: this pass's children writes have happened, and
     the status that records them (a gang restart's backoff above all) must not be lost.
     """
-    if not result.status or result.status == (body.get("status") or {}):
+    if not result.status or result.status == canonical_status(body.get("status")):
         return None
-    # status.actions belongs to the control loop: a merge patch without the key keeps the stored list.
-    status = {k: v for k, v in result.status.items() if k != "actions"}
+    # status.actions belongs to the control loop and status.tuning to `ascend-fleet tune`: a merge patch
+    # without their keys keeps what is stored (a retry on a fresh object must not restore a stale copy).
+    status = {k: v for k, v in result.status.items() if k not in NOT_OWN_STATUS}
     meta = body["metadata"]
     try:
         return _patch_status(kube, meta, status, meta.get("resourceVersion"))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..api import names
 from ..api.settings import ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
-from ..api.v1alpha1 import AscendInference
+from ..api.v1alpha1 import AscendInference, AscendInferenceStatus
 from ..layout import Layout
 from ..render import (
     Owner,
@@ -30,6 +30,7 @@ from ..render import (
 )
 from ..status import ReplicaState, replica_states, set_condition
 from ..status.conditions import get_condition
+from .refusals import NAME_CONFLICT, Refusal
 
 # After a pass that wrote something, look again soon: the watch will have caught up by then.
 SETTLE_SECONDS = 1.0
@@ -65,6 +66,16 @@ class Observed:
     pods: list[dict] = field(default_factory=list)
     services: dict[str, dict] = field(default_factory=dict)
     pdb: dict | None = None
+    # Children whose create the API server refused, by (kind, name): retried with backoff, reported in Ready.
+    refused: dict[tuple[str, str], Refusal] = field(default_factory=dict)
+
+    def held_back(self, kind: str, name: str, now: float, settings: ReconcileSettings) -> float | None:
+        """Seconds until a refused child may be tried again (None: it may be created now)."""
+        refusal = self.refused.get((kind, name))
+        if refusal is None:
+            return None
+        wait = refusal.retry_at(settings.backoff_initial, settings.backoff_max) - now
+        return wait if wait > 0 else None
 
 
 @dataclass
@@ -103,7 +114,7 @@ def plan(
     owner = Owner.of(obj)
     spec = obj.spec
     rev = revision(spec, owner.name, layout)
-    _plan_services(obj, layout, owner, observed, result)
+    _plan_services(obj, layout, owner, observed, now, settings, result)
     groups = replica_states(observed.pods)
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
     ppr, wanted = layout.pods_per_replica, layout.data
@@ -118,7 +129,7 @@ def plan(
     for index in range(wanted):
         group = groups.get(index)
         if group is None or not group.pods:
-            _create_replica(obj, layout, owner, index, rev, restarts, now, settings, result)
+            _create_replica(obj, layout, owner, index, rev, restarts, observed, now, settings, result)
         elif any(p.deleting for p in group.pods):
             result.later(SETTLE_SECONDS)  # wait for the old gang to be gone before its names are reused
         elif group.failed or not group.complete(ppr):
@@ -158,7 +169,7 @@ def plan(
         result.later(SETTLE_SECONDS * 5)
 
     _collect_pod_groups(obj, groups, result)
-    result.status = derive_status(obj, layout, groups, rev, list(restarts.values()), now)
+    result.status = derive_status(obj, layout, groups, rev, list(restarts.values()), now, observed.refused)
     if result.writes_children:
         result.later(SETTLE_SECONDS)
     return result
@@ -177,15 +188,24 @@ def _collect_pod_groups(obj: AscendInference, groups: dict[int, ReplicaState], r
 
 
 def _plan_services(
-    obj: AscendInference, layout: Layout, owner: Owner, observed: Observed, result: Plan
+    obj: AscendInference,
+    layout: Layout,
+    owner: Owner,
+    observed: Observed,
+    now: float,
+    settings: ReconcileSettings,
+    result: Plan,
 ) -> None:
     desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner, layout)]
     for want in desired:
         name = want["metadata"]["name"]
         have = observed.pdb if want["kind"] == "PodDisruptionBudget" else observed.services.get(name)
         if have is None:
-            result.creates.append(want)
-            result.events.append(Event("Normal", "Created", f"created {want['kind']} {name}"))
+            wait = observed.held_back(want["kind"], name, now, settings)
+            if wait is not None:
+                result.later(wait)
+            else:  # announced by the applier, once the server has accepted it (creation_event)
+                result.creates.append(want)
         elif _drifted(want, have):
             body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want, have)}
             result.patches.append(Patch(want["kind"], name, body))
@@ -217,22 +237,60 @@ def _drifted(want: dict, have: dict) -> bool:
     return any(have_spec.get(k) != v for k, v in _managed_spec(want, have).items())
 
 
-def _create_replica(obj, layout, owner, index, rev, restarts, now, settings, result) -> None:
+def _create_replica(obj, layout, owner, index, rev, restarts, observed, now, settings, result) -> None:
     record = restarts.get(index)
     if record:
         ready_at = (parse_rfc3339(record["lastTime"]) or now) + backoff_delay(record["count"], settings)
         if ready_at > now:
             result.later(ready_at - now)
             return
-    result.creates.extend(render_replica(obj.spec, owner, index, layout, rev))
-    pods = layout.pods_per_replica
-    result.events.append(
-        Event(
-            "Normal",
-            "CreatedReplica",
-            f"replica {index}: created {pods} pod{'s' if pods > 1 else ''} (revision {rev})",
+    pods = render_replica(obj.spec, owner, index, layout, rev)
+    # A gang is created whole or not at all: one refused rank holds the replica back.
+    waits = [
+        w for p in pods if (w := observed.held_back("Pod", p["metadata"]["name"], now, settings)) is not None
+    ]
+    if waits:
+        result.later(max(waits))
+        return
+    result.creates.extend(pods)
+
+
+def creation_event(created: list[dict]) -> Event | None:
+    """One Event for everything a pass created (the server accepted), e.g.
+    ``created replicas 0, 1 (1 pod each, revision 5d8f); Service a, Service a-pods, PodDisruptionBudget a``.
+
+    One Event per pass rather than one per child: a new object's first pass creates all its children.
+    """
+    if not created:
+        return None
+    replicas: dict[int, int] = {}
+    revisions: set[str] = set()
+    others: list[str] = []
+    for obj in created:
+        labels = obj["metadata"].get("labels") or {}
+        if obj["kind"] == "Pod" and names.LABEL_REPLICA in labels:
+            index = int(labels[names.LABEL_REPLICA])
+            replicas[index] = replicas.get(index, 0) + 1
+            revisions.add(labels.get(names.LABEL_REVISION, ""))
+        else:
+            others.append(f"{obj['kind']} {obj['metadata']['name']}")
+    parts = []
+    if replicas:
+        counts = set(replicas.values())
+        each = counts.pop() if len(counts) == 1 else None
+        pods = (
+            f"{each} pod{'s' if each != 1 else ''}" + (" each" if len(replicas) > 1 else "")
+            if each
+            else "pods"
         )
-    )
+        plural = "s" if len(replicas) > 1 else ""
+        parts.append(
+            f"replica{plural} {', '.join(map(str, sorted(replicas)))} ({pods}, revision "
+            f"{', '.join(sorted(revisions))})"
+        )
+    if others:
+        parts.append(", ".join(others))
+    return Event("Normal", "CreatedReplica" if replicas else "Created", "created " + "; ".join(parts))
 
 
 def _restart_gang(
@@ -324,6 +382,7 @@ def derive_status(
     rev: str,
     restarts: list[dict],
     now: float,
+    refused: dict[tuple[str, str], Refusal] | None = None,
 ) -> dict:
     """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing."""
     wanted, ppr = layout.data, layout.pods_per_replica
@@ -337,15 +396,27 @@ def derive_status(
     failing = sorted(r["replica"] for r in restarts if r["replica"] < wanted and r["count"] > 1)
 
     conditions = previous.get("conditions", [])
-    conditions = set_condition(
-        conditions,
-        "Ready",
-        ready >= wanted,
-        "AllReplicasReady" if ready >= wanted else "ReplicasNotReady",
-        f"{ready} of {wanted} replicas ready",
-        now,
-        generation,
-    )
+    if refused:
+        refusals = sorted(refused.values(), key=lambda r: (r.reason != NAME_CONFLICT, r.kind, r.name))
+        conditions = set_condition(
+            conditions,
+            "Ready",
+            False,
+            refusals[0].reason,
+            f"{ready} of {wanted} replicas ready; " + "; ".join(r.sentence() for r in refusals),
+            now,
+            generation,
+        )
+    else:
+        conditions = set_condition(
+            conditions,
+            "Ready",
+            ready >= wanted,
+            "AllReplicasReady" if ready >= wanted else "ReplicasNotReady",
+            f"{ready} of {wanted} replicas ready",
+            now,
+            generation,
+        )
     progressing, reason = _progress(
         wanted, len([g for g in existing if g.index < wanted]), ready, updated, extra, draining
     )
@@ -367,26 +438,42 @@ def derive_status(
         now,
         generation,
     )
-    status = {
-        **previous,
-        "observedGeneration": generation,
-        "replicas": len(existing),
-        "readyReplicas": ready,
-        "updatedReplicas": updated,
-        "selector": ",".join(f"{k}={v}" for k, v in leader_selector(obj.name).items()),
-        "revision": rev,
-        "layout": {
-            "npusPerReplica": layout.npus_per_replica,
-            "podsPerReplica": ppr,
-            "npusPerPod": layout.npus_per_pod,
-            "totalNpus": layout.total_npus,
-        },
-        "conditions": conditions,
-        "groupRestarts": sorted(restarts, key=lambda r: r["replica"]),
-    }
-    if generation is None:
-        del status["observedGeneration"]
-    return status
+    status = AscendInferenceStatus.model_validate(
+        {
+            **previous,
+            "observedGeneration": generation,
+            "replicas": len(existing),
+            "readyReplicas": ready,
+            "updatedReplicas": updated,
+            "selector": ",".join(f"{k}={v}" for k, v in leader_selector(obj.name).items()),
+            "revision": rev,
+            "layout": {
+                "npusPerReplica": layout.npus_per_replica,
+                "podsPerReplica": ppr,
+                "npusPerPod": layout.npus_per_pod,
+                "totalNpus": layout.total_npus,
+            },
+            "conditions": conditions,
+            "groupRestarts": sorted(restarts, key=lambda r: r["replica"]),
+        }
+    )
+    return wire_status(status)
+
+
+def wire_status(status: AscendInferenceStatus) -> dict:
+    """A status as written: through the model (the CRD's schema is generated from it), camelCase, no nulls."""
+    return status.wire()
+
+
+def canonical_status(stored: dict | None) -> dict:
+    """A stored status in the form :func:`wire_status` writes, so "nothing changed" compares exactly.
+
+    Unreadable stored status (hand-edited, an older operator) compares unequal, and is rewritten.
+    """
+    try:
+        return wire_status(AscendInferenceStatus.model_validate(stored or {}))
+    except ValueError:
+        return {}
 
 
 def _progress(
@@ -414,7 +501,13 @@ def plan_invalid(obj: dict, problems: list[str], now: float) -> Plan:
     conditions = set_condition(conditions, "Ready", False, "InvalidSpec", message, now, generation)
     if not before or before.get("reason") != "InvalidSpec" or before.get("message") != message:
         result.events.append(Event("Warning", "InvalidSpec", message, with_status=True))
-    result.status = {**previous, "conditions": conditions}
+    status = {**previous, "conditions": conditions}
     if generation is not None:
-        result.status["observedGeneration"] = generation
+        status["observedGeneration"] = generation
+    try:
+        result.status = wire_status(AscendInferenceStatus.model_validate(status))
+    except ValueError:  # the stored status itself is unreadable: keep only what this pass knows
+        result.status = wire_status(
+            AscendInferenceStatus.model_validate({"conditions": conditions, "observedGeneration": generation})
+        )
     return result

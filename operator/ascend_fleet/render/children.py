@@ -31,7 +31,9 @@ ENGINE_CONTAINER = "engine"
 # is BestEffort, the first one evicted under node pressure.
 CPU_PER_NPU = 4
 MEMORY_PER_NPU_GI = 32
-ENGINE_UID = 1000  # HwHiAiUser, whom the Ascend driver grants its device nodes to; the project's images run as it
+ENGINE_UID = (
+    1000  # HwHiAiUser, whom the Ascend driver grants its device nodes to; the project's images run as it
+)
 TERMINATION_GRACE_SECONDS = 60
 DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these from the host
     ("ascend-driver", "/usr/local/Ascend/driver", "Directory"),
@@ -130,8 +132,10 @@ def render_replica(
     layout = layout or plan(spec)
     rev = rev or revision(spec, owner.name, layout)
     group = [render_pod_group(spec, owner, replica, layout)] if uses_volcano(spec) else []
-    return group + [_pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
-                    for rank in range(layout.pods_per_replica)]
+    return group + [
+        _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
+        for rank in range(layout.pods_per_replica)
+    ]
 
 
 def uses_volcano(spec: AscendInferenceSpec) -> bool:
@@ -318,10 +322,13 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
             "ports": [{"name": "http", "port": spec.engine.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
-    group_ports = [{"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}]
+    group_ports = [
+        {"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}
+    ]
     if exporter_enabled(spec):
-        group_ports.append({"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT,
-                            "protocol": "TCP"})
+        group_ports.append(
+            {"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT, "protocol": "TCP"}
+        )
     headless = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -360,14 +367,21 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
 
 
 def render_all(obj: AscendInference) -> list[dict]:
-    """Every child object for the spec as it stands: pods of all replicas, Services, PDB."""
+    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects."""
+    from .routing import render_routing  # routing builds on this module's metadata and selectors
+
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
     replicas = [
         obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
     ]
-    return [*render_services(spec, owner, layout), render_pdb(spec, owner, layout), *replicas]
+    return [
+        *render_services(spec, owner, layout),
+        render_pdb(spec, owner, layout),
+        *render_routing(spec, owner),
+        *replicas,
+    ]
 
 
 def drain_patch(now_rfc3339: str, reason: str) -> dict:

@@ -6,6 +6,7 @@ through vLLM's and SGLang's own argument parsers at the versions of the default 
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 
@@ -16,7 +17,9 @@ from ..layout import Layout
 EXPORTER_PORT = 9410  # the engine exporter's /metrics; container port name "npu-metrics"
 RAY_PORT = 6379  # Ray GCS on the leader of a multi-pod vLLM replica
 SGLANG_DIST_PORT = 5000  # torch.distributed rendezvous on the leader of a multi-pod SGLang replica
-VLLM_MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod vLLM replica
+VLLM_MASTER_PORT = (
+    29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod vLLM replica
+)
 VLLM_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 
 
@@ -68,9 +71,16 @@ def _vllm_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Fla
         ),
     ]
     flags += _shared_flags(spec, VLLM_SPELLING)
+    if spec.batching.chunked_prefill is not None:
+        switch = (
+            "--enable-chunked-prefill" if spec.batching.chunked_prefill else "--no-enable-chunked-prefill"
+        )
+        flags.append(Flag(switch, None, "spec.batching.chunkedPrefill"))
     if spec.scheduling.priority:
         # Requests carry `priority`; vLLM serves lower values first.
         flags.append(Flag("--scheduling-policy", "priority", "spec.scheduling.priority"))
+    if spec.scheduling.policy == "short-request-first":
+        flags.append(Flag("--additional-config", short_request_first_config(spec), "spec.scheduling.policy"))
     if layout.multi_pod and multi_node_mode(spec) == "ray":
         flags.append(Flag("--distributed-executor-backend", "ray", "spec.parallelism (replica spans nodes)"))
     elif layout.multi_pod:
@@ -99,6 +109,21 @@ def exporter_enabled(spec: AscendInferenceSpec) -> bool:
     return spec.engine.exporter and images.has_exporter(spec.image() or "")
 
 
+def short_request_first_config(spec: AscendInferenceSpec) -> str:
+    """vllm-ascend's ``--additional-config`` for its short-request-first scheduler (threshold in prompt tokens)."""
+    scheduling = spec.scheduling
+    config = {
+        "scheduler_config": {
+            "short_request_first_config": {
+                "enabled": True,
+                "threshold": scheduling.short_request_tokens,
+                "long_max_wait_ms": round(scheduling.max_wait * 1000),
+            }
+        }
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
 def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
     flags = [
         Flag("--model-path", spec.model.path, "spec.model.path"),
@@ -113,7 +138,7 @@ def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[F
         Flag("--mem-fraction-static", _fraction(spec.memory.static_fraction), "spec.memory.staticFraction"),
         Flag("--enable-metrics", None, "the operator"),
     ]
-    flags += _shared_flags(spec, SGLANG_SPELLING)
+    flags += _shared_flags(spec, SGLANG_SPELLING) + _sglang_adaptive_flags(spec)
     if spec.scheduling.priority:
         # SGLang has no "priority" policy: priority scheduling runs on fcfs (or lof), and serves higher
         # values first unless told otherwise; lower-first matches vLLM, so one client works with both.
@@ -131,6 +156,22 @@ def _sglang_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[F
     return flags
 
 
+def _sglang_adaptive_flags(spec: AscendInferenceSpec) -> list[Flag]:
+    """SGLang's own adaptive batching knobs: chunked prefill off, and the prefill delayer."""
+    flags = []
+    if spec.batching.chunked_prefill is False:  # on by default; -1 is SGLang's spelling of off
+        flags.append(Flag("--chunked-prefill-size", "-1", "spec.batching.chunkedPrefill"))
+    delayer = spec.batching.prefill_delayer
+    if delayer is not None and delayer.enabled:
+        source = "spec.batching.prefillDelayer"
+        flags.append(Flag("--enable-prefill-delayer", None, source))
+        if delayer.max_delay_ms is not None:
+            flags.append(Flag("--prefill-delayer-max-delay-ms", f"{delayer.max_delay_ms:g}", source))
+        if delayer.queue_min_ratio is not None:
+            flags.append(Flag("--prefill-delayer-queue-min-ratio", f"{delayer.queue_min_ratio:g}", source))
+    return flags
+
+
 @dataclass(frozen=True)
 class Spelling:
     """How one engine spells the settings both engines have."""
@@ -143,7 +184,9 @@ class Spelling:
 
 VLLM_SPELLING = Spelling("ascend", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len")
 # SGLang's per-step token cap is --chunked-prefill-size (--max-prefill-tokens is not a per-step bound).
-SGLANG_SPELLING = Spelling("modelslim", "--max-running-requests", "--chunked-prefill-size", "--context-length")
+SGLANG_SPELLING = Spelling(
+    "modelslim", "--max-running-requests", "--chunked-prefill-size", "--context-length"
+)
 
 
 def _shared_flags(spec: AscendInferenceSpec, spelling: Spelling) -> list[Flag]:
@@ -200,8 +243,10 @@ def engine_env(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "TASK_QUEUE_ENABLE", "value": "1"},
         # Explicit both ways: vllm-ascend turns expandable segments on itself when the variable is unset.
-        {"name": "PYTORCH_NPU_ALLOC_CONF",
-         "value": f"expandable_segments:{'True' if spec.memory.expandable_segments else 'False'}"},
+        {
+            "name": "PYTORCH_NPU_ALLOC_CONF",
+            "value": f"expandable_segments:{'True' if spec.memory.expandable_segments else 'False'}",
+        },
     ]
     if exporter_enabled(spec):
         env += [
@@ -263,8 +308,12 @@ def _generated_option(engine: str, option: str, generated: dict[str, Flag]) -> F
         if option in aliases and name in generated:
             return generated[name]
     if option.startswith("--") and len(option) > 3:
-        spellings = [(s, f) for f in generated.values() for s in (f.name, *ALIASES[engine].get(f.name, ()))
-                     if s.startswith("--")]
+        spellings = [
+            (s, f)
+            for f in generated.values()
+            for s in (f.name, *ALIASES[engine].get(f.name, ()))
+            if s.startswith("--")
+        ]
         matches = {f.name: f for s, f in spellings if s.startswith(option)}
         if len(matches) == 1:
             return next(iter(matches.values()))
@@ -306,8 +355,12 @@ def version_problems(spec: AscendInferenceSpec, layout: Layout) -> list[str]:
             f"lacks; use an image with SGLang {images.format_version(images.SGLANG_MODELSLIM)} or newer, "
             "or precision bf16"
         )
-    if (spec.engine.type == "vllm-ascend" and layout.multi_pod and spec.engine.multi_node == "native"
-            and version < images.VLLM_NATIVE_MULTI_NODE):
+    if (
+        spec.engine.type == "vllm-ascend"
+        and layout.multi_pod
+        and spec.engine.multi_node == "native"
+        and version < images.VLLM_NATIVE_MULTI_NODE
+    ):
         problems.append(
             f"spec.engine.multiNode: native needs vLLM {images.format_version(images.VLLM_NATIVE_MULTI_NODE)} "
             f"or newer (--nnodes/--headless), and image {image} carries vLLM {shown}; use multiNode: ray "

@@ -20,12 +20,28 @@ ENGINE = "engine"
 
 # Pod spec fields a template may set (the rest belong to the operator or are node-level powers such as
 # hostNetwork and hostPID, which an inference pod does not need).
-POD_FIELDS = frozenset({
-    "affinity", "tolerations", "nodeSelector", "imagePullSecrets", "serviceAccountName", "priorityClassName",
-    "securityContext", "volumes", "initContainers", "containers", "automountServiceAccountToken",
-    "topologySpreadConstraints", "dnsConfig", "dnsPolicy", "runtimeClassName", "schedulerName",
-    "terminationGracePeriodSeconds", "enableServiceLinks",
-})
+POD_FIELDS = frozenset(
+    {
+        "affinity",
+        "tolerations",
+        "nodeSelector",
+        "imagePullSecrets",
+        "serviceAccountName",
+        "priorityClassName",
+        "securityContext",
+        "volumes",
+        "initContainers",
+        "containers",
+        "automountServiceAccountToken",
+        "topologySpreadConstraints",
+        "dnsConfig",
+        "dnsPolicy",
+        "runtimeClassName",
+        "schedulerName",
+        "terminationGracePeriodSeconds",
+        "enableServiceLinks",
+    }
+)
 ENGINE_FIELDS = frozenset({"name", "env", "volumeMounts", "resources"})
 OPERATOR_VOLUMES = frozenset({"dshm", "model", "ascend-driver", "ascend-dcmi", "npu-smi"})
 
@@ -47,9 +63,13 @@ def template_problems(spec: AscendInferenceSpec) -> list[str]:
     if template is None:
         return []
     problems = []
-    for key in (template.metadata.labels if template.metadata else {}):
-        if key.startswith(f"{names.GROUP}/") or key in (names.LABEL_APP_NAME, names.LABEL_APP_INSTANCE,
-                                                         names.LABEL_APP_MANAGED_BY, names.LABEL_APP_COMPONENT):
+    for key in template.metadata.labels if template.metadata else {}:
+        if key.startswith(f"{names.GROUP}/") or key in (
+            names.LABEL_APP_NAME,
+            names.LABEL_APP_INSTANCE,
+            names.LABEL_APP_MANAGED_BY,
+            names.LABEL_APP_COMPONENT,
+        ):
             problems.append(
                 f"spec.template.metadata.labels: {key!r} is a label the operator sets and selects on; "
                 "use a label key of your own"
@@ -155,8 +175,9 @@ def schema_problems(pods: list[dict]) -> list[str]:
             kubernetes_validate.validate(pod, KUBERNETES_SCHEMA_VERSION, strict=True)
         except kubernetes_validate.ValidationError as error:
             where = ".".join(str(part) for part in error.path)
-            problems.append(f"spec.template: the merged pod is not a valid Pod at {where or 'the top'}: "
-                            f"{error.message}")
+            problems.append(
+                f"spec.template: the merged pod is not a valid Pod at {where or 'the top'}: {error.message}"
+            )
         except kubernetes_validate.SchemaNotFoundError:
             return []
     return problems

@@ -15,19 +15,24 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Protocol
+from typing import Literal, Protocol
 
 from .curve import BatchCurve
 from .metrics import MetricStore, Scrape
 from .traces import HOUR, Trace
 
 STARTING, SERVING, DRAINING = "starting", "serving", "draining"
+Routing = Literal["service", "pool", "classes"]
+ROUTINGS: tuple[Routing, ...] = ("service", "pool", "classes")
+# The seeds' length classes (prompt tokens above which a request is medium, long): short ones go first.
+CLASS_BOUNDS = (512, 2048)
 # Event kinds, in the order they run when they fall on the same instant as each other.
 _DONE, _READY, _DRAINED, _SCRAPE, _CONTROL, _END = range(6)
 # Tolerance, in decode tokens, for a sequence whose virtual finish the clock reached up to rounding.
@@ -94,6 +99,10 @@ class FleetConfig:
     drain_seconds: float = 30.0
     scrape_interval: float = 15.0
     metric_retention: float = 3600.0
+    routing: Routing = "pool"
+    """How requests reach replicas: ``service`` picks one at random (a ClusterIP Service); ``pool`` the one with
+    the fewest outstanding requests (the endpoint picker); ``classes`` as ``pool``, and each replica's queue
+    serves short prompts before medium before long (the picker's priority bands, the seeds' classes)."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +229,7 @@ class _Replica:
         self.ready_at: float | None = None
         self.state = STARTING
         self.active: list[tuple[float, int]] = []  # heap of (virtual finish, request id)
-        self.waiting: deque[int] = deque()
+        self.waiting: deque[int] = deque()  # first come, first served; a heap of (class, id) with classes
         self.load = 0  # requests routed here and not yet finished or failed
         self.vclock = 0.0  # decode tokens each running sequence has received so far
         self.last = created  # when vclock and busy were last brought up to date
@@ -269,6 +278,8 @@ class _Simulation:
         self.serving: list[_Replica] = []  # in index order, so routing ties go to the lowest index
         self.desired = config.initial_replicas
         self.ended = False
+        self.by_class = config.routing == "classes"
+        self.rng = random.Random(0) if config.routing == "service" else None
 
     # ----- the event loop -----
 
@@ -330,13 +341,18 @@ class _Simulation:
         if not serving:
             self._fail(rid, FAIL_NO_REPLICA)
             return
-        # Least outstanding requests, as an inference-aware gateway routes; ties to the lowest index.
-        replica = min(serving, key=_load) if len(serving) > 1 else serving[0]
+        if self.rng is not None:  # a Service: any serving replica, at random
+            replica = serving[self.rng.randrange(len(serving))]
+        else:  # least outstanding requests, as an inference-aware gateway routes; ties to the lowest index
+            replica = min(serving, key=_load) if len(serving) > 1 else serving[0]
         replica.load += 1
         if not replica.waiting and len(replica.active) < self.max_batch:
             self._advance(replica, t)
             self._admit(replica, rid, t)
             self._rebatch(replica, t)
+        elif self.by_class:
+            prompt = self.trace.prompt_tokens[rid]
+            heappush(replica.waiting, (sum(prompt > bound for bound in CLASS_BOUNDS), rid))
         else:
             replica.waiting.append(rid)
 
@@ -371,7 +387,7 @@ class _Simulation:
         waiting, active, arrivals = replica.waiting, replica.active, self.trace.arrivals
         timeout, max_batch = self.config.engine.request_timeout, self.max_batch
         while waiting and len(active) < max_batch:
-            rid = waiting.popleft()
+            rid = heappop(waiting)[1] if self.by_class else waiting.popleft()
             if t - arrivals[rid] > timeout:
                 replica.load -= 1
                 self._fail(rid, FAIL_TIMEOUT)
@@ -415,6 +431,8 @@ class _Simulation:
 
     def _create(self, index: int, t: float) -> _Replica:
         replica = _Replica(index, t)
+        if self.by_class:
+            replica.waiting = []  # type: ignore[assignment]  # a heap of (class, request id)
         self.replicas[index] = replica
         return replica
 

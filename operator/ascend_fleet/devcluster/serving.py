@@ -1,0 +1,697 @@
+"""A simulated engine that serves requests: the OpenAI API over a continuously batching model.
+
+Each serving leader of the dev cluster runs one :class:`BatchingEngine` behind :func:`openai_app`.
+The engine reads its limits from the pod's own command line, as the real engine would:
+
+- batch slots: vLLM ``--max-num-seqs``, SGLang ``--max-running-requests`` (default 256 for both);
+- queue limit: SGLang ``--max-queued-requests`` (a full queue answers 503 "The request queue is full.";
+  with priority scheduling a newcomer that is strictly preferred evicts the least preferred waiting
+  request instead, as SGLang does). vLLM has no queue limit: its queue grows without bound;
+- order of the queue: first come, first served, unless priority scheduling is on (vLLM
+  ``--scheduling-policy priority``: lower ``priority`` first; SGLang ``--enable-priority-scheduling``:
+  higher first, lower first with ``--schedule-low-priority-values-first``), and vllm-ascend's
+  short-request-first scheduler (``--additional-config`` ``scheduler_config.short_request_first_config``:
+  prompts up to ``threshold`` tokens go first, a longer one waiting over ``long_max_wait_ms`` goes
+  before them).
+
+Timing follows the batch curve (:class:`~ascend_fleet.simulate.curve.BatchCurve`, the seeds' table by
+default), exactly as the fleet simulator models it: a request admitted into a batch of ``b`` sequences
+gets its first token after the curve's first-token latency at ``b``, scaled by its prompt length over
+512 tokens (the curve's reference prompt); after that every running sequence decodes at
+``throughput(b) / b`` tokens per second. Tokens are due by the wall clock, not counted per loop turn,
+so a slow event loop delivers several tokens in one chunk instead of slowing the engine down.
+A prompt's length in tokens is its number of whitespace-separated words (or the length of a list of
+token ids); the answer is always ``max_tokens`` long (default 16), as with ``ignore_eos``.
+
+The engine keeps the counters and histograms the real engine exports (same names, labels and
+buckets), and its gauges (running, waiting, KV-cache use) replace the synthetic scenario's values
+while it has served a request within the last :data:`REAL_TRAFFIC_WINDOW` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import math
+import shlex
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+from ascend_fleet.simulate.curve import BatchCurve
+
+VLLM = "vllm"
+SGLANG = "sglang"
+DEFAULT_MAX_RUNNING = 256
+DEFAULT_MAX_TOKENS = 16
+REFERENCE_PROMPT_TOKENS = 512.0
+# KV-cache capacity in tokens: what a 64-GB 910B keeps for a 7B model after weights at the seeds' split.
+KV_CAPACITY_TOKENS = 262_144
+KV_BLOCK_TOKENS = 128  # vllm-ascend's block size
+# Real-request gauges stand in for the synthetic scenario this long after the last request.
+REAL_TRAFFIC_WINDOW = 30.0
+# The longest the batching loop sleeps while sequences run: streamed tokens go out at least this often.
+_TICK = 0.02
+_QUEUE_FULL = "The request queue is full."
+_EVICTED = "The request is aborted by a higher priority request."
+_WORDS = ("the", "fleet", "serves", "tokens", "on", "ascend", "npus", "in", "batches", "of", "many")
+
+# Bucket boundaries as the engines declare them, so histogram_quantile reads the same as on a real engine.
+VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+VLLM_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                        240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200,
+                      1800, 2400)  # fmt: skip
+SGLANG_QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60,
+                        70, 80, 90)  # fmt: skip
+
+
+# Configuration from the command line ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShortRequestFirst:
+    """vllm-ascend's short-request-first scheduler: short prompts first, long ones aged in."""
+
+    threshold: int
+    long_max_wait: float
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """What the simulated engine takes from its command line."""
+
+    engine: str = VLLM
+    model_name: str = "model"
+    port: int | None = None
+    max_running: int = DEFAULT_MAX_RUNNING
+    max_queued: int | None = None
+    priority_scheduling: bool = False
+    low_priority_first: bool = True
+    short_first: ShortRequestFirst | None = None
+    curve: BatchCurve = field(default_factory=BatchCurve)
+    kv_capacity_tokens: int = KV_CAPACITY_TOKENS
+
+    def preference(self, priority: int) -> int:
+        """A sort key: smaller is served first."""
+        if not self.priority_scheduling:
+            return 0
+        return priority if self.low_priority_first else -priority
+
+
+def engine_config(words: Sequence[str], *, engine: str, default_model: str) -> EngineConfig:
+    """The engine's settings from its argv (``vllm serve ...`` or ``python -m sglang.launch_server ...``).
+
+    Flags are read as the engines spell them (``--flag value`` or ``--flag=value``); anything else is
+    ignored, since the engine's own parser, not this simulator, is the judge of a command line.
+    """
+    flags = _flags(words)
+    model = flags.get("--served-model-name") or default_model
+    port = _int(flags.get("--port"))
+    if engine == SGLANG:
+        low_first = "--schedule-low-priority-values-first" in flags
+        return EngineConfig(
+            engine=SGLANG,
+            model_name=model,
+            port=port,
+            max_running=_int(flags.get("--max-running-requests")) or DEFAULT_MAX_RUNNING,
+            max_queued=_int(flags.get("--max-queued-requests")),
+            priority_scheduling="--enable-priority-scheduling" in flags,
+            low_priority_first=low_first,
+        )
+    return EngineConfig(
+        engine=VLLM,
+        model_name=model,
+        port=port,
+        max_running=_int(flags.get("--max-num-seqs")) or DEFAULT_MAX_RUNNING,
+        priority_scheduling=flags.get("--scheduling-policy") == "priority",
+        low_priority_first=True,
+        short_first=_short_first(flags.get("--additional-config")),
+    )
+
+
+def _flags(words: Sequence[str]) -> dict[str, str]:
+    """``--name value`` pairs (a bare flag maps to ``""``); the last occurrence wins, as argparse does."""
+    found: dict[str, str] = {}
+    for index, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        if "=" in word:
+            name, value = word.split("=", 1)
+        else:
+            following = words[index + 1] if index + 1 < len(words) else ""
+            name, value = word, ("" if following.startswith("--") else following)
+        found[name] = value
+    return found
+
+
+def _short_first(text: str | None) -> ShortRequestFirst | None:
+    if not text:
+        return None
+    try:
+        config = json.loads(text)
+    except ValueError:
+        return None
+    section = ((config or {}).get("scheduler_config") or {}).get("short_request_first_config") or {}
+    if not section.get("enabled"):
+        return None
+    return ShortRequestFirst(
+        int(section.get("threshold", 256)), float(section.get("long_max_wait_ms", 2000)) / 1e3
+    )
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def command_words(items: Iterable[str]) -> list[str]:
+    """Words of a container's command and args: argv items as they are, a shell's ``-c`` script split.
+
+    Only a script is split (``bash -c "ray start ... && exec vllm serve ..."``): an argv item such as an
+    ``--additional-config`` JSON reaches the engine whole, spaces and quotes included.
+    """
+    words: list[str] = []
+    items = [str(item) for item in items]
+    for index, item in enumerate(items):
+        script = index >= 2 and items[index - 1] == "-c" and items[index - 2].rsplit("/", 1)[-1] in _SHELLS
+        if not script:
+            words.append(item)
+            continue
+        try:
+            words += shlex.split(item)
+        except ValueError:
+            words += item.split()
+    return words
+
+
+_SHELLS = {"sh", "bash", "dash", "ash", "zsh"}
+
+
+# The engine ----------------------------------------------------------------------------------
+
+
+class EngineRejected(Exception):
+    """The engine refused a request; ``status`` is the HTTP status it answers with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(eq=False)
+class EngineRequest:
+    """One request inside the engine."""
+
+    prompt_tokens: int
+    max_tokens: int
+    priority: int
+    arrival: float
+    order: int
+    admitted: float | None = None
+    first_token_at: float | None = None
+    finished_at: float | None = None
+    generated: float = 0.0
+    rejected: EngineRejected | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens produced so far."""
+        return min(self.max_tokens, math.floor(self.generated + 1e-9))
+
+    @property
+    def done(self) -> bool:
+        return self.finished_at is not None or self.rejected is not None
+
+
+class BatchingEngine:
+    """Continuous batching over the batch curve, on the asyncio loop it is created on.
+
+    Every method must run on that loop. :meth:`snapshot` may be called from other threads: it reads
+    a tuple the loop replaces after each change.
+    """
+
+    def __init__(self, config: EngineConfig, *, clock=time.monotonic, wall=time.time) -> None:
+        self.config = config
+        self._clock = clock
+        self._wall = wall
+        self._waiting: list[EngineRequest] = []
+        self._running: list[EngineRequest] = []
+        self._order = itertools.count()
+        self._last = clock()
+        self._last_request: float | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._snapshot: tuple[int, int, float, float] = (0, 0, 0.0, 0.0)
+        self.received = 0  # requests submitted, accepted or not: which replica a router chose
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._metrics = _EngineMetrics(config, self.registry)
+
+    # Requests ---------------------------------------------------------------------------
+
+    def submit(self, prompt_tokens: int, max_tokens: int, priority: int = 0) -> EngineRequest:
+        """Queue a request; raise :class:`EngineRejected` when the engine refuses it."""
+        if prompt_tokens + max_tokens > self.config.kv_capacity_tokens:
+            raise EngineRejected(400, f"The prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) "
+                                      f"exceeds the KV cache of {self.config.kv_capacity_tokens} tokens.")  # fmt: skip
+        now = self._clock()
+        self._advance(now)
+        self._last_request = now
+        self.received += 1
+        seq = EngineRequest(max(1, prompt_tokens), max(1, max_tokens), priority, now, next(self._order))
+        limit = self.config.max_queued
+        if limit is not None and len(self._waiting) >= limit:
+            victim = self._eviction_candidate(seq)
+            if victim is None:
+                self._metrics.aborted()
+                raise EngineRejected(503, _QUEUE_FULL)
+            self._waiting.remove(victim)
+            victim.rejected = EngineRejected(503, _EVICTED)
+            victim.changed.set()
+            self._metrics.aborted()
+        self._waiting.append(seq)
+        self._fill(now)
+        self._publish()
+        self._ensure_running()
+        return seq
+
+    def cancel(self, seq: EngineRequest) -> None:
+        """Drop a request whose client went away, freeing its batch slot."""
+        if seq.done:
+            return
+        now = self._clock()
+        self._advance(now)
+        if seq in self._waiting:
+            self._waiting.remove(seq)
+        if seq in self._running:
+            self._running.remove(seq)
+        seq.rejected = EngineRejected(499, "client closed the request")
+        self._fill(now)
+        self._publish()
+
+    async def wait(self, seq: EngineRequest, seen: int) -> int:
+        """Wait until ``seq`` has more than ``seen`` tokens or is done; return its token count."""
+        while seq.tokens <= seen and not seq.done:
+            seq.changed.clear()
+            await seq.changed.wait()
+        if seq.rejected is not None:
+            raise seq.rejected
+        return seq.tokens
+
+    def snapshot(self) -> tuple[int, int, float, float]:
+        """Running requests, waiting requests, KV-cache usage (0..1) and NPU utilization (0..1)."""
+        return self._snapshot
+
+    def serving_real_traffic(self) -> bool:
+        """Whether real requests drive the gauges: one is in flight or came in the last window."""
+        if self._running or self._waiting:
+            return True
+        return self._last_request is not None and self._clock() - self._last_request < REAL_TRAFFIC_WINDOW
+
+    async def close(self) -> None:
+        """Stop the batching loop; requests still in flight are cut off."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for seq in [*self._waiting, *self._running]:
+            seq.rejected = EngineRejected(503, "the engine is shutting down")
+            seq.changed.set()
+
+    # The batching loop ------------------------------------------------------------------
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            now = self._clock()
+            self._advance(now)
+            self._finish(now)
+            self._fill(now)
+            self._publish()
+            if not self._running:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._next_event(now) - now)
+
+    def _next_event(self, now: float) -> float:
+        """When the loop must look again: a first token, a completion, or the next tick."""
+        due = now + _TICK
+        rate = self.config.curve.per_sequence_rate(len(self._running))
+        for seq in self._running:
+            if seq.first_token_at is not None and seq.first_token_at > now:
+                due = min(due, seq.first_token_at)
+            elif rate > 0:
+                due = min(due, now + max(0.0, seq.max_tokens - seq.generated) / rate)
+        return max(due, now + 0.001)
+
+    def _advance(self, now: float) -> None:
+        """Give every decoding sequence its tokens for the time since the last step, at the batch's rate."""
+        last, self._last = self._last, now
+        if not self._running or now <= last:
+            return
+        rate = self.config.curve.per_sequence_rate(len(self._running))
+        for seq in self._running:
+            start = seq.first_token_at
+            if start is None or start > now:
+                continue
+            before = seq.tokens
+            if seq.generated == 0.0:
+                seq.generated = 1.0  # the prefill ends with the first token
+            seq.generated = min(float(seq.max_tokens), seq.generated + rate * (now - max(last, start)))
+            if seq.tokens > before:
+                seq.changed.set()
+
+    def _finish(self, now: float) -> None:
+        done = [seq for seq in self._running if seq.tokens >= seq.max_tokens]
+        for seq in done:
+            self._running.remove(seq)
+            seq.finished_at = now
+            self._metrics.finished(seq)
+            seq.changed.set()
+
+    def _fill(self, now: float) -> None:
+        """Admit waiting requests into free batch slots, in the scheduler's order, while the KV cache has room."""
+        while self._waiting and len(self._running) < self.config.max_running:
+            seq = min(self._waiting, key=lambda s: self._queue_key(s, now))
+            if self._kv_used() + seq.prompt_tokens + seq.max_tokens > self.config.kv_capacity_tokens:
+                return
+            self._waiting.remove(seq)
+            self._admit(seq, now)
+
+    def _admit(self, seq: EngineRequest, now: float) -> None:
+        self._running.append(seq)
+        seq.admitted = now
+        prefill = (
+            self.config.curve.first_token(len(self._running)) * seq.prompt_tokens / REFERENCE_PROMPT_TOKENS
+        )
+        seq.first_token_at = now + prefill
+        self._wake.set()
+
+    def _queue_key(self, seq: EngineRequest, now: float) -> tuple:
+        """Smaller goes first: the priority (if on), then short-request-first's classes, then arrival."""
+        short = self.config.short_first
+        if short is None:
+            lane = 0
+        elif seq.prompt_tokens > short.threshold:
+            # A long prompt that waited past the limit overtakes the short ones.
+            lane = -1 if now - seq.arrival > short.long_max_wait else 1
+        else:
+            lane = 0
+        return (self.config.preference(seq.priority), lane, seq.order)
+
+    def _eviction_candidate(self, newcomer: EngineRequest) -> EngineRequest | None:
+        """With priority scheduling, the least preferred waiting request, if the newcomer is strictly preferred."""
+        if not self.config.priority_scheduling or not self._waiting:
+            return None
+        preference = self.config.preference
+        worst = max(self._waiting, key=lambda s: (preference(s.priority), s.order))
+        return worst if preference(newcomer.priority) < preference(worst.priority) else None
+
+    def _kv_used(self) -> float:
+        return sum(seq.prompt_tokens + seq.generated for seq in self._running)
+
+    def _publish(self) -> None:
+        batch = len(self._running)
+        curve = self.config.curve
+        utilization = min(1.0, curve.throughput(batch) / curve.throughput(self.config.max_running))
+        kv = min(1.0, self._kv_used() / self.config.kv_capacity_tokens)
+        self._snapshot = (batch, len(self._waiting), kv, utilization)
+
+
+class _EngineMetrics:
+    """The engine's counters and histograms, named and labelled as the real engine does."""
+
+    def __init__(self, config: EngineConfig, registry: CollectorRegistry) -> None:
+        if config.engine == SGLANG:
+            labels = {"model_name": config.model_name, "tp_rank": "0", "pp_rank": "0", "dp_rank": "0"}
+            prefix, ttft, e2e, queue = (
+                "sglang:",
+                SGLANG_TTFT_BUCKETS,
+                SGLANG_E2E_BUCKETS,
+                SGLANG_QUEUE_BUCKETS,
+            )
+            queue_name = "sglang:queue_time_seconds"
+        else:
+            labels = {"model_name": config.model_name, "engine": "0"}
+            prefix, ttft, e2e, queue = "vllm:", VLLM_TTFT_BUCKETS, VLLM_LATENCY_BUCKETS, VLLM_LATENCY_BUCKETS
+            queue_name = "vllm:request_queue_time_seconds"
+        names, values = list(labels), list(labels.values())
+
+        def histogram(name: str, text: str, buckets: Sequence[float]) -> Any:
+            return Histogram(name, text, names, buckets=buckets, registry=registry).labels(*values)
+
+        def counter(name: str, text: str) -> Any:
+            return Counter(name, text, names, registry=registry).labels(*values)
+
+        self.ttft = histogram(f"{prefix}time_to_first_token_seconds", "Time to first token in seconds.", ttft)
+        self.e2e = histogram(
+            f"{prefix}e2e_request_latency_seconds", "End-to-end request latency in seconds.", e2e
+        )
+        self.queue = histogram(queue_name, "Time requests spent waiting in the queue, in seconds.", queue)
+        self.prompt = counter(f"{prefix}prompt_tokens", "Prefill tokens processed.")
+        self.generation = counter(f"{prefix}generation_tokens", "Generation tokens processed.")
+        if config.engine == VLLM:
+            # vLLM's cache description; the endpoint picker reads the block size for prefix-cache scoring.
+            info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
+                         ["block_size", "num_gpu_blocks", "engine"], registry=registry)  # fmt: skip
+            info.labels(str(KV_BLOCK_TOKENS), str(config.kv_capacity_tokens // KV_BLOCK_TOKENS), "0").set(1)
+        if config.engine == SGLANG:
+            self.requests = counter("sglang:num_requests", "Requests finished.")
+            self.aborts = counter("sglang:num_aborted_requests", "Requests aborted.")
+        else:
+            requests = Counter("vllm:request_success", "Requests finished.", [*names, "finished_reason"],
+                               registry=registry)  # fmt: skip
+            self.requests = requests.labels(*values, "length")
+            self.aborts = None
+
+    def finished(self, seq: EngineRequest) -> None:
+        assert seq.first_token_at is not None and seq.admitted is not None and seq.finished_at is not None
+        self.ttft.observe(seq.first_token_at - seq.arrival)
+        self.e2e.observe(seq.finished_at - seq.arrival)
+        self.queue.observe(seq.admitted - seq.arrival)
+        self.prompt.inc(seq.prompt_tokens)
+        self.generation.inc(seq.max_tokens)
+        self.requests.inc()
+
+    def aborted(self) -> None:
+        if self.aborts is not None:
+            self.aborts.inc()
+
+
+def engine_metrics(engine: BatchingEngine) -> bytes:
+    """The engine's counters and histograms in the text format."""
+    return generate_latest(engine.registry)
+
+
+# The OpenAI API ------------------------------------------------------------------------------
+
+
+def openai_app(engine: BatchingEngine, metrics: Any) -> web.Application:
+    """The engine's HTTP API: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``, ``/health``, ``/metrics``.
+
+    ``metrics`` is an async handler for ``/metrics`` (the engine's own families, as a real engine serves
+    them on its API port).
+    """
+    api = _OpenAI(engine)
+    app = web.Application()
+    app.router.add_get("/health", api.health)
+    app.router.add_get("/v1/models", api.models)
+    app.router.add_post("/v1/completions", api.completions)
+    app.router.add_post("/v1/chat/completions", api.chat)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+class _OpenAI:
+    def __init__(self, engine: BatchingEngine) -> None:
+        self.engine = engine
+        self.owner = engine.config.engine
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(self, request: web.Request) -> web.Response:
+        model = {"id": self.engine.config.model_name, "object": "model", "created": int(time.time()),
+                 "owned_by": self.owner, "root": self.engine.config.model_name}  # fmt: skip
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("the request body must be a JSON object")
+            prompt_tokens = _chat_tokens(body) if chat else _prompt_tokens(body)
+            max_tokens = int(
+                body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
+            )
+            priority = int(body.get("priority") or 0)
+        except (ValueError, TypeError) as err:
+            return _error(400, f"invalid request: {err}", self.owner)
+        model = body.get("model")
+        if model and model != self.engine.config.model_name:
+            return _error(404, f"The model `{model}` does not exist.", self.owner)
+        try:
+            seq = self.engine.submit(prompt_tokens, max_tokens, priority)
+        except EngineRejected as err:
+            return _error(err.status, err.message, self.owner)
+        reply = _Reply(chat, self.engine.config.model_name, seq)
+        try:
+            if body.get("stream"):
+                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                return await self._stream(request, seq, reply, include_usage)
+            tokens = 0
+            while not seq.done:
+                tokens = await self.engine.wait(seq, tokens)
+            return web.json_response(reply.whole())
+        except EngineRejected as err:
+            return _error(err.status, err.message, self.owner)
+        finally:
+            # Runs also when the client disconnects and aiohttp cancels the handler.
+            self.engine.cancel(seq)
+
+    async def _stream(
+        self, request: web.Request, seq: EngineRequest, reply: _Reply, include_usage: bool
+    ) -> web.StreamResponse:
+        sent = 0
+        try:
+            sent = await self.engine.wait(seq, 0)
+        except EngineRejected as err:
+            return _error(err.status, err.message, self.owner)
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        await response.write(_sse(reply.chunk(0, sent, first=True)))
+        while sent < seq.max_tokens:
+            tokens = await self.engine.wait(seq, sent)
+            await response.write(_sse(reply.chunk(sent, tokens)))
+            sent = tokens
+        if include_usage:
+            await response.write(_sse(reply.usage_chunk()))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+@dataclass
+class _Reply:
+    chat: bool
+    model: str
+    seq: EngineRequest
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def _text(self, start: int, end: int) -> str:
+        return "".join(f" {_WORDS[i % len(_WORDS)]}" for i in range(start, end))
+
+    def _usage(self) -> dict[str, int]:
+        prompt, completion = self.seq.prompt_tokens, self.seq.max_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _head(self, kind: str) -> dict[str, Any]:
+        return {"id": f"{'chatcmpl' if self.chat else 'cmpl'}-{self.id}", "object": kind,
+                "created": self.created, "model": self.model}  # fmt: skip
+
+    def whole(self) -> dict[str, Any]:
+        text = self._text(0, self.seq.max_tokens)
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+            }
+            return {**self._head("chat.completion"), "choices": [choice], "usage": self._usage()}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+        return {**self._head("text_completion"), "choices": [choice], "usage": self._usage()}
+
+    def chunk(self, start: int, end: int, *, first: bool = False) -> dict[str, Any]:
+        finish = "length" if end >= self.seq.max_tokens else None
+        text = self._text(start, end)
+        if self.chat:
+            delta: dict[str, Any] = {"content": text}
+            if first:
+                delta = {"role": "assistant", **delta}
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return {**self._head("chat.completion.chunk"), "choices": [choice]}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return {**self._head("text_completion"), "choices": [choice]}
+
+    def usage_chunk(self) -> dict[str, Any]:
+        kind = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(kind), "choices": [], "usage": self._usage()}
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _error(status: int, message: str, engine: str) -> web.Response:
+    """An error body as the engine writes it (vLLM nests it under ``error``; SGLang puts it at the top)."""
+    kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(status, "Error")
+    if engine == SGLANG:
+        body: dict[str, Any] = {
+            "object": "error",
+            "message": message,
+            "type": kind,
+            "param": None,
+            "code": status,
+        }
+    else:
+        body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    return web.json_response(body, status=status)
+
+
+def _count(text: str) -> int:
+    return len(text.split())
+
+
+def _prompt_tokens(body: dict[str, Any]) -> int:
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return _count(prompt)
+    if isinstance(prompt, list) and all(isinstance(item, int) for item in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        return _count(prompt[0])
+    raise ValueError("prompt must be a string, a list of one string or a list of token ids")
+
+
+def _chat_tokens(body: dict[str, Any]) -> int:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list")
+    total = 0
+    for message in messages:
+        content = (message or {}).get("content")
+        if isinstance(content, str):
+            total += _count(content)
+        elif isinstance(content, list):
+            total += sum(_count(part.get("text", "")) for part in content if isinstance(part, dict))
+    return total

@@ -1,0 +1,335 @@
+"""Routing objects of ``spec.routing.mode: inferencePool``: the InferencePool, its endpoint picker, the objectives.
+
+With ``mode: service`` (the default) requests reach the serving leaders through the ClusterIP Service alone
+and this module renders nothing. With ``inferencePool`` it renders, all owned by the AscendInference:
+
+- an ``InferencePool`` (Gateway API Inference Extension, ``inference.networking.k8s.io/v1``) named like the
+  inference, selecting the same serving leaders as the Service: a drain flips the serving label, so a
+  draining replica leaves the pool exactly as it leaves the Service;
+- the endpoint picker (EPP): ServiceAccount, Role and RoleBinding (read pods, the pool and its objectives),
+  ConfigMap with its ``EndpointPickerConfig`` (queue, KV-cache and prefix-cache scorers over the engines'
+  own metrics; flow control with one priority band per class, the class's ``maxQueue`` as the band's
+  request limit), Deployment and Service (ext_proc gRPC on 9002);
+- one ``InferenceObjective`` (``inference.networking.x-k8s.io/v1alpha2``) per priority class, named
+  ``<inference>-<class>``: a client picks its class by sending ``x-gateway-inference-objective: <that name>``;
+- an ``HTTPRoute`` from the Gateway named in ``spec.routing.gateway`` to the pool, when one is named.
+
+Pure: the same spec gives the same objects; nothing here talks to a cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from ..api import names
+from ..api.v1alpha1 import AscendInferenceSpec, PriorityClass
+from .children import Owner, _metadata, common_labels, serving_selector
+
+POOL_API_VERSION = "inference.networking.k8s.io/v1"
+OBJECTIVE_API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
+PICKER_CONFIG_API_VERSION = "inference.networking.x-k8s.io/v1alpha1"
+HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
+# The header the endpoint picker reads a request's objective from.
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+PICKER_GRPC_PORT = 9002  # ext_proc, what Envoy calls
+PICKER_HEALTH_PORT = 9003  # gRPC health
+PICKER_METRICS_PORT = 9090
+PICKER_CONFIG_FILE = "epp.yaml"
+PICKER_CONFIG_DIR = "/config"
+PICKER_COMPONENT = "endpoint-picker"
+# The release whose picker and CRDs the operator is tested with (tools/epp, tests/data/inference-extension).
+PICKER_RELEASE = "v1.5.0"
+DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PICKER_RELEASE}"
+# How long a request may wait in the picker's queues before it is shed, unless the client sets a deadline.
+REQUEST_TTL = "60s"
+# Engine queue depth at which the picker counts an endpoint as saturated and holds requests back: small, so
+# queuing (and with it priority order) happens at the picker, yet the engine always has the next batch.
+SATURATION_QUEUE_DEPTH = 4
+SATURATION_KV_CACHE = 0.9
+# Gauges older than this make the picker count an engine as full and pass it over. The upstream default
+# (200 ms) is shorter than a busy engine's /metrics sometimes takes to answer: the picker then sends
+# everything to the one engine whose last scrape happened to be quick.
+METRICS_STALENESS = "1s"
+
+
+@dataclass(frozen=True)
+class PickerSettings:
+    """What the operator's settings decide about the endpoint picker."""
+
+    image: str = DEFAULT_PICKER_IMAGE
+
+
+def picker_name(name: str) -> str:
+    """The endpoint picker's Deployment, Service, ConfigMap and ServiceAccount: ``<name>-epp``."""
+    return f"{name}-epp"
+
+
+def objective_name(name: str, priority_class: PriorityClass) -> str:
+    """The InferenceObjective of one class: ``<name>-<class>``, the value clients send in the objective header."""
+    return f"{name}-{priority_class.name}"
+
+
+def render_routing(
+    spec: AscendInferenceSpec, owner: Owner, picker: PickerSettings | None = None
+) -> list[dict]:
+    """Every routing object the spec asks for, in apply order (empty for ``mode: service``)."""
+    if spec.routing.mode != "inferencePool":
+        return []
+    picker = picker or PickerSettings()
+    objects = [
+        render_pool(spec, owner),
+        *render_picker(spec, owner, picker),
+        *(render_objective(owner, c) for c in spec.routing.classes),
+    ]
+    if spec.routing.gateway is not None:
+        objects.append(render_httproute(spec, owner))
+    return objects
+
+
+def render_pool(spec: AscendInferenceSpec, owner: Owner) -> dict:
+    """The InferencePool over the serving leaders, pointing at the endpoint picker."""
+    return {
+        "apiVersion": POOL_API_VERSION,
+        "kind": "InferencePool",
+        "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
+        "spec": {
+            "selector": {"matchLabels": serving_selector(owner.name)},
+            "targetPorts": [{"number": spec.engine.port}],
+            "endpointPickerRef": {
+                "name": picker_name(owner.name),
+                "port": {"number": PICKER_GRPC_PORT},
+                # Without the picker no request is routed: a fleet that asked for priorities must not
+                # silently fall back to random choice.
+                "failureMode": "FailClose",
+            },
+        },
+    }
+
+
+def render_objective(owner: Owner, priority_class: PriorityClass) -> dict:
+    """The InferenceObjective of one priority class."""
+    return {
+        "apiVersion": OBJECTIVE_API_VERSION,
+        "kind": "InferenceObjective",
+        "metadata": _metadata(owner, objective_name(owner.name, priority_class), common_labels(owner.name)),
+        "spec": {
+            "priority": priority_class.priority,
+            "poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name},
+        },
+    }
+
+
+def render_httproute(spec: AscendInferenceSpec, owner: Owner) -> dict:
+    """An HTTPRoute from the named Gateway to the InferencePool (all paths)."""
+    gateway = spec.routing.gateway
+    assert gateway is not None
+    parent: dict = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway.name}
+    if gateway.namespace:
+        parent["namespace"] = gateway.namespace
+    if gateway.section_name:
+        parent["sectionName"] = gateway.section_name
+    return {
+        "apiVersion": HTTPROUTE_API_VERSION,
+        "kind": "HTTPRoute",
+        "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
+        "spec": {
+            "parentRefs": [parent],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "backendRefs": [
+                        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name}
+                    ],  # fmt: skip
+                    # Long generations outlast a gateway's default request timeout.
+                    "timeouts": {"request": "300s"},
+                }
+            ],
+        },
+    }
+
+
+def picker_config(spec: AscendInferenceSpec) -> dict:
+    """The endpoint picker's ``EndpointPickerConfig``: scorers over the engine's metrics, flow control per class."""
+    extractor: dict = {"type": "core-metrics-extractor"}
+    if spec.engine.type == "sglang":
+        extractor["parameters"] = {"defaultEngine": "sglang"}
+    bands = [
+        {"priority": c.priority, "maxRequests": c.max_queue}
+        for c in sorted(spec.routing.classes, key=lambda c: -c.priority)
+    ]
+    detector = saturation_detector(spec)
+    return {
+        "apiVersion": PICKER_CONFIG_API_VERSION,
+        "kind": "EndpointPickerConfig",
+        "featureGates": ["flowControl"],
+        "plugins": [
+            {"type": "queue-scorer"},
+            {"type": "kv-cache-utilization-scorer"},
+            {"type": "prefix-cache-scorer"},
+            {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
+            extractor,
+            detector,
+        ],
+        "schedulingProfiles": [
+            {
+                "name": "default",
+                "plugins": [
+                    {"pluginRef": "queue-scorer", "weight": 2},
+                    {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
+                    {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                ],
+            }
+        ],
+        "saturationDetector": {"pluginRef": detector["type"]},
+        "flowControl": {"defaultRequestTTL": REQUEST_TTL, "priorityBands": bands},
+    }
+
+
+def saturation_detector(spec: AscendInferenceSpec) -> dict:
+    """When the picker holds requests back in its priority bands instead of sending them to an engine's queue.
+
+    From the engines' own queue and KV-cache gauges (the picker scrapes them every 50 ms): an engine with
+    ``SATURATION_QUEUE_DEPTH`` requests waiting is full. Requests that arrive within one scrape of each other
+    can still pass before the gauges show it; they then wait in the engine's queue.
+    """
+    return {
+        "type": "utilization-detector",
+        "parameters": {
+            "queueDepthThreshold": SATURATION_QUEUE_DEPTH,
+            "kvCacheUtilThreshold": SATURATION_KV_CACHE,
+            "metricsStalenessThreshold": METRICS_STALENESS,
+        },
+    }
+
+
+def picker_args(
+    owner: Owner,
+    *,
+    grpc_port: int = PICKER_GRPC_PORT,
+    health_port: int = PICKER_HEALTH_PORT,
+    metrics_port: int = PICKER_METRICS_PORT,
+) -> list[str]:
+    """The endpoint picker's command-line flags (the image's entrypoint is the picker).
+
+    The ports are the pod's; a picker run as a local process (tests, benchmarks) picks free ones.
+    """
+    return [
+        "--pool-name", owner.name,
+        "--pool-namespace", owner.namespace,
+        "--pool-group", "inference.networking.k8s.io",
+        "--config-file", f"{PICKER_CONFIG_DIR}/{PICKER_CONFIG_FILE}",
+        "--grpc-port", str(grpc_port),
+        "--grpc-health-port", str(health_port),
+        "--metrics-port", str(metrics_port),
+        # The picker's own /metrics stays readable by Prometheus without a token review.
+        "--metrics-endpoint-auth=false",
+        "--tracing=false",
+        "--zap-encoder", "json",
+    ]  # fmt: skip
+
+
+def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSettings) -> list[dict]:
+    """ServiceAccount, Role, RoleBinding, ConfigMap, Deployment and Service of the endpoint picker."""
+    name = picker_name(owner.name)
+    labels = {**common_labels(owner.name), names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
+    selector = {names.LABEL_NAME: owner.name, names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
+    read = ["get", "list", "watch"]
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(owner, name, labels),
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+            {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": read},
+            {
+                "apiGroups": ["inference.networking.x-k8s.io"],
+                "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+                "verbs": read,
+            },  # fmt: skip
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(owner, name, labels),
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(owner, name, labels),
+        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)},
+    }
+    health = {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}}
+    container = {
+        "name": "epp",
+        "image": picker.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": picker_args(owner),
+        "env": [
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": PICKER_GRPC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": PICKER_HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": PICKER_METRICS_PORT, "protocol": "TCP"},
+        ],
+        "livenessProbe": {**health, "initialDelaySeconds": 5, "periodSeconds": 10},
+        "readinessProbe": {**health, "periodSeconds": 2},
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "volumeMounts": [{"name": "config", "mountPath": PICKER_CONFIG_DIR, "readOnly": True}],
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner, name, labels),
+        "spec": {
+            # One active picker: its prefix-cache index and flow-control queues live in memory.
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": name,
+                    "terminationGracePeriodSeconds": 130,
+                    "containers": [container],
+                    "volumes": [{"name": "config", "configMap": {"name": name}}],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, name, labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [
+                {
+                    "name": "grpc-ext-proc",
+                    "port": PICKER_GRPC_PORT,
+                    "targetPort": PICKER_GRPC_PORT,
+                    "protocol": "TCP",
+                    "appProtocol": "http2",
+                },  # fmt: skip
+                {
+                    "name": "http-metrics",
+                    "port": PICKER_METRICS_PORT,
+                    "targetPort": PICKER_METRICS_PORT,
+                    "protocol": "TCP",
+                },  # fmt: skip
+            ],
+        },
+    }
+    service_account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(owner, name, labels),
+    }
+    return [service_account, role, binding, config, deployment, service]

@@ -1,0 +1,181 @@
+"""The benchmark client: SGLang's own ``sglang.bench_serving``, run as a subprocess, one run per rung.
+
+It speaks the OpenAI completions API (``--backend vllm`` against vLLM, ``sglang-oai`` against SGLang),
+streams, ignores EOS so every request decodes its full output length, draws prompts of random token ids
+(``random-ids``: no data set to download) and sends them at a fixed request rate (Poisson arrivals) with
+at most ``batch`` requests in flight, so the engine's running batch is full at every rung and the
+first-token latency measured is the engine's at that batch size, not time spent in its queue.
+
+Building the command line and reading the result are pure (:func:`bench_argv`, :func:`parse_result`);
+:func:`run_bench` is the subprocess.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .ladder import Rung
+from .table import Row
+
+CLIENT_MODULE = "sglang.bench_serving"
+CLIENT_NAME = "sglang.bench_serving (SGLang 0.5.5)"
+BACKEND = {"vllm-ascend": "vllm", "sglang": "sglang-oai"}
+INSTALL_HINT = (
+    "the benchmark client is SGLang's sglang.bench_serving; install it with `make tune-client` "
+    "(pip install --no-deps sglang==0.5.5, then its client's own dependencies)"
+)
+# tqdm's "12/64 [" as sglang.bench_serving prints it on stderr.
+_PROGRESS = re.compile(rb"(\d+)/(\d+) \[")
+
+
+class ClientError(RuntimeError):
+    """The benchmark client is missing or failed; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Load:
+    """The request mix every rung gets: the same rate and length distribution, so rungs compare."""
+
+    request_rate: float = 64.0  # requests per second (mean of Poisson arrivals)
+    input_tokens: int = 512  # the batch curve's reference prompt: the seeds' TTFT figures are at 512 tokens
+    output_tokens: int = 64
+    range_ratio: float = 0.5  # lengths are drawn uniformly from [ratio x len, len]
+    prompts_per_slot: int = 4  # requests per batch slot: enough turnover to fill the batch again and again
+    min_prompts: int = 48
+    seed: int = 1
+
+    def prompts(self, batch_size: int) -> int:
+        """How many requests a rung sends."""
+        return max(self.min_prompts, self.prompts_per_slot * batch_size)
+
+    def describe(self) -> str:
+        return (
+            f"{self.request_rate:g} req/s, prompts {int(self.input_tokens * self.range_ratio)}-"
+            f"{self.input_tokens} tokens, outputs {int(self.output_tokens * self.range_ratio)}-"
+            f"{self.output_tokens} tokens"
+        )
+
+
+def bench_argv(
+    endpoint: str,
+    model: str,
+    engine: str,
+    rung: Rung,
+    load: Load,
+    tokenizer: Path,
+    output: Path,
+    python: str = sys.executable,
+) -> list[str]:
+    """The client's command line for one rung."""
+    return [
+        python,
+        "-m",
+        CLIENT_MODULE,
+        "--backend",
+        BACKEND.get(engine, "vllm"),
+        "--base-url",
+        endpoint.rstrip("/"),
+        "--model",
+        str(tokenizer),  # read for its tokenizer only; requests name the served model below
+        "--served-model-name",
+        model,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random-ids",
+        "--random-input-len",
+        str(load.input_tokens),
+        "--random-output-len",
+        str(load.output_tokens),
+        "--random-range-ratio",
+        f"{load.range_ratio:g}",
+        "--num-prompts",
+        str(load.prompts(rung.batch_size)),
+        "--request-rate",
+        f"{load.request_rate:g}",
+        "--max-concurrency",
+        str(rung.batch_size),
+        "--warmup-requests",
+        "1",
+        "--seed",
+        str(load.seed),
+        "--output-file",
+        str(output),
+    ]
+
+
+def parse_result(text: str, rung: Rung, sent: int) -> Row:
+    """The table row from the client's JSONL output (its last line is this run)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ClientError("the benchmark client wrote no result (every request failed?)")
+    result = json.loads(lines[-1])
+    completed = int(result["completed"])
+    return Row(
+        batch_size=rung.batch_size,
+        adaptive=rung.variant.label,
+        tokens_per_second=float(result["output_throughput"]),
+        ttft_p50_ms=float(result["median_ttft_ms"]),
+        ttft_p99_ms=float(result["p99_ttft_ms"]),
+        e2e_p99_ms=float(result["p99_e2e_latency_ms"]),
+        completed=completed,
+        failed=max(0, sent - completed),
+    )
+
+
+def available() -> bool:
+    """Whether the client can run in this Python."""
+    return importlib.util.find_spec("sglang") is not None
+
+
+def run_bench(
+    argv: list[str],
+    output: Path,
+    rung: Rung,
+    sent: int,
+    log: Path,
+    on_progress: Callable[[int, int], None] | None = None,
+    timeout: float = 1800.0,
+) -> Row:
+    """Run the client for one rung and read its row; ``on_progress(done, total)`` follows its own count."""
+    if not available():
+        raise ClientError(INSTALL_HINT)
+    output.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env)
+        assert process.stderr is not None
+        tail = b""
+        try:
+            while chunk := process.stderr.read1(4096):
+                out.write(chunk)
+                tail = (tail + chunk)[-4096:]
+                found = _PROGRESS.findall(tail)
+                if found and on_progress is not None:
+                    done, total = found[-1]
+                    on_progress(int(done), int(total))
+            process.wait(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if process.returncode != 0 or not output.exists():
+        lines = log.read_text(errors="replace").strip().splitlines()[-8:]
+        raise ClientError(
+            f"the benchmark client failed at batch {rung.label} (exit {process.returncode}); "
+            f"its last lines:\n  " + "\n  ".join(lines)
+        )
+    return parse_result(output.read_text(), rung, sent)
