@@ -21,9 +21,17 @@ $(STAMP): pyproject.toml
 # SGLang's own benchmark client (sglang.bench_serving of the default SGLang image's release) for
 # `ascend-fleet tune`: the package without its engine dependencies (torch, kernels), then what the
 # client itself imports.
-tune-client: setup
-	$(BIN)/pip install -q --no-deps 'sglang==0.5.5'
-	$(BIN)/pip install -q 'transformers==4.57.1' datasets pillow pybase64 tqdm numpy ipython
+# SGLang's benchmark client for `ascend-fleet tune`, in an environment of its own (SGLang's packages must not
+# mix with the operator's): ~/.cache/ascend-fleet/tune-client/sglang-0.5.5/.
+TUNE_CLIENT := $(HOME)/.cache/ascend-fleet/tune-client/sglang-0.5.5
+tune-client: $(TUNE_CLIENT)/.installed
+
+$(TUNE_CLIENT)/.installed:
+	$(PYTHON) -m venv $(TUNE_CLIENT)
+	$(TUNE_CLIENT)/bin/pip install -q --upgrade pip
+	$(TUNE_CLIENT)/bin/pip install -q --no-deps 'sglang==0.5.5'
+	$(TUNE_CLIENT)/bin/pip install -q 'transformers==4.57.1' datasets pillow pybase64 tqdm numpy ipython aiohttp requests pydantic
+	touch $@
 
 lint: setup
 	$(BIN)/ruff check operator tests bench

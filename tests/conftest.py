@@ -37,4 +37,4 @@ def prometheus_binary() -> str:
 
 
 # The real control plane (session-scoped), for every suite that needs the real Kubernetes.
-from tests.support.realcluster import real_cluster  # noqa: E402, F401
+from tests.support.realcluster import operator_kubeconfig, real_cluster  # noqa: E402, F401

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -27,11 +25,10 @@ from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunO
 from ascend_fleet.kube import Kube
 from tests.e2e.fleet import Fleet
 from tests.support.rbac import HARNESS, SUITES, record_operator_requests
+from tests.support.realcluster import wait_for_service_account
 
 REAL_CLUSTER = os.environ.get("ASCEND_FLEET_E2E_KUBECONFIG")
 BACKEND = os.environ.get("ASCEND_FLEET_E2E_BACKEND", "real")
-OPERATOR_NAMESPACE = "ascend-system"
-OPERATOR_RELEASE = "ascend-fleet"
 
 
 def fast_settings() -> OperatorSettings:
@@ -100,21 +97,6 @@ def kube(cluster) -> Kube:
     return client
 
 
-def wait_for_service_account(
-    kube: Kube, namespace: str, name: str = "default", timeout: float = 60.0
-) -> None:
-    """Pods are admitted once their service account exists; the real controller manager creates ``default``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            kube._call("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 @pytest.fixture
 def namespace(kube, cluster) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
@@ -133,41 +115,6 @@ def namespace(kube, cluster) -> Iterator[str]:
     if real:
         with contextlib.suppress(Exception):
             kube._call("DELETE", f"/api/v1/persistentvolumes/models-{name}")  # named by provide_model_claim
-
-
-@pytest.fixture(scope="session")
-def operator_kubeconfig(real_cluster, tmp_path_factory) -> Path:
-    """A kubeconfig holding a token of the chart's ServiceAccount: ``helm install`` of the chart, then a
-    TokenRequest, as the operator's pod would get it (no operator pod runs: the tests run the operator)."""
-    from tests.chart import helm
-
-    admin = real_cluster.kube
-    with contextlib.suppress(Exception):
-        admin._call(
-            "POST",
-            "/api/v1/namespaces",
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
-        )
-    release = helm.install(
-        real_cluster.kubeconfig,
-        OPERATOR_RELEASE,
-        OPERATOR_NAMESPACE,
-        {"operator": {"replicas": 0}},
-        driver="secret",
-    )
-    (account,) = [o["metadata"]["name"] for o in release.objects if o["kind"] == "ServiceAccount"]
-    wait_for_service_account(admin, OPERATOR_NAMESPACE, account)
-    answer = admin._call(
-        "POST",
-        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{account}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 86400},
-        },
-    )
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    return real_cluster.cluster.write_kubeconfig(path, token=answer["status"]["token"])
 
 
 def operator_client(request: pytest.FixtureRequest, cluster) -> Kube:

@@ -26,8 +26,16 @@ POD_GROUP_CRD = {
         "group": "scheduling.volcano.sh",
         "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup", "shortNames": ["pg"]},
         "scope": "Namespaced",
-        "versions": [{"name": "v1beta1", "served": True, "storage": True,
-                      "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        "versions": [
+            {
+                "name": "v1beta1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
     },
 }
 
@@ -36,7 +44,9 @@ POD_GROUP_CRD = {
 def volcano_crd(real_cluster):
     with contextlib.suppress(Exception):
         real_cluster.kube.create_crd(POD_GROUP_CRD)
-    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/podgroups.scheduling.volcano.sh")
+    real_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/podgroups.scheduling.volcano.sh"
+    )
 
 
 def pod_groups(kube, namespace: str) -> dict[str, dict]:
@@ -52,6 +62,7 @@ def test_volcano_gangs_get_pod_groups_that_come_and_go_with_them(real_cluster, v
         doc = example("vllm-volcano-gang.yaml", disruption={"maxUnavailable": 1, "drainSeconds": 0})
         created = fleet.apply(doc)
         uid = created["metadata"]["uid"]
+
         def both_groups():
             found = pod_groups(admin, namespace)
             return found if len(found) == 2 else None
@@ -71,11 +82,16 @@ def test_volcano_gangs_get_pod_groups_that_come_and_go_with_them(real_cluster, v
         assert {p["spec"]["schedulerName"] for p in pods} == {"volcano"}
 
         fleet.scale("qwen-72b", 1)
-        wait_for(lambda: sorted(pod_groups(admin, namespace)) == ["qwen-72b-0"], 30,
-                 "the scaled-in replica's PodGroup deleted with its pods")
+        wait_for(
+            lambda: sorted(pod_groups(admin, namespace)) == ["qwen-72b-0"],
+            30,
+            "the scaled-in replica's PodGroup deleted with its pods",
+        )
 
         admin.delete(names.KIND, namespace, "qwen-72b")
-        wait_for(lambda: not pod_groups(admin, namespace), 60, "the garbage collector removing the last PodGroup")
+        wait_for(
+            lambda: not pod_groups(admin, namespace), 60, "the garbage collector removing the last PodGroup"
+        )
     finally:
         operator.stop()
         with contextlib.suppress(NotFound):

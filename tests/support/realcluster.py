@@ -7,8 +7,10 @@ simulated NPU nodes). Without Go it skips on a developer's machine and fails und
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,3 +81,57 @@ def real_cluster() -> Iterator[RealClusterHandle]:
         STARTED.append(handle)
         yield handle
         STARTED.remove(handle)
+
+
+OPERATOR_NAMESPACE = "ascend-system"
+OPERATOR_RELEASE = "ascend-fleet"
+
+
+def wait_for_service_account(
+    kube: Kube, namespace: str, name: str = "default", timeout: float = 60.0
+) -> None:
+    """Pods are admitted once their service account exists; the real controller manager creates ``default``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kube._call("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(real_cluster, tmp_path_factory) -> Path:
+    """A kubeconfig holding a token of the chart's ServiceAccount: ``helm install`` of the chart, then a
+    TokenRequest, as the operator's pod would get it (no operator pod runs: the tests run the operator)."""
+    from tests.chart import helm
+
+    admin = real_cluster.kube
+    with contextlib.suppress(Exception):
+        admin._call(
+            "POST",
+            "/api/v1/namespaces",
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+        )
+    release = helm.install(
+        real_cluster.kubeconfig,
+        OPERATOR_RELEASE,
+        OPERATOR_NAMESPACE,
+        {"operator": {"replicas": 0}},
+        driver="secret",
+    )
+    (account,) = [o["metadata"]["name"] for o in release.objects if o["kind"] == "ServiceAccount"]
+    wait_for_service_account(admin, OPERATOR_NAMESPACE, account)
+    answer = admin._call(
+        "POST",
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{account}/token",
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 86400},
+        },
+    )
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    return real_cluster.cluster.write_kubeconfig(path, token=answer["status"]["token"])

@@ -6,6 +6,5 @@ from tests.e2e.conftest import (  # noqa: F401
     local_cluster,
     namespace,
     operator,
-    operator_kubeconfig,
     settings,
 )

@@ -30,8 +30,10 @@ CLIENT_NAME = "sglang.bench_serving (SGLang 0.5.5)"
 BACKEND = {"vllm-ascend": "vllm", "sglang": "sglang-oai"}
 INSTALL_HINT = (
     "the benchmark client is SGLang's sglang.bench_serving; install it with `make tune-client` "
-    "(pip install --no-deps sglang==0.5.5, then its client's own dependencies)"
+    "(a Python environment of its own with sglang==0.5.5 and its client's dependencies), or point "
+    "ASCEND_FLEET_TUNE_PYTHON at a Python that has SGLang"
 )
+CLIENT_ENV = "sglang-0.5.5"  # make tune-client's environment, under the cache folder
 # tqdm's "12/64 [" as sglang.bench_serving prints it on stderr.
 _PROGRESS = re.compile(rb"(\d+)/(\d+) \[")
 
@@ -72,11 +74,11 @@ def bench_argv(
     load: Load,
     tokenizer: Path,
     output: Path,
-    python: str = sys.executable,
+    python: str | None = None,
 ) -> list[str]:
-    """The client's command line for one rung."""
+    """The client's command line for one rung (``python`` by default :func:`client_python`)."""
     return [
-        python,
+        python or client_python(),
         "-m",
         CLIENT_MODULE,
         "--backend",
@@ -131,9 +133,24 @@ def parse_result(text: str, rung: Rung, sent: int) -> Row:
     )
 
 
+def client_python() -> str:
+    """The Python that runs the client: ``$ASCEND_FLEET_TUNE_PYTHON``, else ``make tune-client``'s environment
+    (kept apart so SGLang's packages never mix with the operator's), else this Python."""
+    override = os.environ.get("ASCEND_FLEET_TUNE_PYTHON")
+    if override:
+        return override
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    python = cache / "ascend-fleet" / "tune-client" / CLIENT_ENV / "bin" / "python"
+    return str(python) if python.exists() else sys.executable
+
+
 def available() -> bool:
-    """Whether the client can run in this Python."""
-    return importlib.util.find_spec("sglang") is not None
+    """Whether the client can run in its Python."""
+    python = client_python()
+    if python == sys.executable:
+        return importlib.util.find_spec("sglang") is not None
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang') is None)"
+    return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
 
 
 def run_bench(
