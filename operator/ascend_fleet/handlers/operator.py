@@ -29,8 +29,16 @@ from ..api.settings import OperatorSettings
 from ..kube import Kube, KubeError
 from ..reconcile.apply import Outcome, reconcile_once
 from ..reconcile.expectations import Expectations, children_by_name
-from ..reconcile.observe import observed_children, owned_by
+from ..reconcile.observe import (
+    ROUTING_CORE_KINDS,
+    ROUTING_CRD_KINDS,
+    observe_routing,
+    observed_children,
+    owned_by,
+    wants_routing_list,
+)
 from ..reconcile.refusals import Refusal, current, refused_again
+from ..render.routing import picker_name
 from ..status.pods import slim_pod
 from .wakeups import Wakeups
 
@@ -228,6 +236,14 @@ async def run_reconciler(
             observed.refused = dict(refusals)
             outcome = Outcome()
             try:
+                picker_service = observed.services.get(picker_name(name))
+                mode = ((snapshot.get("spec") or {}).get("routing") or {}).get("mode", "service")
+                if wants_routing_list(mode, picker_service, uid):
+                    observed.routing, observed.routing_missing = await asyncio.to_thread(
+                        observe_routing, ctx.kube, namespace, name, uid
+                    )
+                    refusals = current(refusals, generation, owned | set(observed.routing))
+                    observed.refused = dict(refusals)
                 result = await asyncio.to_thread(
                     reconcile_once,
                     ctx.kube,
@@ -244,13 +260,13 @@ async def run_reconciler(
                 logger.warning(
                     "reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error
                 )
-                ctx.expectations.expect(key, outcome.expectations)
+                ctx.expectations.expect(key, _watched(outcome.expectations))
                 _note_refusals(refusals, outcome, generation)
                 await _wait(stopped, flag, error_delay, settle=error_delay)
                 error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
                 continue
             error_delay = ERROR_BACKOFF[0]
-            ctx.expectations.expect(key, outcome.expectations)
+            ctx.expectations.expect(key, _watched(outcome.expectations))
             _note_refusals(refusals, outcome, generation)
             if outcome.created:
                 hold_status_until = time.time() + STATUS_HOLD_SECONDS
@@ -262,6 +278,14 @@ async def run_reconciler(
         ctx.wakeups.forget(namespace, name)
         ctx.expectations.forget(key)
         ctx.gone.discard(uid)
+
+
+_LISTED_KINDS = frozenset((*ROUTING_CRD_KINDS, *ROUTING_CORE_KINDS))
+
+
+def _watched(expectations: list) -> list:
+    """Expectations of the kinds the watch cache holds; the routing kinds are listed afresh every pass."""
+    return [e for e in expectations if e.kind not in _LISTED_KINDS]
 
 
 def _note_refusals(

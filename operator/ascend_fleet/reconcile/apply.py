@@ -12,6 +12,7 @@ from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, validate
+from ..render.routing import PickerSettings
 from ..status import replica_states
 from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
@@ -92,7 +93,8 @@ def reconcile_once(
         result = plan_invalid(body, error.problems, now)
         kind = "invalid"
     else:
-        result = plan(valid.obj, valid.layout, observed, now, settings.reconcile)
+        picker = PickerSettings(image=settings.routing.picker_image)
+        result = plan(valid.obj, valid.layout, observed, now, settings.reconcile, picker)
         kind = "changed" if result.writes_children else "converged"
         _export_gauges(meta, valid.layout.data, result, observed)
     try:

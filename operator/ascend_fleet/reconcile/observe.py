@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..api import names
+from ..kube import Kube, NotFound
 from .plan import Observed
 
 
@@ -21,3 +23,45 @@ def observed_children(
     services_by_name = {s["metadata"]["name"]: s for s in services if owned_by(s, uid)}
     pdb = next((b for b in pdbs if owned_by(b, uid)), None)
     return Observed(pods=mine, services=services_by_name, pdb=pdb)
+
+
+# Routing kinds read by a list per pass (not watched), CRD kinds first; the picker's Service is watched with
+# the other Services.
+ROUTING_CRD_KINDS = ("InferencePool", "InferenceObjective", "HTTPRoute")
+ROUTING_CORE_KINDS = ("Deployment", "ConfigMap", "ServiceAccount", "Role", "RoleBinding")
+
+
+def wants_routing_list(mode: str, picker_service: dict | None, uid: str) -> bool:
+    """Whether this pass must list the routing kinds.
+
+    Always with ``mode: inferencePool``; with ``mode: service`` only while the picker's Service (watched,
+    created first and deleted last) is still owned by the object, i.e. routing objects may be left to collect.
+    A fleet that never used the picker lists nothing, so a cluster without the CRDs sees no request for them.
+    """
+    if mode == "inferencePool":
+        return True
+    return picker_service is not None and owned_by(picker_service, uid)
+
+
+def observe_routing(
+    kube: Kube, namespace: str, name: str, uid: str
+) -> tuple[dict[tuple[str, str], dict], frozenset]:
+    """List the routing kinds (the edge: API reads) and keep what ``uid`` controls.
+
+    Returns the owned objects by (kind, name) and the kinds whose API is not served (a list answered 404: the
+    CRD is not installed). Label-selected lists are authoritative reads, so no expectations are needed for these
+    kinds: the next pass sees this pass's creates.
+    """
+    selector = {names.LABEL_NAME: name}
+    owned: dict[tuple[str, str], dict] = {}
+    missing: set[str] = set()
+    for kind in (*ROUTING_CRD_KINDS, *ROUTING_CORE_KINDS):
+        try:
+            items = kube.list(kind, namespace, selector)
+        except NotFound:
+            missing.add(kind)
+            continue
+        for item in items:
+            if owned_by(item, uid):
+                owned[(kind, item["metadata"]["name"])] = item
+    return owned, frozenset(missing)
