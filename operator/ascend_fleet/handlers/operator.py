@@ -27,12 +27,11 @@ import kopf
 from ..api import names
 from ..api.settings import OperatorSettings
 from ..kube import Kube, KubeError
-from ..reconcile.apply import Outcome, reconcile_once
+from ..reconcile.apply import Outcome, observe_routing, reconcile_once
 from ..reconcile.expectations import Expectations, children_by_name
 from ..reconcile.observe import (
     ROUTING_CORE_KINDS,
     ROUTING_CRD_KINDS,
-    observe_routing,
     observed_children,
     owned_by,
     wants_routing_list,

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..api import names
-from ..kube import Kube, NotFound
 from .plan import Observed
 
 
@@ -41,27 +39,3 @@ def wants_routing_list(mode: str, picker_service: dict | None, uid: str) -> bool
     if mode == "inferencePool":
         return True
     return picker_service is not None and owned_by(picker_service, uid)
-
-
-def observe_routing(
-    kube: Kube, namespace: str, name: str, uid: str
-) -> tuple[dict[tuple[str, str], dict], frozenset]:
-    """List the routing kinds (the edge: API reads) and keep what ``uid`` controls.
-
-    Returns the owned objects by (kind, name) and the kinds whose API is not served (a list answered 404: the
-    CRD is not installed). Label-selected lists are authoritative reads, so no expectations are needed for these
-    kinds: the next pass sees this pass's creates.
-    """
-    selector = {names.LABEL_NAME: name}
-    owned: dict[tuple[str, str], dict] = {}
-    missing: set[str] = set()
-    for kind in (*ROUTING_CRD_KINDS, *ROUTING_CORE_KINDS):
-        try:
-            items = kube.list(kind, namespace, selector)
-        except NotFound:
-            missing.add(kind)
-            continue
-        for item in items:
-            if owned_by(item, uid):
-                owned[(kind, item["metadata"]["name"])] = item
-    return owned, frozenset(missing)
