@@ -230,3 +230,16 @@ def test_the_stored_status_compares_in_the_form_the_operator_writes():
     assert canonical_status(written) == written
     assert canonical_status({"replicas": 2})["selector"] == ""  # defaults filled in, as they are written
     assert canonical_status({"replicas": "many"}) == {}  # unreadable: compares unequal, so it is rewritten
+
+
+def test_writes_to_kinds_the_cache_does_not_hold_are_not_waited_for():
+    from ascend_fleet.reconcile.expectations import CREATE, Expectation, Expectations
+
+    expectations = Expectations()
+    key = ("ai", "llm")
+    expectations.expect(
+        key, [Expectation(CREATE, "PodGroup", "llm-0", 100.0), Expectation(CREATE, "Pod", "llm-0", 100.0)]
+    )
+    pending = expectations.pending(key, {}, 101.0)
+    assert [(e.kind, e.name) for e in pending] == [("Pod", "llm-0")]
+    assert expectations.pending(key, {("Pod", "llm-0"): {"metadata": {"name": "llm-0"}}}, 101.0) == []

@@ -34,7 +34,7 @@ from ..kube import Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
 from ..status.conditions import get_condition
-from ..status.pods import slim_pod
+from ..status.fleet import slim_pod
 from ..telemetry import DECISIONS, RULE_EVALUATION
 from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate, queries_for
 from .prometheus import Prometheus

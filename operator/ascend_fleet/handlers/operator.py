@@ -29,16 +29,10 @@ from ..api.settings import OperatorSettings
 from ..kube import Kube, KubeError
 from ..reconcile.apply import Outcome, observe_routing, reconcile_once
 from ..reconcile.expectations import Expectations, children_by_name
-from ..reconcile.observe import (
-    ROUTING_CORE_KINDS,
-    ROUTING_CRD_KINDS,
-    observed_children,
-    owned_by,
-    wants_routing_list,
-)
+from ..reconcile.observe import observed_children, owned_by, wants_routing_list
 from ..reconcile.refusals import Refusal, current, refused_again
 from ..render.routing import picker_name
-from ..status.pods import slim_pod
+from ..status.fleet import slim_pod
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -259,13 +253,13 @@ async def run_reconciler(
                 logger.warning(
                     "reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error
                 )
-                ctx.expectations.expect(key, _watched(outcome.expectations))
+                ctx.expectations.expect(key, outcome.expectations)
                 _note_refusals(refusals, outcome, generation)
                 await _wait(stopped, flag, error_delay, settle=error_delay)
                 error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
                 continue
             error_delay = ERROR_BACKOFF[0]
-            ctx.expectations.expect(key, _watched(outcome.expectations))
+            ctx.expectations.expect(key, outcome.expectations)
             _note_refusals(refusals, outcome, generation)
             if outcome.created:
                 hold_status_until = time.time() + STATUS_HOLD_SECONDS
@@ -277,14 +271,6 @@ async def run_reconciler(
         ctx.wakeups.forget(namespace, name)
         ctx.expectations.forget(key)
         ctx.gone.discard(uid)
-
-
-_LISTED_KINDS = frozenset((*ROUTING_CRD_KINDS, *ROUTING_CORE_KINDS))
-
-
-def _watched(expectations: list) -> list:
-    """Expectations of the kinds the watch cache holds; the routing kinds are listed afresh every pass."""
-    return [e for e in expectations if e.kind not in _LISTED_KINDS]
 
 
 def _note_refusals(

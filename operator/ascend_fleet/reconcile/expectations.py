@@ -21,6 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 TTL_SECONDS = 60.0
+# The kinds the operator's watch cache holds (children_by_name): only their writes can be seen arriving. A
+# write to another kind (a Volcano PodGroup) is not waited for; its create is idempotent (AlreadyExists).
+CACHED_KINDS = ("Pod", "Service", "PodDisruptionBudget")
 
 CREATE, DELETE, PATCH = "create", "delete", "patch"
 
@@ -67,7 +70,7 @@ class Expectations:
     def expect(self, key: tuple[str, str], writes: Iterable[Expectation]) -> None:
         """Remember a pass's writes (a later write to the same child replaces the earlier one)."""
         merged = {(e.kind, e.name): e for e in self._pending.get(key, [])}
-        merged.update({(e.kind, e.name): e for e in writes})
+        merged.update({(e.kind, e.name): e for e in writes if e.kind in CACHED_KINDS})
         if merged:
             self._pending[key] = list(merged.values())
 
@@ -102,7 +105,7 @@ def children_by_name(
 ) -> dict[tuple[str, str], dict]:
     """The cache as expectations read it: every candidate child by (kind, name), owned or not."""
     result: dict[tuple[str, str], dict] = {}
-    for kind, items in (("Pod", pods), ("Service", services), ("PodDisruptionBudget", pdbs)):
+    for kind, items in zip(CACHED_KINDS, (pods, services, pdbs), strict=True):
         for item in items:
             name = (item.get("metadata") or {}).get("name")
             if name:
