@@ -88,6 +88,8 @@ def test_without_the_crds_ready_says_which_to_install(real, fleet, kube, namespa
     assert "inferencepools.inference.networking.k8s.io" in ready["message"]
     assert "inferenceobjectives.inference.networking.x-k8s.io" in ready["message"]
     assert "inferenceExtension.installCRDs" in ready["message"]
+    (event,) = fleet.events(ROUTING_UNAVAILABLE)
+    assert event["type"] == "Warning" and "inferencepools" in event["message"]
     # The engines are still run; no routing object was created.
     wait_for(lambda: fleet.pod_names(NAME), 60, "the engine pod")
     assert not present(kube, namespace, expected(namespace, routed()))

@@ -18,7 +18,7 @@ CLASSES = [
 ]
 
 
-def make(mode="inferencePool", classes=None, gateway=None, name="llm"):
+def make(mode="inferencePool", classes=None, gateway=None, name="llm", status=None):
     routing: dict = {"mode": mode}
     if mode == "inferencePool" and classes is not None:
         routing["classes"] = classes
@@ -35,6 +35,8 @@ def make(mode="inferencePool", classes=None, gateway=None, name="llm"):
             "routing": routing,
         },
     }
+    if status:
+        doc["status"] = status
     return validate(doc)
 
 
@@ -196,6 +198,15 @@ def test_missing_crds_make_ready_false_and_create_no_routing_object():
     assert (condition["status"], condition["reason"]) == ("False", ROUTING_UNAVAILABLE)
     assert "inferencepools.inference.networking.k8s.io" in condition["message"]
     assert "inferenceExtension.installCRDs" in condition["message"]
+    (event,) = [e for e in result.events if e.reason == ROUTING_UNAVAILABLE]
+    assert event.type == "Warning" and event.with_status
+    # Reported once: a later pass with the condition stored says nothing more.
+    again = make(status=result.status)
+    assert not [
+        e
+        for e in plan(again.obj, again.layout, observed, NOW, SETTINGS).events
+        if e.reason == ROUTING_UNAVAILABLE
+    ]
     # Without routing.gateway the Gateway API's CRD is not needed, so it is not named.
     assert "httproutes" not in condition["message"]
     gateway = make(gateway="edge")

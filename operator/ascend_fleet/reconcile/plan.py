@@ -184,6 +184,10 @@ def plan(
     result.status = derive_status(
         obj, layout, groups, rev, list(restarts.values()), now, observed.refused, routing_problem
     )
+    if routing_problem:
+        before = get_condition(stored_status(obj).get("conditions", []), "Ready") or {}
+        if before.get("reason") != ROUTING_UNAVAILABLE:
+            result.events.append(Event("Warning", ROUTING_UNAVAILABLE, routing_problem, with_status=True))
     if result.writes_children:
         result.later(SETTLE_SECONDS)
     return result
