@@ -5,6 +5,8 @@ Extension's CRDs it says which to install. The real garbage collector removes th
 from __future__ import annotations
 
 import contextlib
+import json
+import time
 
 import pytest
 
@@ -13,6 +15,7 @@ from ascend_fleet.kube import NotFound
 from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
 from ascend_fleet.render.routing import picker_name, render_routing
+from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import example, wait_for
 from tests.support.paths import ROOT
 
@@ -25,6 +28,7 @@ CRD_NAMES = (
     "inferencepools.inference.networking.k8s.io",
     "inferenceobjectives.inference.networking.x-k8s.io",
 )
+CRD_RESOURCES = ("inferencepools", "inferenceobjectives", "httproutes")
 CLASSES = [
     {"name": "long", "priority": 2, "maxQueue": 16, "minPromptTokens": 2049},
     {"name": "short", "priority": 0, "maxQueue": 64},
@@ -64,6 +68,17 @@ def present(kube, namespace: str, wanted: set[tuple[str, str]]) -> dict[tuple[st
     return found
 
 
+def routing_requests(audit_log, namespace: str) -> int:
+    """How many requests for the CRD kinds of routing in ``namespace`` the API server's audit log holds."""
+    count = 0
+    with open(audit_log) as lines:
+        for line in lines:
+            ref = json.loads(line).get("objectRef") or {}
+            if ref.get("namespace") == namespace and ref.get("resource") in CRD_RESOURCES:
+                count += 1
+    return count
+
+
 def crds_served(kube) -> bool:
     try:
         kube.list("InferencePool", None)
@@ -94,9 +109,15 @@ def test_without_the_crds_ready_says_which_to_install(real, fleet, kube, namespa
     wait_for(lambda: fleet.pod_names(NAME), 60, "the engine pod")
     assert not present(kube, namespace, expected(namespace, routed()))
 
-    # Back to service: Ready as before, and the operator never asked for the CRD kinds again.
+    # Back to service: Ready as before, and the operator asks the API server nothing about the CRD kinds
+    # (read in the API server's audit log over more than one resync interval).
     fleet.patch_spec(NAME, {"routing": {"mode": "service", "classes": None}})
     wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready in mode service")
+    audit_log = real.cluster.control_plane.audit_log
+    before = routing_requests(audit_log, namespace)
+    assert before, "the audit log shows the lists of mode inferencePool"
+    time.sleep(fast_settings().reconcile.resync_interval + 1)
+    assert routing_requests(audit_log, namespace) == before
 
 
 def test_inference_pool_objects_are_created_owned_patched_back_and_collected(real, fleet, kube, namespace):
