@@ -103,7 +103,8 @@ def test_without_the_crds_ready_says_which_to_install(real, fleet, kube, namespa
     assert "inferencepools.inference.networking.k8s.io" in ready["message"]
     assert "inferenceobjectives.inference.networking.x-k8s.io" in ready["message"]
     assert "inferenceExtension.installCRDs" in ready["message"]
-    (event,) = fleet.events(ROUTING_UNAVAILABLE)
+    # The Event follows the status write that it announces.
+    (event,) = wait_for(lambda: fleet.events(ROUTING_UNAVAILABLE), 10, "the RoutingUnavailable Event")
     assert event["type"] == "Warning" and "inferencepools" in event["message"]
     # The engines are still run; no routing object was created.
     wait_for(lambda: fleet.pod_names(NAME), 60, "the engine pod")
@@ -150,7 +151,7 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
     objectives = {n: c["spec"]["priority"] for (k, n), c in children.items() if k == "InferenceObjective"}
     assert objectives == {f"{NAME}-long": 2, f"{NAME}-short": 0}
     wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
-    assert fleet.events("Created")
+    wait_for(lambda: fleet.events("Created"), 10, "the Created Event")
 
     # Hand edits are patched back (at the latest on the resync: routing objects are listed, not watched).
     epp = picker_name(NAME)
@@ -184,7 +185,8 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
         30,
         "every hand edit patched back",
     )
-    assert fleet.events("Updated")
+    # Events are recorded after the writes they report.
+    wait_for(lambda: fleet.events("Updated"), 10, "the Updated Events")
 
     # A class removed: its objective goes, the rest stays.
     fleet.patch_spec(NAME, {"routing": {"classes": CLASSES[1:], "gateway": None}})
@@ -200,7 +202,11 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
     fleet.patch_spec(NAME, {"routing": {"mode": "service", "classes": None}})
     wait_for(lambda: not present(kube, namespace, wanted), 60, "every routing object deleted")
     assert kube.get("Service", namespace, NAME)
-    assert any("InferencePool" in e.get("message", "") for e in fleet.events("Deleted"))
+    wait_for(
+        lambda: any("InferencePool" in e.get("message", "") for e in fleet.events("Deleted")),
+        10,
+        "the Deleted Event naming the pool",
+    )
 
     # inferencePool again, then the object deleted: the real garbage collector removes what it owned.
     fleet.patch_spec(
@@ -266,8 +272,14 @@ def test_foreign_objects_holding_routing_names_are_reported_and_left_alone(real,
         "Ready=False/NameConflict",
     )
     assert f"ConfigMap {picker_name(NAME)}" in ready["message"], ready["message"]
-    conflicts = {e["message"].split(" already exists")[0] for e in fleet.events("NameConflict")}
-    assert conflicts == {f"{k} {n}" for k, n in taken}
+    names_taken = {f"{k} {n}" for k, n in taken}
+    wait_for(
+        lambda: (
+            {e["message"].split(" already exists")[0] for e in fleet.events("NameConflict")} == names_taken
+        ),
+        10,
+        "a NameConflict Event for each name taken",
+    )
     for kind, name in taken:
         held = kube.get(kind, namespace, name)
         assert held["metadata"]["labels"] == {"team": "someone-else"}, (kind, name)
