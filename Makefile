@@ -36,31 +36,34 @@ test: lint
 	else echo "No Go toolchain: the tests on the real control plane will be skipped (CI runs them)."; fi
 	$(BIN)/pytest
 
-# Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images.
-# Their packages live in a cached environment under .cache/engines/, keyed by the requirements file's hash.
+# Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images,
+# and checkov on the rendered pods. Their packages live in cached environments outside the checkout (so fresh
+# clones, as in CI, reuse them), keyed by the pinned requirements; ENGINES_CACHE moves them.
+ENGINES_CACHE ?= $(HOME)/.cache/ascend-fleet
 ENGINES_REQUIREMENTS := tests/engines/requirements.txt
-ENGINES_VENV := .cache/engines/$(shell sha256sum $(ENGINES_REQUIREMENTS) 2>/dev/null | cut -c1-16)
+ENGINES_VENV := $(ENGINES_CACHE)/engines/$(shell sha256sum $(ENGINES_REQUIREMENTS) 2>/dev/null | cut -c1-16)
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := $(ENGINES_CACHE)/checkov/$(CHECKOV_VERSION)
 
-$(ENGINES_VENV)/.installed: $(ENGINES_REQUIREMENTS) pyproject.toml
-	[ -x $(ENGINES_VENV)/bin/python ] || $(PYTHON) -m venv $(ENGINES_VENV)
+$(ENGINES_VENV)/.installed: $(ENGINES_REQUIREMENTS)
+	rm -rf $(ENGINES_VENV)
+	$(PYTHON) -m venv $(ENGINES_VENV)
 	$(ENGINES_VENV)/bin/pip install -q --upgrade pip
 	$(ENGINES_VENV)/bin/pip install -q --no-deps -r $(ENGINES_REQUIREMENTS)
-	# This project without its dependencies: the engines' plugin loaders must find its entry points.
-	$(ENGINES_VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
-# Checkov, the security scanner, in its own environment (its dependencies are not the engines').
-CHECKOV_VERSION := 3.3.30
-CHECKOV_VENV := .cache/checkov/$(CHECKOV_VERSION)
-
+# Checkov has dependencies of its own, so it gets its own environment.
 $(CHECKOV_VENV)/.installed:
+	rm -rf $(CHECKOV_VENV)
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
 	touch $@
 
 test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed
-	ASCEND_FLEET_ENGINES_PYTHON=$(CURDIR)/$(ENGINES_VENV)/bin/python \
-	ASCEND_FLEET_CHECKOV=$(CURDIR)/$(CHECKOV_VENV)/bin/checkov $(BIN)/pytest tests/engines -q
+	# This checkout's package without its dependencies: the engines' plugin loaders must find its entry points.
+	$(ENGINES_VENV)/bin/pip install -q --no-deps --force-reinstall .
+	ASCEND_FLEET_ENGINES_PYTHON=$(ENGINES_VENV)/bin/python ASCEND_FLEET_CHECKOV=$(CHECKOV_VENV)/bin/checkov \
+	  $(BIN)/pytest tests/engines -q
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
@@ -96,7 +99,7 @@ bench: setup
 	$(BIN)/python -m bench.policy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .cache/engines .cache/checkov
+	rm -rf $(VENV) .pytest_cache .ruff_cache
 
 # The operator and engine images (images/*/Dockerfile), tagged with the package version, for linux/arm64 (Ascend
 # servers) and linux/amd64 through buildx. Where no Docker engine answers, say so and succeed: `make test`

@@ -178,3 +178,45 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
 
 def _serve(registry: CollectorRegistry, port: int):
     return start_http_server(port, addr="127.0.0.1", registry=registry)
+
+
+def test_sglang_queue_totals_are_not_summed_with_their_per_priority_series(prometheus_binary, tmp_path):
+    """Newer SGLang writes each queue gauge with priority="" (the total) and again per priority value."""
+    import http.server
+    import threading
+
+    series = []
+    for name, total, parts in (("sglang:num_queue_reqs", 7, (3, 4)), ("sglang:num_running_reqs", 5, (1, 4))):
+        series.append(f"# TYPE {name} gauge")
+        for priority, value in (("", total), *((str(i), v) for i, v in enumerate(parts))):
+            series.append(f'{name}{{namespace="{NS}",inference="{NAME}",replica="0",priority="{priority}"}} {value}')
+    body = ("\n".join(series) + "\n").encode()
+
+    class Exposition(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server hook's name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    port = free_port()
+    server_http = http.server.ThreadingHTTPServer(("127.0.0.1", port), Exposition)
+    threading.Thread(target=server_http.serve_forever, daemon=True).start()
+    job = {"job_name": "sglang-with-priorities", "honor_labels": True,
+           "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
+    catalog = Catalog.build()
+    depth = Query(Window(catalog.expression("queue_depth"), 1, "replica"), "max")
+    busy = Query(Window(catalog.expression("running_requests"), 1, "replica"), "max")
+    summed = Query(Window("sum by (namespace, inference, replica) (sglang:num_queue_reqs)", 1, "replica"), "max")
+    try:
+        with PrometheusServer(binary=prometheus_binary, directory=tmp_path, extra_scrape_configs=[job]) as server:
+            observations = wait_until(lambda: (o := observe(server, [depth, busy, summed])).series.get(depth) and o,
+                                      what="SGLang's queue gauges scraped")
+    finally:
+        server_http.shutdown()
+    assert observations.series[summed] == {(NS, NAME, 0): 14}, "the exposition must carry the double count"
+    assert observations.series[depth] == {(NS, NAME, 0): 7}
+    assert observations.series[busy] == {(NS, NAME, 0): 5}

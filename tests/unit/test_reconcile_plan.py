@@ -237,3 +237,13 @@ def test_a_pdb_with_max_unavailable_is_replaced_by_min_available():
     # A merge patch: null removes the field, which the API server refuses beside minAvailable.
     assert patch.body["spec"]["maxUnavailable"] is None
     assert patch.body["spec"]["minAvailable"] == 3
+
+
+def test_unwatched_pod_groups_are_never_waited_on():
+    from ascend_fleet.reconcile.expectations import CREATE, Expectation, Expectations
+
+    waiting = Expectations()
+    waiting.expect(("ai", "llm"), [Expectation(CREATE, "PodGroup", "llm-0", NOW)])
+    assert not waiting.pending(("ai", "llm"), {}, NOW)
+    waiting.expect(("ai", "llm"), [Expectation(CREATE, "Pod", "llm-0", NOW)])
+    assert waiting.pending(("ai", "llm"), {}, NOW)

@@ -27,7 +27,6 @@ CACHED_KINDS = ("Pod", "Service", "PodDisruptionBudget")
 
 CREATE, DELETE, PATCH = "create", "delete", "patch"
 
-
 @dataclass(frozen=True)
 class Expectation:
     """One write of a pass: ``op`` on the child ``kind``/``name``, issued at ``issued``."""
