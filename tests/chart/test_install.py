@@ -376,9 +376,27 @@ NAMESPACED_RULES = {
     # blockOwnerDeletion on the children (checked at admission, see tests/realapi/test_rbac_admission.py)
     ("inference.ascendfleet.io", "ascendinferences/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("", "services"): {"get", "list", "watch", "create", "patch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
     ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
     ("", "events"): {"create", "patch"},
+    # spec.routing.mode inferencePool: listed per pass, created, patched back, collected
+    ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("inference.networking.x-k8s.io", "inferenceobjectives"): {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "patch",
+        "delete",
+    },
+    # only so the picker's Role may grant them (the API server's escalation check)
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): {"get", "list", "watch"},
+    ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "create", "patch", "delete"},
+    ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
+    ("", "configmaps"): {"get", "list", "create", "patch", "delete"},
+    ("", "serviceaccounts"): {"get", "list", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "roles"): {"get", "list", "create", "patch", "delete"},
+    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "create", "patch", "delete"},
 }
 CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
 NAMESPACE_WATCH = {

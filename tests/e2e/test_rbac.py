@@ -29,6 +29,14 @@ NOT_EXERCISED: set[tuple[str, str, str]] = {
     ("policy", "poddisruptionbudgets", "get"),
     # Not a request: the admission plugin checks it when a child names its owner with blockOwnerDeletion.
     ("inference.ascendfleet.io", "ascendinferences/finalizers", "update"),
+    # Never requested by the operator: held so that it may create the endpoint picker's Role, which grants them
+    # (the API server refuses a Role granting more than its creator holds; tests/e2e/test_routing.py shows the
+    # Role accepted). The operator lists InferencePools and InferenceObjectives per pass instead of watching.
+    ("inference.networking.k8s.io", "inferencepools", "watch"),
+    ("inference.networking.x-k8s.io", "inferenceobjectives", "watch"),
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites", "get"),
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites", "list"),
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites", "watch"),
 }
 
 

@@ -27,10 +27,11 @@ import kopf
 from ..api import names
 from ..api.settings import OperatorSettings
 from ..kube import Kube, KubeError
-from ..reconcile.apply import Outcome, reconcile_once
+from ..reconcile.apply import Outcome, observe_routing, reconcile_once
 from ..reconcile.expectations import Expectations, children_by_name
-from ..reconcile.observe import observed_children, owned_by
+from ..reconcile.observe import observed_children, owned_by, wants_routing_list
 from ..reconcile.refusals import Refusal, current, refused_again
+from ..render.routing import picker_name
 from ..status.fleet import slim_pod
 from .wakeups import Wakeups
 
@@ -228,6 +229,14 @@ async def run_reconciler(
             observed.refused = dict(refusals)
             outcome = Outcome()
             try:
+                picker_service = observed.services.get(picker_name(name))
+                mode = ((snapshot.get("spec") or {}).get("routing") or {}).get("mode", "service")
+                if wants_routing_list(mode, picker_service, uid):
+                    observed.routing, observed.routing_missing = await asyncio.to_thread(
+                        observe_routing, ctx.kube, namespace, name, uid
+                    )
+                    refusals = current(refusals, generation, owned | set(observed.routing))
+                    observed.refused = dict(refusals)
                 result = await asyncio.to_thread(
                     reconcile_once,
                     ctx.kube,

@@ -80,6 +80,15 @@ KINDS = {
         "scheduling.volcano.sh", "v1beta1", "podgroups"
     ),  # Volcano gangs (schedulerName: volcano)
     names.KIND: _Kind(names.GROUP, names.VERSION, names.PLURAL),
+    # spec.routing.mode inferencePool: the InferencePool, its endpoint picker and the objectives.
+    "InferencePool": _Kind("inference.networking.k8s.io", "v1", "inferencepools"),
+    "InferenceObjective": _Kind("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives"),
+    "HTTPRoute": _Kind("gateway.networking.k8s.io", "v1", "httproutes"),
+    "Deployment": _Kind("apps", "v1", "deployments"),
+    "ConfigMap": _Kind("", "v1", "configmaps"),
+    "ServiceAccount": _Kind("", "v1", "serviceaccounts"),
+    "Role": _Kind("rbac.authorization.k8s.io", "v1", "roles"),
+    "RoleBinding": _Kind("rbac.authorization.k8s.io", "v1", "rolebindings"),
 }
 
 

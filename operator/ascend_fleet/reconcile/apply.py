@@ -12,11 +12,12 @@ from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, validate
+from ..render.routing import PickerSettings
 from ..status import replica_states
 from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation
-from .observe import owned_by
+from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, owned_by
 from .plan import Event, Observed, Plan, canonical_status, creation_event, plan, plan_invalid
 from .refusals import CHILD_REJECTED, NAME_CONFLICT
 
@@ -92,7 +93,8 @@ def reconcile_once(
         result = plan_invalid(body, error.problems, now)
         kind = "invalid"
     else:
-        result = plan(valid.obj, valid.layout, observed, now, settings.reconcile)
+        picker = PickerSettings(image=settings.routing.picker_image)
+        result = plan(valid.obj, valid.layout, observed, now, settings.reconcile, picker)
         kind = "changed" if result.writes_children else "converged"
         _export_gauges(meta, valid.layout.data, result, observed)
     try:
@@ -308,3 +310,27 @@ def _export_gauges(meta: dict, desired: int, result: Plan, observed: Observed) -
     REPLICAS.labels(*labels, "ready").set(result.status.get("readyReplicas", 0))
     draining = sum(1 for group in replica_states(observed.pods).values() if group.draining)
     REPLICAS.labels(*labels, "draining").set(draining)
+
+
+def observe_routing(
+    kube: Kube, namespace: str, name: str, uid: str
+) -> tuple[dict[tuple[str, str], dict], frozenset]:
+    """List the routing kinds (the edge: API reads) and keep what ``uid`` controls.
+
+    Returns the owned objects by (kind, name) and the kinds whose API is not served (a list answered 404: the
+    CRD is not installed). Label-selected lists are authoritative reads, so no expectations are needed for these
+    kinds: the next pass sees this pass's creates.
+    """
+    selector = {names.LABEL_NAME: name}
+    owned: dict[tuple[str, str], dict] = {}
+    missing: set[str] = set()
+    for kind in (*ROUTING_CRD_KINDS, *ROUTING_CORE_KINDS):
+        try:
+            items = kube.list(kind, namespace, selector)
+        except NotFound:
+            missing.add(kind)
+            continue
+        for item in items:
+            if owned_by(item, uid):
+                owned[(kind, item["metadata"]["name"])] = item
+    return owned, frozenset(missing)

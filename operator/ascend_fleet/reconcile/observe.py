@@ -21,3 +21,21 @@ def observed_children(
     services_by_name = {s["metadata"]["name"]: s for s in services if owned_by(s, uid)}
     pdb = next((b for b in pdbs if owned_by(b, uid)), None)
     return Observed(pods=mine, services=services_by_name, pdb=pdb)
+
+
+# Routing kinds read by a list per pass (not watched), CRD kinds first; the picker's Service is watched with
+# the other Services.
+ROUTING_CRD_KINDS = ("InferencePool", "InferenceObjective", "HTTPRoute")
+ROUTING_CORE_KINDS = ("Deployment", "ConfigMap", "ServiceAccount", "Role", "RoleBinding")
+
+
+def wants_routing_list(mode: str, picker_service: dict | None, uid: str) -> bool:
+    """Whether this pass must list the routing kinds.
+
+    Always with ``mode: inferencePool``; with ``mode: service`` only while the picker's Service (watched,
+    created first and deleted last) is still owned by the object, i.e. routing objects may be left to collect.
+    A fleet that never used the picker lists nothing, so a cluster without the CRDs sees no request for them.
+    """
+    if mode == "inferencePool":
+        return True
+    return picker_service is not None and owned_by(picker_service, uid)

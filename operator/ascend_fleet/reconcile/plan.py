@@ -28,6 +28,7 @@ from ..render import (
     revision,
     uses_volcano,
 )
+from ..render.routing import PickerSettings, picker_name, render_routing
 from ..status import ReplicaState, replica_states, set_condition
 from ..status.conditions import get_condition
 from .refusals import NAME_CONFLICT, Refusal
@@ -68,6 +69,11 @@ class Observed:
     pdb: dict | None = None
     # Children whose create the API server refused, by (kind, name): retried with backoff, reported in Ready.
     refused: dict[tuple[str, str], Refusal] = field(default_factory=dict)
+    # Owned routing objects by (kind, name), listed this pass (see observe.observe_routing); the picker's
+    # Service is in ``services``. Empty when nothing was listed (mode service without leftovers).
+    routing: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # Routing kinds whose API the server does not serve this pass (their CRD is not installed).
+    routing_missing: frozenset[str] = frozenset()
 
     def held_back(self, kind: str, name: str, now: float, settings: ReconcileSettings) -> float | None:
         """Seconds until a refused child may be tried again (None: it may be created now)."""
@@ -107,7 +113,12 @@ def backoff_delay(count: int, settings: ReconcileSettings) -> float:
 
 
 def plan(
-    obj: AscendInference, layout: Layout, observed: Observed, now: float, settings: ReconcileSettings
+    obj: AscendInference,
+    layout: Layout,
+    observed: Observed,
+    now: float,
+    settings: ReconcileSettings,
+    picker: PickerSettings | None = None,
 ) -> Plan:
     """Everything this pass should write for a valid AscendInference."""
     result = Plan()
@@ -115,6 +126,7 @@ def plan(
     spec = obj.spec
     rev = revision(spec, owner.name, layout)
     _plan_services(obj, layout, owner, observed, now, settings, result)
+    routing_problem = _plan_routing(obj, owner, observed, now, settings, picker, result)
     groups = replica_states(observed.pods)
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
     ppr, wanted = layout.pods_per_replica, layout.data
@@ -169,7 +181,13 @@ def plan(
         result.later(SETTLE_SECONDS * 5)
 
     _collect_pod_groups(obj, groups, result)
-    result.status = derive_status(obj, layout, groups, rev, list(restarts.values()), now, observed.refused)
+    result.status = derive_status(
+        obj, layout, groups, rev, list(restarts.values()), now, observed.refused, routing_problem
+    )
+    if routing_problem:
+        before = get_condition(stored_status(obj).get("conditions", []), "Ready") or {}
+        if before.get("reason") != ROUTING_UNAVAILABLE:
+            result.events.append(Event("Warning", ROUTING_UNAVAILABLE, routing_problem, with_status=True))
     if result.writes_children:
         result.later(SETTLE_SECONDS)
     return result
@@ -210,6 +228,145 @@ def _plan_services(
             body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want, have)}
             result.patches.append(Patch(want["kind"], name, body))
             result.events.append(Event("Normal", "Updated", f"updated {want['kind']} {name}"))
+
+
+ROUTING_UNAVAILABLE = "RoutingUnavailable"
+# The CRD each routing kind comes from, and what installs it (the sentence in Ready=False/RoutingUnavailable).
+ROUTING_CRDS = {
+    "InferencePool": (
+        "inferencepools.inference.networking.k8s.io",
+        "the chart's inferenceExtension.installCRDs=true installs it",
+    ),
+    "InferenceObjective": (
+        "inferenceobjectives.inference.networking.x-k8s.io",
+        "the chart's inferenceExtension.installCRDs=true installs it",
+    ),
+    "HTTPRoute": ("httproutes.gateway.networking.k8s.io", "install the Gateway API standard CRDs"),
+}
+# Delete order: the CRD kinds first and the picker's Service last. The picker's Service is in the watch cache
+# and tells a fleet in mode service that routing objects may be left to collect (see observe_routing), so it
+# is the first routing object created and the last one deleted.
+ROUTING_DELETE_ORDER = (
+    "HTTPRoute",
+    "InferenceObjective",
+    "InferencePool",
+    "Deployment",
+    "ConfigMap",
+    "RoleBinding",
+    "Role",
+    "ServiceAccount",
+    "Service",
+)
+# What the operator owns in each routing kind (the rest is the API server's defaults or other writers').
+_ROUTING_OWNED = {
+    "InferencePool": ("spec",),
+    "InferenceObjective": ("spec",),
+    "HTTPRoute": ("spec",),
+    "Deployment": ("spec",),
+    "ConfigMap": ("data",),
+    "ServiceAccount": (),
+    "Role": ("rules",),
+    "RoleBinding": ("subjects",),
+}
+
+
+def _plan_routing(
+    obj: AscendInference,
+    owner: Owner,
+    observed: Observed,
+    now: float,
+    settings: ReconcileSettings,
+    picker: PickerSettings | None,
+    result: Plan,
+) -> str | None:
+    """Create, patch back and collect the routing objects of ``spec.routing``; the Ready sentence if it cannot.
+
+    With a CRD of a needed kind missing, nothing of routing is created or deleted (the engines still are):
+    the cluster needs that CRD first, and Ready says which.
+    """
+    desired = render_routing(obj.spec, owner, picker)
+    needed = {o["kind"] for o in desired} & set(ROUTING_CRDS)
+    missing = sorted(needed & observed.routing_missing)
+    if missing:
+        crds = "; ".join(f"{ROUTING_CRDS[k][0]} ({ROUTING_CRDS[k][1]})" for k in missing)
+        return f"spec.routing.mode inferencePool needs CRDs the cluster does not serve: {crds}"
+    service_name = picker_name(owner.name)
+    have_service = observed.services.get(service_name)
+    wanted: set[tuple[str, str]] = set()
+    # The picker's Service first; everything else once the cache shows it (see ROUTING_DELETE_ORDER).
+    ordered = sorted(
+        desired, key=lambda o: not (o["kind"] == "Service" and o["metadata"]["name"] == service_name)
+    )
+    for want in ordered:
+        kind, name = want["kind"], want["metadata"]["name"]
+        wanted.add((kind, name))
+        is_service = kind == "Service"
+        have = have_service if is_service else observed.routing.get((kind, name))
+        if have is None:
+            if not is_service and have_service is None:
+                continue
+            wait = observed.held_back(kind, name, now, settings)
+            if wait is not None:
+                result.later(wait)
+            else:
+                result.creates.append(want)
+        elif (have.get("metadata") or {}).get("deletionTimestamp"):
+            result.later(SETTLE_SECONDS)  # a collected one still going: recreate it once it is gone
+        elif is_service and _drifted(want, have):
+            body = {"metadata": {"labels": want["metadata"]["labels"]}, "spec": _managed_spec(want, have)}
+            result.patches.append(Patch(kind, name, body))
+            result.events.append(Event("Normal", "Updated", f"updated {kind} {name}"))
+        elif not is_service and _routing_drifted(want, have):
+            result.patches.append(Patch(kind, name, _routing_patch(want)))
+            result.events.append(Event("Normal", "Updated", f"updated {kind} {name}"))
+    leftovers = [
+        (k, n) for (k, n), o in observed.routing.items() if (k, n) not in wanted and not _deleting(o)
+    ]
+    if have_service is not None and ("Service", service_name) not in wanted and not _deleting(have_service):
+        leftovers.append(("Service", service_name))
+    leftovers.sort(key=lambda kn: (ROUTING_DELETE_ORDER.index(kn[0]), kn[1]))
+    if leftovers:
+        result.deletes.extend(Delete(k, n) for k, n in leftovers)
+        result.events.append(
+            Event("Normal", "Deleted", "deleted " + ", ".join(f"{k} {n}" for k, n in leftovers))
+        )
+    return None
+
+
+def _deleting(obj: dict) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _routing_drifted(want: dict, have: dict) -> bool:
+    """Labels or an owned field differ; fields the API server defaulted inside ours do not count."""
+    labels = (have.get("metadata") or {}).get("labels") or {}
+    if any(labels.get(k) != v for k, v in want["metadata"]["labels"].items()):
+        return True
+    return any(not _within(want.get(key), have.get(key)) for key in _ROUTING_OWNED[want["kind"]])
+
+
+def _within(want, have) -> bool:
+    """``want`` is contained in ``have``: equal scalars, dicts whose keys match, lists element by element."""
+    if isinstance(want, dict):
+        return isinstance(have, dict) and all(_within(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list):
+        return isinstance(have, list) and len(want) == len(have) and all(map(_within, want, have))
+    return want == have
+
+
+def _routing_patch(want: dict) -> dict:
+    """A merge patch setting the labels and every owned field to the rendered ones."""
+    body: dict = {"metadata": {"labels": want["metadata"]["labels"]}}
+    for key in _ROUTING_OWNED[want["kind"]]:
+        body[key] = want.get(key)
+    spec = body.get("spec")
+    if want["kind"] == "Deployment" and spec:
+        # The picker's strategy is Recreate, which the API server refuses next to a stored rollingUpdate;
+        # the selector is immutable (and always the rendered one).
+        spec = {k: v for k, v in spec.items() if k != "selector"}
+        spec["strategy"] = {**spec.get("strategy", {}), "rollingUpdate": None}
+        body["spec"] = spec
+    return body
 
 
 # Spec fields the operator owns but never sets: a stored value (from an older operator: PDBs used to carry
@@ -383,6 +540,7 @@ def derive_status(
     restarts: list[dict],
     now: float,
     refused: dict[tuple[str, str], Refusal] | None = None,
+    routing_problem: str | None = None,
 ) -> dict:
     """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing."""
     wanted, ppr = layout.data, layout.pods_per_replica
@@ -404,6 +562,16 @@ def derive_status(
             False,
             refusals[0].reason,
             f"{ready} of {wanted} replicas ready; " + "; ".join(r.sentence() for r in refusals),
+            now,
+            generation,
+        )
+    elif routing_problem:
+        conditions = set_condition(
+            conditions,
+            "Ready",
+            False,
+            ROUTING_UNAVAILABLE,
+            f"{ready} of {wanted} replicas ready; {routing_problem}",
             now,
             generation,
         )

@@ -1,0 +1,300 @@
+"""spec.routing.mode inferencePool on the real control plane: the operator creates, owns, patches back and
+collects the InferencePool, the endpoint picker's objects and the objectives; without the Inference
+Extension's CRDs it says which to install. The real garbage collector removes them with their object."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import pytest
+
+from ascend_fleet.api import names
+from ascend_fleet.kube import NotFound
+from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE
+from ascend_fleet.render import Owner, validate
+from ascend_fleet.render.routing import picker_name, render_routing
+from tests.e2e.conftest import fast_settings
+from tests.e2e.fleet import example, wait_for
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.e2e
+
+NAME = "qwen-1-5b"
+UPSTREAM_CRDS = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
+HTTPROUTE_CRD = ROOT / "tests" / "e2e" / "data" / "gateway-api" / "gateway.networking.k8s.io_httproutes.yaml"
+CRD_NAMES = (
+    "inferencepools.inference.networking.k8s.io",
+    "inferenceobjectives.inference.networking.x-k8s.io",
+)
+CRD_RESOURCES = ("inferencepools", "inferenceobjectives", "httproutes")
+CLASSES = [
+    {"name": "long", "priority": 2, "maxQueue": 16, "minPromptTokens": 2049},
+    {"name": "short", "priority": 0, "maxQueue": 64},
+]
+
+
+@pytest.fixture
+def real(cluster):
+    if cluster is None or hasattr(cluster, "emulator"):
+        pytest.skip("applies the upstream CRDs with kubectl and needs the real garbage collector")
+    return cluster
+
+
+def routed(**routing) -> dict:
+    return example("sglang-small.yaml", routing={"mode": "inferencePool", "classes": CLASSES, **routing})
+
+
+def apply_crds(real, kube) -> None:
+    """The Inference Extension's CRDs (as the chart installs them) and the Gateway API's HTTPRoute."""
+    real.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS), "-f", str(HTTPROUTE_CRD))
+    wait_for(lambda: crds_served(kube), 60, "the Inference Extension CRDs served")
+    wait_for(lambda: kube.list("HTTPRoute", None) is not None, 60, "HTTPRoutes served")
+
+
+def expected(namespace: str, doc: dict) -> set[tuple[str, str]]:
+    """(kind, name) of every routing object the renderer gives for ``doc``."""
+    body = {**doc, "metadata": {**doc["metadata"], "namespace": namespace, "uid": "u"}}
+    obj = validate(body).obj
+    return {(o["kind"], o["metadata"]["name"]) for o in render_routing(obj.spec, Owner.of(obj))}
+
+
+def present(kube, namespace: str, wanted: set[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    found = {}
+    for kind, name in wanted:
+        with contextlib.suppress(NotFound):
+            found[(kind, name)] = kube.get(kind, namespace, name)
+    return found
+
+
+def routing_requests(audit_log, namespace: str) -> int:
+    """How many requests for the CRD kinds of routing in ``namespace`` the API server's audit log holds."""
+    count = 0
+    with open(audit_log) as lines:
+        for line in lines:
+            ref = json.loads(line).get("objectRef") or {}
+            if ref.get("namespace") == namespace and ref.get("resource") in CRD_RESOURCES:
+                count += 1
+    return count
+
+
+def crds_served(kube) -> bool:
+    try:
+        kube.list("InferencePool", None)
+        return True
+    except NotFound:
+        return False
+
+
+def test_without_the_crds_ready_says_which_to_install(real, fleet, kube, namespace):
+    """Runs before the CRDs are applied in this session (tests in a file run in order); where another suite
+    applied them already, they are removed first (every test that needs them applies them itself)."""
+    if crds_served(kube):
+        real.kubectl("delete", "crd", *CRD_NAMES, "--wait=true", "--ignore-not-found")
+        wait_for(lambda: not crds_served(kube), 60, "the Inference Extension CRDs to go")
+    fleet.apply(routed())
+    ready = wait_for(
+        lambda: (c := fleet.condition(NAME, "Ready")).get("reason") == ROUTING_UNAVAILABLE and c,
+        60,
+        "Ready=False/RoutingUnavailable",
+    )
+    assert ready["status"] == "False"
+    assert "inferencepools.inference.networking.k8s.io" in ready["message"]
+    assert "inferenceobjectives.inference.networking.x-k8s.io" in ready["message"]
+    assert "inferenceExtension.installCRDs" in ready["message"]
+    # The Event follows the status write that it announces.
+    (event,) = wait_for(lambda: fleet.events(ROUTING_UNAVAILABLE), 10, "the RoutingUnavailable Event")
+    assert event["type"] == "Warning" and "inferencepools" in event["message"]
+    # The engines are still run; no routing object was created.
+    wait_for(lambda: fleet.pod_names(NAME), 60, "the engine pod")
+    assert not present(kube, namespace, expected(namespace, routed()))
+
+    # Back to service: Ready as before, and the operator asks the API server nothing about the CRD kinds
+    # (read in the API server's audit log over more than one resync interval).
+    fleet.patch_spec(NAME, {"routing": {"mode": "service", "classes": None}})
+    wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready in mode service")
+    audit_log = real.cluster.control_plane.audit_log
+    before = routing_requests(audit_log, namespace)
+    assert before, "the audit log shows the lists of mode inferencePool"
+    time.sleep(fast_settings().reconcile.resync_interval + 1)
+    assert routing_requests(audit_log, namespace) == before
+
+
+def test_inference_pool_objects_are_created_owned_patched_back_and_collected(real, fleet, kube, namespace):
+    apply_crds(real, kube)
+    doc = routed(gateway={"name": "edge"})
+    wanted = expected(namespace, doc)
+    assert {k for k, _ in wanted} == {
+        "InferencePool",
+        "InferenceObjective",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "HTTPRoute",
+    }
+    created = fleet.apply(doc)
+    uid = created["metadata"]["uid"]
+    children = wait_for(
+        lambda: len(found := present(kube, namespace, wanted)) == len(wanted) and found,
+        90,
+        f"every routing object ({len(wanted)})",
+    )
+    for (kind, name), child in children.items():
+        refs = [r for r in child["metadata"].get("ownerReferences", []) if r.get("controller")]
+        assert [(r["uid"], r["kind"]) for r in refs] == [(uid, names.KIND)], (kind, name)
+    # The API server accepted the picker's Role, so the operator holds everything it grants (escalation check).
+    assert children[("Role", picker_name(NAME))]["rules"]
+    objectives = {n: c["spec"]["priority"] for (k, n), c in children.items() if k == "InferenceObjective"}
+    assert objectives == {f"{NAME}-long": 2, f"{NAME}-short": 0}
+    wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
+    wait_for(lambda: fleet.events("Created"), 10, "the Created Event")
+
+    # Hand edits are patched back (at the latest on the resync: routing objects are listed, not watched).
+    epp = picker_name(NAME)
+    ports = children[("InferencePool", NAME)]["spec"]["targetPorts"]
+    edits = {
+        ("InferenceObjective", f"{NAME}-long"): {"spec": {"priority": 7}},
+        ("InferencePool", NAME): {"spec": {"targetPorts": [{"number": 1234}]}},
+        ("Deployment", epp): {"spec": {"replicas": 0}},
+        ("ConfigMap", epp): {"data": {"epp.yaml": "edited: by hand\n"}},
+        ("Role", epp): {"rules": []},
+        ("RoleBinding", epp): {"subjects": []},
+        ("ServiceAccount", epp): {"metadata": {"labels": {names.LABEL_APP_MANAGED_BY: "someone"}}},
+        ("HTTPRoute", NAME): {"spec": {"parentRefs": [{"name": "another-gateway"}]}},
+    }
+    for (kind, name), edit in edits.items():
+        kube.patch(kind, namespace, name, edit)
+    restored = {
+        ("InferenceObjective", f"{NAME}-long"): lambda o: o["spec"]["priority"] == 2,
+        ("InferencePool", NAME): lambda o: o["spec"]["targetPorts"] == ports,
+        ("Deployment", epp): lambda o: o["spec"]["replicas"] == 1,
+        ("ConfigMap", epp): lambda o: "flowControl" in o["data"]["epp.yaml"],
+        ("Role", epp): lambda o: len(o["rules"]) == 3,
+        ("RoleBinding", epp): lambda o: [s["name"] for s in o["subjects"]] == [epp],
+        ("ServiceAccount", epp): lambda o: (
+            o["metadata"]["labels"][names.LABEL_APP_MANAGED_BY] == names.MANAGED_BY
+        ),
+        ("HTTPRoute", NAME): lambda o: [p["name"] for p in o["spec"]["parentRefs"]] == ["edge"],
+    }
+    wait_for(
+        lambda: all(check(kube.get(k, namespace, n)) for (k, n), check in restored.items()),
+        30,
+        "every hand edit patched back",
+    )
+    # Events are recorded after the writes they report.
+    wait_for(lambda: fleet.events("Updated"), 10, "the Updated Events")
+
+    # A class removed: its objective goes, the rest stays.
+    fleet.patch_spec(NAME, {"routing": {"classes": CLASSES[1:], "gateway": None}})
+    wait_for(
+        lambda: ("InferenceObjective", f"{NAME}-long") not in present(kube, namespace, wanted),
+        30,
+        "the removed class's objective deleted",
+    )
+    assert ("InferencePool", NAME) in present(kube, namespace, wanted)
+    wait_for(lambda: ("HTTPRoute", NAME) not in present(kube, namespace, wanted), 30, "the HTTPRoute deleted")
+
+    # Back to service: every routing object is deleted by the operator; the engines' Service stays.
+    fleet.patch_spec(NAME, {"routing": {"mode": "service", "classes": None}})
+    wait_for(lambda: not present(kube, namespace, wanted), 60, "every routing object deleted")
+    assert kube.get("Service", namespace, NAME)
+    wait_for(
+        lambda: any("InferencePool" in e.get("message", "") for e in fleet.events("Deleted")),
+        10,
+        "the Deleted Event naming the pool",
+    )
+
+    # inferencePool again, then the object deleted: the real garbage collector removes what it owned.
+    fleet.patch_spec(
+        NAME, {"routing": {"mode": "inferencePool", "classes": CLASSES, "gateway": {"name": "edge"}}}
+    )
+    wait_for(lambda: len(present(kube, namespace, wanted)) == len(wanted), 90, "the routing objects again")
+    kube.delete(names.KIND, namespace, NAME)
+    wait_for(lambda: not present(kube, namespace, wanted), 90, "the garbage collector to remove them")
+
+
+def foreign(kind: str, name: str, namespace: str) -> dict:
+    """A valid object of ``kind`` that no AscendInference owns."""
+    meta = {"name": name, "namespace": namespace, "labels": {"team": "someone-else"}}
+    api = {
+        "InferencePool": "inference.networking.k8s.io/v1",
+        "InferenceObjective": "inference.networking.x-k8s.io/v1alpha2",
+        "Deployment": "apps/v1",
+        "Role": "rbac.authorization.k8s.io/v1",
+        "RoleBinding": "rbac.authorization.k8s.io/v1",
+        "HTTPRoute": "gateway.networking.k8s.io/v1",
+    }.get(kind, "v1")
+    body: dict = {"apiVersion": api, "kind": kind, "metadata": meta}
+    if kind == "InferencePool":
+        body["spec"] = {
+            "selector": {"matchLabels": {"app": "other"}},
+            "targetPorts": [{"number": 8000}],
+            "endpointPickerRef": {"name": "other-epp", "port": {"number": 9002}},
+        }
+    elif kind == "InferenceObjective":
+        body["spec"] = {"priority": 5, "poolRef": {"name": "other"}}
+    elif kind == "Deployment":
+        labels = {"app": "other"}
+        body["spec"] = {
+            "replicas": 0,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "other:v1"}]},
+            },
+        }
+    elif kind == "Role":
+        body["rules"] = []
+    elif kind == "RoleBinding":
+        body["roleRef"] = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "other"}
+    elif kind == "ConfigMap":
+        body["data"] = {"owner": "someone else"}
+    elif kind == "HTTPRoute":
+        body["spec"] = {"parentRefs": [{"name": "other"}]}
+    return body
+
+
+def test_foreign_objects_holding_routing_names_are_reported_and_left_alone(real, fleet, kube, namespace):
+    apply_crds(real, kube)
+    doc = routed(gateway={"name": "edge"})
+    # Every routing name but the picker's Service (which the others wait for) is taken by someone else.
+    taken = {(k, n) for k, n in expected(namespace, doc) if k != "Service"}
+    for kind, name in taken:
+        kube.create(foreign(kind, name, namespace), exist_ok=False)
+    fleet.apply(doc)
+    ready = wait_for(
+        lambda: (c := fleet.condition(NAME, "Ready")).get("reason") == "NameConflict" and c,
+        60,
+        "Ready=False/NameConflict",
+    )
+    assert f"ConfigMap {picker_name(NAME)}" in ready["message"], ready["message"]
+    names_taken = {f"{k} {n}" for k, n in taken}
+    wait_for(
+        lambda: (
+            {e["message"].split(" already exists")[0] for e in fleet.events("NameConflict")} == names_taken
+        ),
+        10,
+        "a NameConflict Event for each name taken",
+    )
+    for kind, name in taken:
+        held = kube.get(kind, namespace, name)
+        assert held["metadata"]["labels"] == {"team": "someone-else"}, (kind, name)
+        assert not held["metadata"].get("ownerReferences"), (kind, name)
+    assert kube.get("ConfigMap", namespace, picker_name(NAME))["data"] == {"owner": "someone else"}
+
+    # Once the names are free the operator creates its own (after the refusal's backoff).
+    for kind, name in taken:
+        kube.delete(kind, namespace, name)
+    wanted = expected(namespace, doc)
+    wait_for(
+        lambda: (
+            all(c["metadata"].get("ownerReferences") for c in present(kube, namespace, wanted).values())
+            and len(present(kube, namespace, wanted)) == len(wanted)
+        ),
+        60,
+        "the operator's own routing objects",
+    )
