@@ -95,7 +95,7 @@ class KubeletSimulator:
         self.node_capacity = dict(node_capacity or DEFAULT_NODE_CAPACITY)
         self._listeners: list[PodListener] = []
         self._pods: dict[str, _Pod] = {}
-        self._next_ip = ipaddress.IPv4Address(first_ip)
+        self._ips = PodIPs(first_ip)
         self._next_node = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stream: WatchStream | None = None
@@ -180,14 +180,18 @@ class KubeletSimulator:
     async def _lifecycle(self, state: _Pod) -> None:
         try:
             self._edit(state, self._bind)
-            if await _wait(state.stopped, self.start_seconds):
+            if await wait_event(state.stopped, self.start_seconds):
                 return
             ready_now = self.ready_seconds <= 0
             ip = self._allocate_ip()
             pod = self._edit(state, lambda pod: run_pod(pod, ip, ready=ready_now))
             state.running = True
             await self._notify("on_pod_running", pod)
-            if not ready_now and not await _wait(state.stopped, self.ready_seconds) and not state.crashed:
+            if (
+                not ready_now
+                and not await wait_event(state.stopped, self.ready_seconds)
+                and not state.crashed
+            ):
                 self._edit(state, lambda pod: set_ready(pod, True))
             await state.stopped.wait()
         except _PodGone:
@@ -207,11 +211,7 @@ class KubeletSimulator:
         _set_condition(status, "PodScheduled", True)
 
     def _allocate_ip(self) -> str:
-        # Never reused, never .0 or .255: each pod gets an address nothing else has bound.
-        while self._next_ip.packed[-1] in (0, 255):
-            self._next_ip += 1
-        ip, self._next_ip = self._next_ip, self._next_ip + 1
-        return str(ip)
+        return self._ips.next()
 
     def _edit(self, state: _Pod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         def guarded(pod: dict[str, Any]) -> None:
@@ -227,17 +227,7 @@ class KubeletSimulator:
         return pod
 
     async def _notify(self, hook: str, pod: dict[str, Any]) -> None:
-        for listener in list(self._listeners):
-            method = getattr(listener, hook, None)
-            if method is None:
-                continue
-            try:
-                if inspect.iscoroutinefunction(method):
-                    await method(copy.deepcopy(pod))
-                else:
-                    await asyncio.to_thread(method, copy.deepcopy(pod))
-            except Exception:
-                logger.exception("Pod listener %r failed in %s; the kubelet carries on.", listener, hook)
+        await notify_listeners(self._listeners, hook, pod)
 
     # Test controls (thread-safe) -------------------------------------------------------------------
 
@@ -313,13 +303,42 @@ class KubeletSimulator:
         return (state.last.get("status") or {}).get("podIP")
 
 
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
+async def wait_event(event: asyncio.Event, seconds: float) -> bool:
     """Wait up to ``seconds`` for ``event``; True if it was set."""
     try:
         await asyncio.wait_for(event.wait(), max(seconds, 0))
     except TimeoutError:
         return event.is_set()
     return True
+
+
+async def notify_listeners(listeners: list[PodListener], hook: str, pod: dict[str, Any]) -> None:
+    """Call ``hook`` of every listener with a copy of ``pod`` (see :class:`PodListener`); failures are logged."""
+    for listener in list(listeners):
+        method = getattr(listener, hook, None)
+        if method is None:
+            continue
+        try:
+            if inspect.iscoroutinefunction(method):
+                await method(copy.deepcopy(pod))
+            else:
+                await asyncio.to_thread(method, copy.deepcopy(pod))
+        except Exception:
+            logger.exception("Pod listener %r failed in %s; the node carries on.", listener, hook)
+
+
+class PodIPs:
+    """Pod IPs from ``first`` upwards, never reused, never .0 or .255: each pod gets an address nothing else
+    has bound (Linux routes all of 127.0.0.0/8 to ``lo``, so a simulated engine can listen on it)."""
+
+    def __init__(self, first: str) -> None:
+        self._next = ipaddress.IPv4Address(first)
+
+    def next(self) -> str:
+        while self._next.packed[-1] in (0, 255):
+            self._next += 1
+        ip, self._next = self._next, self._next + 1
+        return str(ip)
 
 
 def _set_condition(status: dict[str, Any], kind: str, value: bool, reason: str | None = None) -> None:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import inspect
-import ipaddress
 import json
 import logging
 import threading
@@ -36,7 +34,14 @@ import aiohttp
 
 from ascend_fleet.devcluster import kubelet as podstate
 from ascend_fleet.devcluster.controlplane import Credentials
-from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY, HOST_IP, PodListener
+from ascend_fleet.devcluster.kubelet import (
+    DEFAULT_NODE_CAPACITY,
+    HOST_IP,
+    PodIPs,
+    PodListener,
+    notify_listeners,
+    wait_event,
+)
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -88,7 +93,7 @@ class NodeAgent:
         self.ready_seconds = ready_seconds
         self._listeners: list[PodListener] = []
         self._pods: dict[str, _Pod] = {}
-        self._next_ip = ipaddress.IPv4Address(first_ip)
+        self._ips = PodIPs(first_ip)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._thread: threading.Thread | None = None
@@ -334,7 +339,7 @@ class NodeAgent:
 
     async def _lifecycle(self, state: _Pod) -> None:
         try:
-            if await _wait(state.stopped, self.start_seconds):
+            if await wait_event(state.stopped, self.start_seconds):
                 return
             ready_now = self.ready_seconds <= 0
             ip = self._allocate_ip()
@@ -343,7 +348,11 @@ class NodeAgent:
             )
             state.running = True
             await self._notify("on_pod_running", pod)
-            if not ready_now and not await _wait(state.stopped, self.ready_seconds) and not state.crashed:
+            if (
+                not ready_now
+                and not await wait_event(state.stopped, self.ready_seconds)
+                and not state.crashed
+            ):
                 await self._edit(state, lambda pod: podstate.set_ready(pod, True))
             await state.stopped.wait()
         except _PodGone:
@@ -376,23 +385,10 @@ class NodeAgent:
             )
 
     def _allocate_ip(self) -> str:
-        while self._next_ip.packed[-1] in (0, 255):
-            self._next_ip += 1
-        ip, self._next_ip = self._next_ip, self._next_ip + 1
-        return str(ip)
+        return self._ips.next()
 
     async def _notify(self, hook: str, pod: dict[str, Any]) -> None:
-        for listener in list(self._listeners):
-            method = getattr(listener, hook, None)
-            if method is None:
-                continue
-            try:
-                if inspect.iscoroutinefunction(method):
-                    await method(copy.deepcopy(pod))
-                else:
-                    await asyncio.to_thread(method, copy.deepcopy(pod))
-            except Exception:
-                logger.exception("Pod listener %r failed in %s; the agent carries on.", listener, hook)
+        await notify_listeners(self._listeners, hook, pod)
 
     # Test controls (thread-safe) ----------------------------------------------------------------------
 
@@ -449,11 +445,3 @@ class NodeAgent:
         code, _ = await self._request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
         if code == 404:
             raise LookupError(f"pod {namespace}/{name} not found")
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> bool:
-    try:
-        await asyncio.wait_for(event.wait(), max(seconds, 0))
-    except TimeoutError:
-        return event.is_set()
-    return True
