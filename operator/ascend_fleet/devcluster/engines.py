@@ -342,12 +342,16 @@ class SimulatedEngines:
         prometheus: TargetSink | None = None,
         clock: Callable[[], float] = time.time,
         start_scenario: bool = True,
+        curve: Any = None,
     ) -> None:
         """Serve pods with values from ``scenario`` and keep ``prometheus``'s targets in sync.
 
         With ``start_scenario`` the scenario's time zero is now, so its timeline starts with the engines.
+        ``curve`` (a :class:`~ascend_fleet.simulate.curve.BatchCurve`) replaces the seeds' batch curve of
+        every serving engine.
         """
         self.scenario = scenario
+        self.curve = curve
         self.prometheus = prometheus
         self._clock = clock
         self._lock = threading.Lock()
@@ -457,7 +461,10 @@ class SimulatedEngines:
         runner, pod = self._bind(app, pod, pod.port, lambda p, port: replace(p, port=port))
         self._runners[pod.key] = [runner]
         if pod.leader and pod.api_port:
-            engine = self._run(_create_engine(pod.engine_config()))
+            config = pod.engine_config()
+            if self.curve is not None:
+                config = replace(config, curve=self.curve)
+            engine = self._run(_create_engine(config))
             self._engines[pod.key] = engine
             api = openai_app(engine, self._metrics_handler(pod.key, with_exporter=False))
             runner, pod = self._bind(api, pod, pod.api_port, lambda p, port: replace(p, api_port=port))
