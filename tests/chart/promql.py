@@ -29,7 +29,7 @@ _EXPORTER_CONTRACT = (
     "ascend_fleet_alloc_retries_total",
     "ascend_fleet_ooms_total",
 )
-# What the engines themselves serve on their `http` port (ENGINES.md); histograms by family name.
+# What the engines themselves serve on their `http` port (docs/engines.md); histograms by family name.
 ENGINE_GAUGES_AND_COUNTERS = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",

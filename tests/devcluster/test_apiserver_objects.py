@@ -1,6 +1,6 @@
 """Object semantics of the local Kubernetes API, through the official client over HTTP.
 
-Each test covers a gap of plain kmock 0.8 (see TESTING.md) and fails against it.
+Each test covers a gap of plain kmock 0.8 (docs/decisions.md says what the emulator is for) and fails against it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Pure planner: NPUs per replica = tensor x pipeline, placed as one pod or as a gang of whole-node pods.
 
-Rules (ARCHITECTURE.md, ENGINES.md):
+Rules (the chips' device plugins and the engines' parallel layouts; docs/decisions.md):
 - A replica that fits on one node is one pod requesting tensor x pipeline NPUs, and that count must be one
   the chip's device plugin hands out (910A: 1, 2, 4, 8; 910B: 1..8; A3: 1, 2, 4, 6, ..., 16).
 - A larger replica is several pods, each taking a whole node. Tensor parallelism never crosses a node, so
