@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -35,6 +34,8 @@ from types import TracebackType
 from typing import Any, Self
 
 import yaml
+
+from .prometheus import free_port
 
 CONTEXT_NAME = "ascend-fleet-real"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -54,70 +55,74 @@ def source_dir() -> Path:
     return Path(__file__).resolve().parents[3] / "tools" / "controlplane"
 
 
-def cache_dir() -> Path:
-    """Where built binaries are kept: ``$XDG_CACHE_HOME/ascend-fleet/controlplane`` (``~/.cache`` by default)."""
+def cache_dir(name: str = "controlplane") -> Path:
+    """Where built binaries are kept: ``$XDG_CACHE_HOME/ascend-fleet/<name>`` (``~/.cache`` by default)."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ascend-fleet" / "controlplane"
+    return Path(base) / "ascend-fleet" / name
 
 
-def _go() -> str:
+def _go(what: str = "the real control plane") -> str:
     go = shutil.which("go")
     if go is None:
         raise ControlPlaneUnavailable(
-            "the real control plane is built from Go modules and needs the Go toolchain (1.24 or newer) on PATH"
+            f"{what} is built from Go modules and needs the Go toolchain (1.24 or newer) on PATH"
         )
     return go
 
 
-def source_digest(source: Path | None = None) -> str:
+def source_digest(source: Path | None = None, what: str = "the real control plane") -> str:
     """A digest of the module's sources and the Go version: a new digest means a new build."""
     source = source or source_dir()
     digest = hashlib.sha256()
     for path in sorted(source.iterdir()):
         if path.is_file() and (path.suffix in (".go", ".mod", ".sum", ".sh")):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    version = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True).stdout
+    version = subprocess.run(
+        [_go(what), "env", "GOVERSION"], capture_output=True, text=True, check=True
+    ).stdout
     digest.update(version.strip().encode())
     return digest.hexdigest()[:16]
+
+
+def cached_go_build(
+    source: Path, name: str, *, what: str, override_env: str, make_target: str, build: bool, progress: Any
+) -> Path:
+    """A binary built by ``source/build.sh``: ``$override_env``, else ``<cache>/<digest of source>/<name>``,
+    built there when missing and ``build`` is true (``progress`` hears a line first). Raises
+    :class:`ControlPlaneUnavailable` saying what is missing."""
+    override = os.environ.get(override_env)
+    if override:
+        return Path(override)
+    if not (source / "go.mod").is_file():
+        raise ControlPlaneUnavailable(
+            f"{what}'s Go module is not at {source}; set {override_env} to a built binary"
+        )
+    binary = cache_dir(name) / source_digest(source, what) / name
+    if binary.is_file():
+        return binary
+    if not build:
+        raise ControlPlaneUnavailable(f"{what} is not built yet ({binary}); run make {make_target}")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    if progress is not None:
+        progress(f"Building {what} from Go modules into {binary} (once) ...")
+    result = subprocess.run(["bash", str(source / "build.sh"), str(binary)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ControlPlaneUnavailable(f"building {what} failed:\n{result.stderr[-4000:]}")
+    return binary
 
 
 def ensure_binary(*, build: bool = True, progress: Any = None) -> Path:
     """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources.
 
-    Builds it when missing and ``build`` is true (a cold build downloads the modules and compiles a few thousand
-    packages: minutes, see docs/real-cluster.md); ``progress`` is called with a line before a build starts.
+    A cold build downloads the modules and compiles a few thousand packages: minutes, see docs/real-cluster.md.
     """
-    override = os.environ.get("ASCEND_FLEET_CONTROLPLANE")
-    if override:
-        return Path(override)
-    source = source_dir()
-    if not (source / "go.mod").is_file():
-        raise ControlPlaneUnavailable(
-            f"the control plane's Go module is not at {source}; set ASCEND_FLEET_CONTROLPLANE to a built binary"
-        )
-    binary = cache_dir() / source_digest(source) / "controlplane"
-    if binary.is_file():
-        return binary
-    if not build:
-        raise ControlPlaneUnavailable(
-            f"the control plane is not built yet ({binary}); run make control-plane"
-        )
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    if progress is not None:
-        progress(f"Building the Kubernetes control plane from Go modules into {binary} (once) ...")
-    result = subprocess.run(["bash", str(source / "build.sh"), str(binary)], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ControlPlaneUnavailable(f"building the control plane failed:\n{result.stderr[-4000:]}")
-    return binary
+    return cached_go_build(
+        source_dir(), "controlplane", what="the Kubernetes control plane", override_env="ASCEND_FLEET_CONTROLPLANE",
+        make_target="control-plane", build=build, progress=progress,
+    )  # fmt: skip
 
 
 # Running ----------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from typing import Any, Self
 
 import yaml
 
-from .controlplane import ControlPlaneUnavailable, _go, source_digest
+from .controlplane import ControlPlaneUnavailable, cached_go_build
+from .prometheus import free_port
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 _START_TIMEOUT = 60.0
@@ -61,46 +62,18 @@ def picker_source() -> Path:
     return Path(__file__).resolve().parents[3] / "tools" / "epp"
 
 
-def picker_cache() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "ascend-fleet" / "epp"
-
-
 def ensure_picker(*, build: bool = True, progress: Any = None) -> Path:
     """The endpoint picker binary: ``$ASCEND_FLEET_EPP``, else the cached build of ``tools/epp``'s sources.
 
     A cold build downloads the picker's modules and compiles them (a few minutes on two cores).
     """
-    override = os.environ.get("ASCEND_FLEET_EPP")
-    if override:
-        return Path(override)
-    source = picker_source()
-    if not (source / "go.mod").is_file():
-        raise DataPlaneUnavailable(
-            f"the endpoint picker's Go module is not at {source}; set ASCEND_FLEET_EPP"
-        )
     try:
-        _go()
-        binary = picker_cache() / source_digest(source) / "epp"
+        return cached_go_build(
+            picker_source(), "epp", what="the endpoint picker", override_env="ASCEND_FLEET_EPP", make_target="epp",
+            build=build, progress=progress,
+        )  # fmt: skip
     except ControlPlaneUnavailable as error:
-        raise DataPlaneUnavailable(str(error).replace("control plane", "endpoint picker")) from None
-    if binary.is_file():
-        return binary
-    if not build:
-        raise DataPlaneUnavailable(f"the endpoint picker is not built yet ({binary}); run make epp")
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    if progress is not None:
-        progress(f"Building the endpoint picker from its Go module into {binary} (once) ...")
-    result = subprocess.run(["bash", str(source / "build.sh"), str(binary)], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise DataPlaneUnavailable(f"building the endpoint picker failed:\n{result.stderr[-4000:]}")
-    return binary
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+        raise DataPlaneUnavailable(str(error)) from None
 
 
 def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
