@@ -19,10 +19,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # SGLang's own benchmark client (sglang.bench_serving of the default SGLang image's release) for
-# `ascend-fleet tune`: the package without its engine dependencies (torch, kernels), then what the
-# client itself imports.
-# SGLang's benchmark client for `ascend-fleet tune`, in an environment of its own (SGLang's packages must not
-# mix with the operator's): ~/.cache/ascend-fleet/tune-client/sglang-0.5.5/.
+# `ascend-fleet tune`, in an environment of its own so SGLang's packages do not mix with the operator's
+# (~/.cache/ascend-fleet/tune-client/sglang-0.5.5/): the package without its engine dependencies (torch,
+# kernels), then what the client itself imports.
 TUNE_CLIENT := $(HOME)/.cache/ascend-fleet/tune-client/sglang-0.5.5
 tune-client: $(TUNE_CLIENT)/.installed
 
