@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
+import urllib.error
+import urllib.request
+import uuid
 
 import pytest
 
 from ascend_fleet.api import names
+from ascend_fleet.devcluster.pickers import is_picker_pod
 from ascend_fleet.kube import NotFound
 from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
-from ascend_fleet.render.routing import picker_name, render_routing
+from ascend_fleet.render.routing import OBJECTIVE_HEADER, picker_name, render_routing
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import example, wait_for
 from tests.support.paths import ROOT
@@ -298,3 +303,102 @@ def test_foreign_objects_holding_routing_names_are_reported_and_left_alone(real,
         60,
         "the operator's own routing objects",
     )
+
+
+@pytest.fixture
+def picker_pods(real, kube):
+    """The simulated nodes run engine pods as serving engines and picker pods as the upstream picker."""
+    from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable
+    from ascend_fleet.devcluster.engines import SimulatedEngines
+    from ascend_fleet.devcluster.pickers import PickerPods
+    from ascend_fleet.devcluster.scenario import Scenario
+
+    try:
+        pickers = PickerPods(kube, real.cluster.control_plane)
+    except DataPlaneUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the data plane: {error}")
+        pytest.skip(str(error))
+    engines = SimulatedEngines(Scenario.constant(0.0))
+    real.kubelet.add_listener(engines)
+    real.kubelet.add_listener(pickers)
+    try:
+        yield engines, pickers
+    finally:
+        real.kubelet.remove_listener(pickers)
+        real.kubelet.remove_listener(engines)
+        pickers.close()
+        engines.close()
+
+
+def complete(url: str, objective: str | None) -> tuple[int, str]:
+    """One completion through ``url`` naming ``objective`` (status, body)."""
+    headers = {"Content-Type": "application/json"}
+    if objective:
+        headers[OBJECTIVE_HEADER] = objective
+    body = json.dumps({"model": "qwen2.5-1.5b", "prompt": f"{uuid.uuid4().hex} hello", "max_tokens": 4})
+    request = urllib.request.Request(url + "/v1/completions", data=body.encode(), headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=20) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except (urllib.error.URLError, OSError) as error:
+        return 0, str(error)
+
+
+def test_requests_flow_through_the_operators_picker_pod(real, fleet, kube, namespace, picker_pods):
+    """The picker Deployment the operator renders runs on a simulated node as the upstream picker, with the
+    rendered flags, ConfigMap and ServiceAccount; requests through its gateway reach the fleet's engines.
+    Deleting the picker pod brings a new one (the real Deployment controller) and the route follows it."""
+    engines, pickers = picker_pods
+    apply_crds(real, kube)
+    doc = routed()
+    fleet.apply(doc)
+    wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
+    route = wait_for(
+        lambda: pickers.route(namespace, NAME), 120, f"the picker pod running\n{pickers.failures}"
+    )
+    (leader,) = [p["metadata"]["name"] for p in fleet.pods(NAME) if not is_picker_pod(p)]
+    engine = wait_for(lambda: engines.engine(namespace, leader), 30, "the serving engine")
+    before = engine.received
+    answered = wait_for(
+        lambda: (reply := complete(route.url, f"{NAME}-short"))[0] == 200 and reply,
+        60,
+        "an answer via the picker",
+    )
+    assert json.loads(answered[1])["choices"], answered
+    assert engine.received > before  # the request reached the fleet's engine, not something else
+    # An objective the fleet does not define is no class of its; the picker still serves it (priority 0).
+    assert complete(route.url, None)[0] == 200
+
+    # The real Deployment controller replaces a deleted picker pod; the gateway follows the new one.
+    old = route.picker
+    kube.delete("Pod", namespace, old)
+    moved = wait_for(
+        lambda: (r := pickers.route(namespace, NAME)) is not None and r.picker != old and r,
+        120,
+        "a new picker",
+    )
+    wait_for(lambda: complete(moved.url, f"{NAME}-long")[0] == 200, 60, "an answer via the new picker")
+
+    # The picker read the API as the rendered ServiceAccount (its token), not as an admin: its watches are in
+    # the audit log once they ended, with the old picker.
+    account = f"system:serviceaccount:{namespace}:{picker_name(NAME)}"
+    wait_for(
+        lambda: account in audited_users(real.cluster.control_plane.audit_log, namespace, "inferencepools"),
+        30,
+        f"{account} in the audit log, watching the InferencePool",
+    )
+
+
+def audited_users(audit_log, namespace: str, resource: str) -> set[str]:
+    """The users that asked the API server for ``resource`` in ``namespace``, from its audit log."""
+    users = set()
+    with open(audit_log) as lines:
+        for line in lines:
+            entry = json.loads(line)
+            ref = entry.get("objectRef") or {}
+            if ref.get("namespace") == namespace and ref.get("resource") == resource:
+                users.add((entry.get("user") or {}).get("username"))
+    return users

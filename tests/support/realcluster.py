@@ -124,14 +124,6 @@ def operator_kubeconfig(real_cluster, tmp_path_factory) -> Path:
     )
     (account,) = [o["metadata"]["name"] for o in release.objects if o["kind"] == "ServiceAccount"]
     wait_for_service_account(admin, OPERATOR_NAMESPACE, account)
-    answer = admin._call(
-        "POST",
-        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/serviceaccounts/{account}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 86400},
-        },
-    )
+    token = admin.request_token(OPERATOR_NAMESPACE, account)
     path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    return real_cluster.cluster.write_kubeconfig(path, token=answer["status"]["token"])
+    return real_cluster.cluster.write_kubeconfig(path, token=token)

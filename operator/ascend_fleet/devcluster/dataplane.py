@@ -148,28 +148,31 @@ class Picker(_Process):
     def __init__(
         self,
         args: Sequence[str],
-        config: dict[str, Any],
+        config: dict[str, Any] | None,
         kubeconfig: str | Path,
         *,
         binary: str | Path | None = None,
         workdir: str | Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
-        """``args`` are the picker's flags as rendered; ``--config-file`` is pointed at ``config`` written here."""
+        """``args`` are the picker's flags as rendered; ``--config-file`` is pointed at ``config`` written here
+        (with ``config=None`` the flags already name a config file). ``env`` adds to or replaces the
+        picker's ``NAMESPACE`` and ``POD_NAME``."""
         super().__init__(workdir)
         self.binary = Path(binary) if binary else ensure_picker()
-        self.config_path = self.workdir / "epp.yaml"
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.args = _replace_flag(list(args), "--config-file", str(self.config_path))
+        self.args = list(args)
+        if config is not None:
+            config_path = self.workdir / "epp.yaml"
+            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+            self.args = replace_flag(self.args, "--config-file", str(config_path))
         self.kubeconfig = Path(kubeconfig)
-        self.grpc_port = int(_flag(self.args, "--grpc-port") or 9002)
-        self.metrics_port = int(_flag(self.args, "--metrics-port") or 9090)
+        self.env = {"NAMESPACE": flag(self.args, "--pool-namespace") or "default", "POD_NAME": "epp-local",
+                    **(env or {})}  # fmt: skip
+        self.grpc_port = int(flag(self.args, "--grpc-port") or 9002)
+        self.metrics_port = int(flag(self.args, "--metrics-port") or 9090)
 
     def start(self, timeout: float = _START_TIMEOUT) -> Self:
-        namespace = _flag(self.args, "--pool-namespace") or "default"
-        self._spawn(
-            [str(self.binary), *self.args],
-            env={"KUBECONFIG": str(self.kubeconfig), "NAMESPACE": namespace, "POD_NAME": "epp-local"},
-        )
+        self._spawn([str(self.binary), *self.args], env={**self.env, "KUBECONFIG": str(self.kubeconfig)})
         try:
             wait_for_port("127.0.0.1", self.grpc_port, timeout, self.process)
         except DataPlaneUnavailable as error:
@@ -353,7 +356,8 @@ def _unbounded() -> dict[str, Any]:
     return {"thresholds": [{"max_connections": limit, "max_pending_requests": limit, "max_requests": limit}]}
 
 
-def _flag(args: Sequence[str], name: str) -> str | None:
+def flag(args: Sequence[str], name: str) -> str | None:
+    """The value of ``name`` in a command line (``--name value`` or ``--name=value``), or None."""
     for index, arg in enumerate(args):
         if arg == name and index + 1 < len(args):
             return args[index + 1]
@@ -362,7 +366,8 @@ def _flag(args: Sequence[str], name: str) -> str | None:
     return None
 
 
-def _replace_flag(args: list[str], name: str, value: str) -> list[str]:
+def replace_flag(args: list[str], name: str, value: str) -> list[str]:
+    """``args`` with ``name`` set to ``value`` (appended at the end, any earlier value dropped)."""
     out, skip = [], False
     for index, arg in enumerate(args):
         if skip:

@@ -171,6 +171,19 @@ class Kube:
     def get(self, kind: str, namespace: str, name: str) -> dict:
         return self._call("GET", self._path(kind, namespace, name))
 
+    def request_token(self, namespace: str, service_account: str, seconds: int = 86400) -> str:
+        """A bound token of ``service_account`` (a TokenRequest), as the kubelet mounts one into a pod."""
+        answer = self._call(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
+        )
+        return answer["status"]["token"]
+
     def list(self, kind: str, namespace: str | None, selector: dict[str, str] | None = None) -> list[dict]:
         """Objects of a kind in a namespace, or in every namespace with ``namespace=None``."""
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
