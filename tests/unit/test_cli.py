@@ -128,3 +128,18 @@ def test_render_and_validate_use_the_operators_configuration(tmp_path):
     config.write_text("control:\n  catalogPreset: ascend-fleet\n")
     refused = cli("validate", "--config", str(config), str(spec))
     assert refused.returncode == 2 and "unknown metric 'ttft_p95'" in refused.stderr
+
+
+def test_dev_and_dev_cluster_pass_real_and_prometheus_through(monkeypatch):
+    """`dev --real` once ran the demo on the emulator: the flag never reached the demo's options."""
+    from ascend_fleet.cli import main as cli
+    from ascend_fleet.demo import runner
+    from ascend_fleet.devcluster import realcluster
+
+    seen = {}
+    monkeypatch.setattr(runner, "run_demo", lambda options: seen.setdefault("dev", options) and 0)
+    monkeypatch.setattr(realcluster, "serve", lambda *a, **kw: seen.setdefault("dev-cluster", kw) and None)
+    assert cli.main(["dev", "--real", "--timeout", "5"]) == 0
+    assert seen["dev"].real is True
+    assert cli.main(["dev-cluster", "--real", "--prometheus"]) == 0
+    assert seen["dev-cluster"]["prometheus"] is True

@@ -126,6 +126,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         keep=args.keep,
         kubeconfig=Path(args.kubeconfig),
+        real=args.real,
     )
     return run_demo(options)
 
@@ -144,6 +145,7 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
                 resource_name=args.resource_name,
                 start_seconds=args.pod_start_seconds,
                 ready_seconds=args.pod_ready_seconds,
+                prometheus=args.prometheus,
             )
         except ControlPlaneUnavailable as error:
             print(f"error: {error}", file=sys.stderr)

@@ -26,10 +26,13 @@ import logging
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+import yaml
 
 from ascend_fleet.api.names import LABEL_APP_COMPONENT
 from ascend_fleet.kube import Kube, KubeError
@@ -75,6 +78,43 @@ class _Running:
     picker: Picker
     envoy: Envoy
     workdir: Path
+
+
+def inference_extension_crds() -> list[dict[str, Any]]:
+    """The Inference Extension's CRDs the chart installs (InferencePool, InferenceObjective), pinned upstream
+    copies in the chart's ``files/inference-extension/``."""
+    directory = (
+        Path(__file__).resolve().parents[3] / "charts" / "ascend-fleet" / "files" / "inference-extension"
+    )
+    if not directory.is_dir():
+        raise DataPlaneUnavailable(
+            f"the Inference Extension's CRDs are not at {directory} (a source checkout has them)"
+        )
+    return [
+        doc
+        for path in sorted(directory.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+
+
+def install_inference_extension(kube: Kube, timeout: float = 60.0) -> list[str]:
+    """Create the Inference Extension's CRDs (those missing) and wait until they are served; their names."""
+    crds = inference_extension_crds()
+    for crd in crds:
+        kube.create_crd(crd)
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        kind = crd["spec"]["names"]["kind"]
+        while True:
+            try:
+                kube.list(kind, "default")
+                break
+            except KubeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    return [crd["metadata"]["name"] for crd in crds]
 
 
 def is_picker_pod(pod: Mapping[str, Any]) -> bool:

@@ -136,41 +136,82 @@ def serve(
     workdir: str | None = None,
     start_seconds: float = 1.0,
     ready_seconds: float = 1.0,
+    prometheus: bool = False,
 ) -> None:
-    """Run a real control plane with simulated nodes until SIGINT/SIGTERM (``ascend-fleet dev-cluster --real``)."""
+    """Run a real control plane with simulated nodes until SIGINT/SIGTERM (``ascend-fleet dev-cluster --real``).
+
+    Engine pods run as simulated engines serving the OpenAI API on their pod IPs; endpoint-picker pods run as
+    the upstream picker behind an Envoy gateway each (:mod:`~ascend_fleet.devcluster.pickers`), whose address
+    is printed as it comes up. The Inference Extension's CRDs are installed, as on a cluster with an inference
+    gateway. ``prometheus`` adds a real Prometheus scraping the engines."""
+    from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable
+    from ascend_fleet.devcluster.engines import SimulatedEngines
+    from ascend_fleet.devcluster.pickers import PickerPods, Route, install_inference_extension
+    from ascend_fleet.devcluster.prometheus import PrometheusServer
+    from ascend_fleet.devcluster.scenario import Scenario
+
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
+    def on_route(route: Route, up: bool) -> None:
+        if up:
+            print(
+                f"InferencePool {route.namespace}/{route.pool}: send requests to {route.url} "
+                f"(Envoy -> endpoint picker pod {route.picker})",
+                flush=True,
+            )
+        else:
+            print(
+                f"InferencePool {route.namespace}/{route.pool}: picker pod {route.picker} stopped", flush=True
+            )
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        ensure_binary(progress=lambda line: print(line, file=sys.stderr, flush=True))
-        print(
-            "Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ...",
-            file=sys.stderr,
-            flush=True,
-        )
-        with RealCluster(
-            workdir=workdir,
-            kubeconfig=kubeconfig,
-            nodes=nodes,
-            npus_per_node=npus_per_node,
-            resource_name=resource_name,
-            start_seconds=start_seconds,
-            ready_seconds=ready_seconds,
-        ) as cluster:
+        ensure_binary(progress=say)
+        say("Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ...")
+        with (
+            RealCluster(
+                workdir=workdir,
+                kubeconfig=kubeconfig,
+                nodes=nodes,
+                npus_per_node=npus_per_node,
+                resource_name=resource_name,
+                start_seconds=start_seconds,
+                ready_seconds=ready_seconds,
+            ) as cluster,
+            contextlib.ExitStack() as stack,
+        ):
             print(f"Kubernetes API (real kube-apiserver, RBAC on): {cluster.url}", flush=True)
             print(
                 f"{nodes} simulated nodes with {npus_per_node} x {resource_name} each, up in "
                 f"{cluster.start_time:.1f}s",
                 flush=True,
             )
+            kube = Kube.connect(str(cluster.kubeconfig_path))
+            server = stack.enter_context(PrometheusServer(scrape_interval="1s")) if prometheus else None
+            engines = stack.enter_context(SimulatedEngines(Scenario.constant(0.0), prometheus=server))
+            cluster.kubelet.add_listener(engines)
+            if server is not None:
+                print(f"Prometheus (scraping the engines): {server.url}", flush=True)
+            installed = install_inference_extension(kube)
+            print(f"Inference Extension CRDs installed: {', '.join(installed)}", flush=True)
+            try:
+                pickers = stack.enter_context(PickerPods(kube, cluster.control_plane, on_route=on_route))
+                cluster.kubelet.add_listener(pickers)
+            except DataPlaneUnavailable as error:
+                say(
+                    f"endpoint-picker pods will not run (routing.mode inferencePool gets no gateway): {error}"
+                )
             # The examples mount the claim `models`; on a real cluster an admin provides the storage.
-            provide_model_claim(Kube.connect(str(cluster.kubeconfig_path)), "default")
+            provide_model_claim(kube, "default")
             print("claim default/models provided (a pre-bound volume the examples mount)", flush=True)
             print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
-            print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
+            say("Press Ctrl+C to stop.")
             while not stopping.wait(0.5):
                 pass
     finally:
