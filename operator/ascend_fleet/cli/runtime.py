@@ -106,6 +106,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="on the real control plane (built from Go modules on first use) instead of the emulator",
     )
     demo.add_argument(
+        "--routing",
+        action="store_true",
+        help="route the fleet through an InferencePool and the upstream endpoint picker (behind Envoy), send "
+        "it requests with the seeds' length mix and show them per priority class (needs --real)",
+    )
+    demo.add_argument(
+        "--rate", type=float, default=4.0, help="requests per second with --routing (default: %(default)s)"
+    )
+    demo.add_argument(
         "--kubeconfig",
         default="~/.kube/ascend-fleet-dev.yaml",
         metavar="PATH",
@@ -127,6 +136,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         keep=args.keep,
         kubeconfig=Path(args.kubeconfig),
         real=args.real,
+        routing=args.routing,
+        rate=args.rate,
     )
     return run_demo(options)
 

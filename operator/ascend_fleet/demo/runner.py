@@ -26,7 +26,9 @@ from ..api.times import parse_rfc3339
 from ..control.loop import ControlLoop
 from ..devcluster.cluster import DevCluster
 from ..devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
+from ..devcluster.dataplane import DataPlaneUnavailable
 from ..devcluster.engines import SimulatedEngines
+from ..devcluster.pickers import PickerPods, install_inference_extension
 from ..devcluster.prometheus import (
     PrometheusError,
     PrometheusNotFound,
@@ -40,6 +42,7 @@ from ..handlers.operator import OperatorContext, OperatorThread
 from ..kube import Kube, KubeError
 from ..render import InvalidSpec, validate
 from . import view
+from .traffic import Traffic
 
 HERE = Path(__file__).resolve().parent
 DEMO_FILE = HERE / "demo.yaml"  # the same document as examples/demo.yaml (a test keeps them equal)
@@ -55,6 +58,8 @@ class DemoOptions:
     keep: bool = False
     kubeconfig: Path = Path("~/.kube/ascend-fleet-dev.yaml")
     real: bool = False  # the real control plane instead of the local emulator
+    routing: bool = False  # an InferencePool + endpoint picker in front, with requests per class (needs real)
+    rate: float = 4.0  # requests per second sent through the gateway with ``routing``
     tick: float = 1.0
     linger: float = 5.0  # seconds shown after the story completes
     out: TextIO = field(default_factory=lambda: sys.stdout)
@@ -87,6 +92,15 @@ def run_demo(options: DemoOptions) -> int:
     except Setup as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_SETUP
+    if options.routing and not options.real:
+        print(
+            "error: --routing needs --real: the endpoint picker is a Deployment, and only the real "
+            "control plane's controllers turn it into a pod",
+            file=sys.stderr,
+        )
+        return EXIT_SETUP
+    if options.routing:
+        doc["spec"].setdefault("routing", {})["mode"] = "inferencePool"
     stop = _stop_on_signals()
     name = doc["metadata"]["name"]
     api = "the real Kubernetes control plane" if options.real else "a local Kubernetes API"
@@ -102,13 +116,28 @@ def run_demo(options: DemoOptions) -> int:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_SETUP
         prometheus = stack.enter_context(PrometheusServer(scrape_interval="1s"))
-        engines = stack.enter_context(SimulatedEngines(scenario, prometheus=prometheus, start_scenario=False))
+        # With routed requests the story still runs on the scenario's NPU utilization (docs/routing.md).
+        engines = stack.enter_context(
+            SimulatedEngines(
+                scenario, prometheus=prometheus, start_scenario=False, traffic_utilization=not options.routing
+            )
+        )
         cluster.kubelet.add_listener(engines)
         kube = Kube.connect(str(cluster.kubeconfig_path))
         kube.create_crd(crd())
         if options.real:
             _wait_served(kube)
             provide_model_claim(kube, doc["metadata"].get("namespace", "default"))
+        routed = None
+        if options.routing:
+            try:
+                install_inference_extension(kube)
+                pickers = stack.enter_context(PickerPods(kube, cluster.control_plane))
+            except DataPlaneUnavailable as error:
+                print(f"error: {error}", file=sys.stderr)
+                return EXIT_SETUP
+            cluster.kubelet.add_listener(pickers)
+            routed = stack.enter_context(Routed(pickers, doc, options.rate))
         settings = demo_settings(prometheus.url)
         context = OperatorContext(settings, kube)
         context.extra_startup.append(control_loop_hook(ControlLoop(settings, kube)))
@@ -116,7 +145,7 @@ def run_demo(options: DemoOptions) -> int:
         print(f"Applying {options.file} (rules: {'; '.join(_rules(doc))})", file=out, flush=True)
         scenario.start(time.time())
         kube.create(doc)
-        story = Story(kube, prometheus, doc, Catalog.build(), out)
+        story = Story(kube, prometheus, doc, Catalog.build(), out, routed)
         completed = story.run(options, stop)
         for line in view.summary(story.decisions, story.elapsed(), story.npu_minutes, story.last):
             print(line, file=out)
@@ -186,11 +215,52 @@ def _stop_on_signals() -> threading.Event:
     return stop
 
 
+class Routed:
+    """The demo's requests: sent through the pool's gateway once its picker pod runs, stopped on exit."""
+
+    def __init__(self, pickers: PickerPods, doc: dict, rate: float) -> None:
+        self.pickers, self.obj, self.rate = pickers, validate(doc).obj, rate
+        self.name, self.namespace = doc["metadata"]["name"], doc["metadata"]["namespace"]
+        self.traffic: Traffic | None = None
+        self.gateway = ""
+
+    def figures(self) -> list[view.ClassFigures]:
+        if self.traffic is None:
+            route = self.pickers.route(self.namespace, self.name)
+            if route is None:
+                return []
+            self.gateway = route.url
+            self.traffic = Traffic(
+                route.url,
+                self.name,
+                self.obj.spec.model.name,
+                self.obj.spec.routing,
+                rate=self.rate,
+            ).start()
+        return self.traffic.figures()
+
+    def __enter__(self) -> Routed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.traffic is not None:
+            self.traffic.stop()
+
+
 class Story:
     """Watches the fleet through the API and Prometheus, as a user would, and reports it."""
 
-    def __init__(self, kube: Kube, prometheus: PrometheusServer, doc: dict, catalog: Catalog, out: TextIO):
+    def __init__(
+        self,
+        kube: Kube,
+        prometheus: PrometheusServer,
+        doc: dict,
+        catalog: Catalog,
+        out: TextIO,
+        routed: Routed | None = None,
+    ):
         self.kube, self.prometheus, self.catalog, self.out = kube, prometheus, catalog, out
+        self.routed = routed
         self.name, self.namespace = doc["metadata"]["name"], doc["metadata"]["namespace"]
         self.started = time.time()
         self.decisions: list[view.Decision] = []
@@ -254,7 +324,9 @@ class Story:
         rows: dict[int, view.ReplicaRow] = {}
         for pod in pods:
             labels = pod["metadata"].get("labels", {})
-            replica = int(labels.get(names.LABEL_REPLICA, -1))
+            if names.LABEL_REPLICA not in labels:  # the endpoint picker's pod, not an engine's
+                continue
+            replica = int(labels[names.LABEL_REPLICA])
             row = rows.setdefault(
                 replica,
                 view.ReplicaRow(
@@ -279,6 +351,8 @@ class Story:
             rows=[rows[k] for k in sorted(rows)],
             rules=self._progress(obj, values, dt),
             npu_minutes=self.npu_minutes,
+            traffic=None if self.routed is None else self.routed.figures(),
+            gateway="" if self.routed is None else self.routed.gateway,
         )
 
     def _progress(self, obj: dict, values: dict, dt: float) -> list[view.RuleProgress]:

@@ -28,6 +28,19 @@ class RuleProgress:
     value: float | None
 
 
+@dataclass(frozen=True)
+class ClassFigures:
+    """One priority class over the last seconds: requests per second finished, share with a first token over
+    1 s, shed and failed requests (``ascend-fleet dev --routing``)."""
+
+    name: str
+    priority: int
+    per_second: float
+    slow_share: float | None  # None: no answered request in the window
+    shed: int
+    failed: int
+
+
 @dataclass
 class Snapshot:
     """Everything one frame of the live view shows."""
@@ -40,6 +53,8 @@ class Snapshot:
     rows: list[ReplicaRow] = field(default_factory=list)
     rules: list[RuleProgress] = field(default_factory=list)
     npu_minutes: float = 0.0
+    traffic: list[ClassFigures] | None = None  # routed requests per class, when the demo sends them
+    gateway: str = ""
 
 
 @dataclass
@@ -96,6 +111,16 @@ def frame(snapshot: Snapshot) -> list[str]:
                 f"{min(progress.held, progress.window):4.0f}/{progress.window:.0f}s  "
                 f"{progress.rule}{shown}"
             )
+    if snapshot.traffic is not None:
+        lines += ["", f"routed traffic, last 10 s (Envoy + endpoint picker at {snapshot.gateway or '-'}):"]
+        lines.append(
+            f"  {'CLASS':<10}{'PRIORITY':>9}{'REQ/S':>8}{'FIRST TOKEN > 1 S':>19}{'SHED':>6}{'FAILED':>8}"
+        )
+        for figures in snapshot.traffic:
+            lines.append(
+                f"  {figures.name:<10}{figures.priority:>9}{figures.per_second:>8.1f}"
+                f"{_percent(figures.slow_share):>19}{figures.shed:>6}{figures.failed:>8}"
+            )
     return lines
 
 
@@ -106,9 +131,17 @@ def status_line(snapshot: Snapshot) -> str:
         + ("(drain)" if row.draining else "")
         for row in snapshot.rows
     )
+    traffic = ""
+    if snapshot.traffic is not None:
+        traffic = "; routed " + ", ".join(
+            f"{f.name} {f.per_second:.1f}/s {_percent(f.slow_share).strip()} >1s"
+            + (f" {f.shed} shed" if f.shed else "")
+            + (f" {f.failed} failed" if f.failed else "")
+            for f in snapshot.traffic
+        )
     return (
         f"[{clock(snapshot.elapsed)}] {snapshot.ready}/{snapshot.desired} ready; util/frag {cells}; "
-        f"NPU-min {snapshot.npu_minutes:.1f}"
+        f"NPU-min {snapshot.npu_minutes:.1f}{traffic}"
     )
 
 

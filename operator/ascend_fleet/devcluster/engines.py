@@ -301,17 +301,22 @@ def render_engine_metrics(
     return gauges + (engine_metrics(engine) if engine is not None else b"")
 
 
-def with_real_traffic(sample: EngineSample, engine: BatchingEngine | None) -> EngineSample:
-    """``sample`` with the serving engine's own figures while real requests drive it."""
+def with_real_traffic(
+    sample: EngineSample, engine: BatchingEngine | None, *, utilization: bool = True
+) -> EngineSample:
+    """``sample`` with the serving engine's own figures while real requests drive it.
+
+    With ``utilization=False`` the NPU utilization stays the scenario's (the demo's story runs on it, the
+    routed requests come on top); the queue and KV-cache gauges the picker reads are the engine's."""
     if engine is None or not engine.serving_real_traffic():
         return sample
-    running, waiting, kv_usage, utilization = engine.snapshot()
+    running, waiting, kv_usage, busy = engine.snapshot()
     return replace(
         sample,
         requests_running=running,
         requests_waiting=waiting,
         kv_cache_usage=kv_usage,
-        utilization=utilization,
+        utilization=busy if utilization else sample.utilization,
     )
 
 
@@ -343,15 +348,18 @@ class SimulatedEngines:
         clock: Callable[[], float] = time.time,
         start_scenario: bool = True,
         curve: Any = None,
+        traffic_utilization: bool = True,
     ) -> None:
         """Serve pods with values from ``scenario`` and keep ``prometheus``'s targets in sync.
 
         With ``start_scenario`` the scenario's time zero is now, so its timeline starts with the engines.
         ``curve`` (a :class:`~ascend_fleet.simulate.curve.BatchCurve`) replaces the seeds' batch curve of
-        every serving engine.
+        every serving engine. ``traffic_utilization=False`` keeps the scenario's NPU utilization while requests
+        are served (:func:`with_real_traffic`).
         """
         self.scenario = scenario
         self.curve = curve
+        self.traffic_utilization = traffic_utilization
         self.prometheus = prometheus
         self._clock = clock
         self._lock = threading.Lock()
@@ -496,7 +504,7 @@ class SimulatedEngines:
         sample = self.scenario.sample(
             self._clock(), pod.namespace, pod.inference, pod.replica, pod.started_at, ready
         )
-        return with_real_traffic(sample, self._engines.get(pod.key))
+        return with_real_traffic(sample, self._engines.get(pod.key), utilization=self.traffic_utilization)
 
     def _metrics_handler(self, key: tuple[str, str], *, with_exporter: bool) -> Callable[[web.Request], Any]:
         async def metrics(request: web.Request) -> web.Response:
