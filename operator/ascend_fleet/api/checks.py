@@ -12,7 +12,7 @@ therefore spell out the defaults the CRD does not declare (``hardware.chip``, ``
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .units import format_duration
 
@@ -189,11 +189,11 @@ def _cel_value(value: object) -> str:
     return str(value)
 
 
-def _cel_map(table: dict[str, object]) -> str:
+def _cel_map(table: Mapping[str, object]) -> str:
     return "{" + ", ".join(f"{_cel_value(k)}: {_cel_value(v)}" for k, v in table.items()) + "}"
 
 
-def _cel_by_chip(table: dict[str, object]) -> str:
+def _cel_by_chip(table: Mapping[str, object]) -> str:
     """A value per chip as nested conditionals: a map literal of lists would lose the lists' size bound,
     which the API server's cost estimator needs."""
     *first, (_, last) = table.items()

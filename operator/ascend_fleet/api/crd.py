@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel
+
 from . import names
 from .checks import root_validations, spec_validations
 from .units import DURATION_PATTERN, format_duration
@@ -66,7 +68,7 @@ def _is_scalar(value: object) -> bool:
     return isinstance(value, str | int | float | bool)
 
 
-def model_schema(model: type) -> dict[str, Any]:
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """A pydantic model's wire schema (camelCase) as a structural OpenAPI v3 schema."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return _structural(raw, raw.get("$defs", {}))

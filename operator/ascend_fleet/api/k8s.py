@@ -21,7 +21,7 @@ _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 QUANTITY_PATTERN = rf"^[+-]?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"
 SIZE_PATTERN = rf"^{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"  # no sign: sizes are >= 0
 _QUANTITY = re.compile(QUANTITY_PATTERN)
-_SUFFIX = {
+_SUFFIX: dict[str, int | Decimal] = {
     "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
     "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,

@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict
 
 from .checks import (
     DEFAULT_NPUS_PER_NODE,
@@ -218,7 +219,7 @@ class Engine(Model):
 # Marks a field whose default the CRD declares too, so the API server stores it: the parallel layout,
 # which printer columns and the scale subresource read. Other defaults stay out of the CRD (pydantic
 # fills them in), which keeps what users wrote, and their GitOps diffs, unchanged.
-CRD_DEFAULT = {"x-crd-default": True}
+CRD_DEFAULT: JsonDict = {"x-crd-default": True}
 
 
 class Parallelism(Model):
@@ -623,7 +624,7 @@ class TemplateMetadata(Model):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-_OPEN_OBJECT = {"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
+_OPEN_OBJECT: JsonDict = {"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
 
 
 class PodTemplate(Model):

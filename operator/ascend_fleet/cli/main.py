@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import yaml
 
@@ -45,7 +46,7 @@ def _checked(
             doc.body.setdefault("metadata", {}).setdefault("namespace", namespace)
         label = f"{doc.source} ({(doc.body.get('metadata') or {}).get('name', '?')})"
         body = settings.with_default_image(doc.body) if settings is not None else doc.body
-        options = {}
+        options: dict[str, Any] = {}
         if settings is not None:
             options = {
                 "max_window": settings.control.max_window,
@@ -85,7 +86,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         "NPUS/REPLICA",
         "TOTAL NPUS",
     )
-    rows = [header]
+    rows: list[tuple[object, ...]] = [header]
     for _, valid in good:
         spec, layout = valid.obj.spec, valid.layout
         rows.append(

@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from ..api import names
 from ..api.units import parse_quantity
@@ -98,7 +99,7 @@ def headless_service_name(name: str) -> str:
 
 
 def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict:
-    meta = {"name": name, "namespace": owner.namespace, "labels": labels}
+    meta: dict[str, Any] = {"name": name, "namespace": owner.namespace, "labels": labels}
     refs = owner.reference()
     if refs:
         meta["ownerReferences"] = refs
@@ -198,7 +199,7 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
         pod_spec["schedulerName"] = scheduling.scheduler_name
     if scheduling.priority_class_name:
         pod_spec["priorityClassName"] = scheduling.priority_class_name
-    pod = {
+    pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": _metadata(owner, pod_name(name, at.replica, at.rank), labels),
@@ -300,7 +301,7 @@ def _volumes(spec: AscendInferenceSpec) -> list[dict]:
 
 
 def _mounts(spec: AscendInferenceSpec) -> list[dict]:
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if spec.model.volume:
         mounts.append({"name": "model", "mountPath": spec.model.mount_path, "readOnly": True})
     if not spec.hardware.ascend_runtime:

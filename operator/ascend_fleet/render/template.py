@@ -138,15 +138,15 @@ def _merge(base: Any, patch: Any, key: str | None = None) -> Any:
         return out
     if isinstance(base, list) and isinstance(patch, list) and key in MERGE_KEYS:
         merge_key = MERGE_KEYS[key]
-        out = list(base)
-        position = {item.get(merge_key): i for i, item in enumerate(out) if isinstance(item, dict)}
+        items = list(base)
+        position = {item.get(merge_key): i for i, item in enumerate(items) if isinstance(item, dict)}
         for item in patch:
             at = position.get(item.get(merge_key)) if isinstance(item, dict) else None
             if at is None:
-                out.append(item)
+                items.append(item)
             else:
-                out[at] = _merge(out[at], item)
-        return out
+                items[at] = _merge(items[at], item)
+        return items
     return patch
 
 
