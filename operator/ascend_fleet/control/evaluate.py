@@ -234,7 +234,8 @@ def evaluate(
         {
             r.metric
             for r in fleet.rules
-            if r.query is None and policy.catalog.expression(r.metric or "") is None
+            # The model allows exactly one of metric and query, so a rule without a query names a metric.
+            if r.metric is not None and r.query is None and policy.catalog.expression(r.metric) is None
         }
     )
     if unknown:
@@ -410,10 +411,10 @@ def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluatio
     if not by_replica:
         return
     # Worst first: furthest beyond its threshold, relative to it; then the lowest index.
-    order = sorted(by_replica.values(), key=lambda h: (-_severity(h), h.replica))
+    order = sorted(by_replica.items(), key=lambda item: (-_severity(item[1]), item[0]))
     budget = fleet.max_unavailable - fleet.unavailable()
     cooldown = fleet.autoscaling.restart_cooldown
-    for h in order:
+    for replica, h in order:
         last = fleet.last("restart_service", h.target)
         if last is not None and now - last < cooldown:
             result.notes.append(
@@ -426,7 +427,7 @@ def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluatio
                 f"(maxUnavailable {fleet.max_unavailable})"
             )
         else:
-            info = fleet.replica_states[h.replica]
+            info = fleet.replica_states[replica]
             result.decisions.append(
                 _decision(fleet, h, "restart_service", replica=h.replica, leader=info.leader)
             )

@@ -111,7 +111,8 @@ def run_demo(options: DemoOptions) -> int:
     )
     with contextlib.ExitStack() as stack:
         try:
-            cluster = stack.enter_context(_cluster(options))
+            cluster = _cluster(options)
+            stack.enter_context(cluster)  # starts it; both kinds enter as themselves
         except ControlPlaneUnavailable as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_SETUP
@@ -130,6 +131,7 @@ def run_demo(options: DemoOptions) -> int:
             provide_model_claim(kube, doc["metadata"].get("namespace", "default"))
         routed = None
         if options.routing:
+            assert isinstance(cluster, RealCluster)  # --routing without --real was refused above
             try:
                 install_inference_extension(kube)
                 pickers = stack.enter_context(PickerPods(kube, cluster.control_plane))

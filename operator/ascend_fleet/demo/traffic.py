@@ -48,8 +48,8 @@ def window(records: Iterable[Record], routing: Routing, now: float, seconds: flo
     figures = []
     for priority_class in sorted(routing.classes, key=lambda c: -c.priority):
         mine = [r for r in recent if r.cls == priority_class.name]
-        answered = [r for r in mine if r.status == 200 and r.first_token is not None]
-        slow = sum(1 for r in answered if r.first_token > SLOW_SECONDS)
+        answered = [r.first_token for r in mine if r.status == 200 and r.first_token is not None]
+        slow = sum(1 for first_token in answered if first_token > SLOW_SECONDS)
         figures.append(
             ClassFigures(
                 name=priority_class.name,

@@ -76,6 +76,7 @@ def parse_api_path(path: str) -> ApiPath:
     lists pods in it: a third segment is a subresource of the namespace only if it is one of its own.
     """
     parts = [part for part in path.split("/") if part]
+    version: str | None
     if len(parts) >= 2 and parts[0] == "api":
         group, version, rest = "", parts[1], parts[2:]
     elif len(parts) >= 2 and parts[0] == "apis":
@@ -461,7 +462,9 @@ class LocalKubernetes(kmock.KubernetesEmulator):
             }
         return listing
 
-    async def _serve_watch(self, request: kmock.Request) -> kmock.Response:
+    # kmock registers this method as the WATCH reaction, which may answer with a whole Response; its own
+    # version is an async generator of payloads, which is all the base class's annotation allows.
+    async def _serve_watch(self, request: kmock.Request) -> kmock.Response:  # type: ignore[override]
         served = self._served(request)
         params = request.params
         stream = self.store.open_watch(

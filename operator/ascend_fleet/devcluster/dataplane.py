@@ -100,8 +100,11 @@ class _Process:
     name = "process"
 
     def __init__(self, workdir: str | Path | None = None) -> None:
-        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix=f"ascend-fleet-{self.name}-")
-        self.workdir = Path(workdir or self._tmp.name)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if not workdir:
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"ascend-fleet-{self.name}-")
+            workdir = self._tmp.name
+        self.workdir = Path(workdir)
         self.process: subprocess.Popen | None = None
 
     @property

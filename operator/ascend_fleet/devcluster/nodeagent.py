@@ -25,7 +25,7 @@ import copy
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -410,7 +410,7 @@ class NodeAgent:
                 return (state.last.get("status") or {}).get("podIP")
         return None
 
-    def _call(self, work: Any) -> _T:
+    def _call(self, work: Coroutine[Any, Any, _T]) -> _T:
         if self._loop is None:
             work.close()
             raise RuntimeError("the node agent is not running")

@@ -141,8 +141,11 @@ class PickerPods:
         self.kube = kube
         self.cluster = cluster
         self.binary = Path(binary) if binary else ensure_picker()
-        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ascend-fleet-pickers-")
-        self.workdir = Path(workdir or self._tmp.name)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if not workdir:
+            self._tmp = tempfile.TemporaryDirectory(prefix="ascend-fleet-pickers-")
+            workdir = self._tmp.name
+        self.workdir = Path(workdir)
         self.on_route = on_route
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Running] = {}

@@ -171,7 +171,7 @@ class PrometheusServer:
     @property
     def pid(self) -> int | None:
         """Process id of the running server, or ``None`` when it is not running."""
-        return self._process.pid if self.running else None
+        return self._process.pid if self._process is not None and self.running else None
 
     @property
     def running(self) -> bool:

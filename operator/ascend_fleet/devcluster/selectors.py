@@ -95,7 +95,9 @@ class LabelSelector:
 
 def _split_terms(text: str) -> list[str]:
     # Commas separate terms except inside the parentheses of `in (a,b)`.
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         depth += (char == "(") - (char == ")")
         if char == "," and depth == 0:

@@ -443,6 +443,9 @@ class _EngineMetrics:
     """The engine's counters and histograms, named and labelled as the real engine does."""
 
     def __init__(self, config: EngineConfig, registry: CollectorRegistry) -> None:
+        ttft: Sequence[float]
+        e2e: Sequence[float]
+        queue: Sequence[float]
         if config.engine == SGLANG:
             labels = {"model_name": config.model_name, "tp_rank": "0", "pp_rank": "0", "dp_rank": "0"}
             prefix, ttft, e2e, queue = (

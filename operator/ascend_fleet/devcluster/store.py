@@ -126,7 +126,12 @@ class ObjectStore:
 
     def served_all(self) -> list[ServedResource]:
         """Every served resource (built-in and custom), for discovery."""
-        return [self.served(resource) for resource in list(self.resources) if resource.plural]
+        # kmock's ResourcesArray yields resources but is typed as a mapping of every key form it accepts.
+        return [
+            self.served(resource)
+            for resource in list(self.resources)
+            if isinstance(resource, kmock.resource) and resource.plural
+        ]
 
     def bootstrap(self) -> None:
         """Create the namespaces every cluster has (``default``, ``kube-system``...)."""

@@ -309,7 +309,7 @@ def _pod_restarts(pod: Mapping[str, Any], now: datetime.datetime) -> int:
 
 def _node_status(node: Mapping[str, Any], now: datetime.datetime) -> str:
     conditions = (node.get("status") or {}).get("conditions") or []
-    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     return "Ready" if ready.get("status") == "True" else "NotReady"
 
 

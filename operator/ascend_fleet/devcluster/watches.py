@@ -110,8 +110,8 @@ class WatchStream:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout if self._timeout else None
         try:
-            for event in self._initial:
-                yield event
+            for initial in self._initial:
+                yield initial
             while not self._finished:
                 try:
                     change = await asyncio.wait_for(self._queue.get(), self._wait_time(loop, deadline))

@@ -136,17 +136,23 @@ def combine(stats: list[AllocatorStats]) -> AllocatorStats:
 
 def combined_ratios(stats: list[AllocatorStats]) -> tuple[float | None, float | None]:
     """Fragmentation and slack of several processes on one device, from the sums of paired terms."""
-    paired_frag = [s for s in stats if s.inactive_split_bytes is not None and s.reserved_bytes is not None]
-    paired_slack = [s for s in stats if s.allocated_bytes is not None and s.reserved_bytes is not None]
+    paired_frag = [
+        (s.inactive_split_bytes, s.reserved_bytes)
+        for s in stats
+        if s.inactive_split_bytes is not None and s.reserved_bytes is not None
+    ]
+    paired_slack = [
+        (s.allocated_bytes, s.reserved_bytes)
+        for s in stats
+        if s.allocated_bytes is not None and s.reserved_bytes is not None
+    ]
     fragmentation = (
-        fragmentation_ratio(
-            sum(s.inactive_split_bytes for s in paired_frag), sum(s.reserved_bytes for s in paired_frag)
-        )
+        fragmentation_ratio(sum(i for i, _ in paired_frag), sum(r for _, r in paired_frag))
         if paired_frag
         else None
     )
     slack = (
-        slack_ratio(sum(s.allocated_bytes for s in paired_slack), sum(s.reserved_bytes for s in paired_slack))
+        slack_ratio(sum(a for a, _ in paired_slack), sum(r for _, r in paired_slack))
         if paired_slack
         else None
     )

@@ -17,11 +17,14 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .allocator import AllocatorStats, combine, combined_ratios
 from .metrics import DeviceSample
 from .npu_smi import NpuUsage
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 SCHEMA = 1
 
@@ -164,11 +167,21 @@ def _fields(value: object) -> dict[str, Any]:
     return dict(vars(value))
 
 
-def _numbers(data: object, kind: type, extra: tuple[str, ...] = ()) -> dict[str, float | None]:
+def _numbers(
+    data: object, kind: type[DataclassInstance], extra: tuple[str, ...] = ()
+) -> dict[str, float | None]:
     if not isinstance(data, dict):
         raise ValueError(f"{kind.__name__} entry is not an object")
     names = [*kind.__dataclass_fields__, *extra]
     return {name: _number(data.get(name), name) for name in names}
+
+
+@overload
+def _number(value: object, name: str, required: Literal[True]) -> float: ...
+
+
+@overload
+def _number(value: object, name: str, required: bool = False) -> float | None: ...
 
 
 def _number(value: object, name: str, required: bool = False) -> float | None:

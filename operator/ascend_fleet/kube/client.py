@@ -153,7 +153,8 @@ class Kube:
                 if not 200 <= response.status <= 299:
                     raise ApiException(http_resp=response)
             else:
-                response = self.api.call_api(
+                # kubernetes < 32's signature; the type checker sees the installed, newer client.
+                response = self.api.call_api(  # type: ignore[call-arg]
                     path,
                     method,
                     query_params=query or [],

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 from .curve import BatchCurve
 from .metrics import MetricStore, Scrape
@@ -229,7 +229,8 @@ class _Replica:
         self.ready_at: float | None = None
         self.state = STARTING
         self.active: list[tuple[float, int]] = []  # heap of (virtual finish, request id)
-        self.waiting: deque[int] = deque()  # first come, first served; a heap of (class, id) with classes
+        # First come, first served; a heap of (class, id) with classes (``_Simulation._create``).
+        self.waiting: deque[int] | list[tuple[int, int]] = deque()
         self.load = 0  # requests routed here and not yet finished or failed
         self.vclock = 0.0  # decode tokens each running sequence has received so far
         self.last = created  # when vclock and busy were last brought up to date
@@ -320,7 +321,8 @@ class _Simulation:
             ):
                 self._start_serving(replica, t)
         elif kind == _DRAINED:
-            if self.replicas.get(replica.index) is replica:  # not already gone (an OOM crash mid-drain)
+            # Not already gone (an OOM crash mid-drain); drain events always carry their replica.
+            if replica is not None and self.replicas.get(replica.index) is replica:
                 self._delete(replica, t, FAIL_DRAIN, "restarted" if replica.restart else "scaled in")
                 self._reconcile(t)
         elif kind == _SCRAPE:
@@ -352,9 +354,11 @@ class _Simulation:
             self._rebatch(replica, t)
         elif self.by_class:
             prompt = self.trace.prompt_tokens[rid]
-            heappush(replica.waiting, (sum(prompt > bound for bound in CLASS_BOUNDS), rid))
+            # With classes ``_create`` made the queue a heap.
+            waiting = cast("list[tuple[int, int]]", replica.waiting)
+            heappush(waiting, (sum(prompt > bound for bound in CLASS_BOUNDS), rid))
         else:
-            replica.waiting.append(rid)
+            cast("deque[int]", replica.waiting).append(rid)
 
     def _admit(self, replica: _Replica, rid: int, t: float) -> None:
         """Put a request in the batch: its first token comes after the prefill at the new batch size."""
@@ -387,7 +391,12 @@ class _Simulation:
         waiting, active, arrivals = replica.waiting, replica.active, self.trace.arrivals
         timeout, max_batch = self.config.engine.request_timeout, self.max_batch
         while waiting and len(active) < max_batch:
-            rid = heappop(waiting)[1] if self.by_class else waiting.popleft()
+            # The queue's kind follows ``by_class`` (``_create``): a heap of (class, id), else a deque of ids.
+            rid = (
+                heappop(cast("list[tuple[int, int]]", waiting))[1]
+                if self.by_class
+                else cast("deque[int]", waiting).popleft()
+            )
             if t - arrivals[rid] > timeout:
                 replica.load -= 1
                 self._fail(rid, FAIL_TIMEOUT)
@@ -432,7 +441,7 @@ class _Simulation:
     def _create(self, index: int, t: float) -> _Replica:
         replica = _Replica(index, t)
         if self.by_class:
-            replica.waiting = []  # type: ignore[assignment]  # a heap of (class, request id)
+            replica.waiting = []  # a heap of (class, request id)
         self.replicas[index] = replica
         return replica
 

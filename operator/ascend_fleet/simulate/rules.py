@@ -13,6 +13,7 @@ Nothing of the rule semantics is re-implemented here: every control tick this ad
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..api.settings import ControlSettings
@@ -26,7 +27,7 @@ NAMESPACE = "simulated"
 
 # How each query of a window reduces its samples (``min_over_time``, ``max_over_time``, ``count_over_time``).
 # The simulated exporter has one series per replica, so ``avg by (..., replica)`` is the sample itself.
-_STATS = {
+_STATS: dict[str, Callable[[list[float]], float]] = {
     "min": min,
     "max": max,
     "count": len,
@@ -131,7 +132,7 @@ def _vector(store: MetricStore, query: Query, metric: str, now: float, inference
     reduce = _STATS[query.stat]
     labels = {"namespace": NAMESPACE, "inference": inference}
     if window.scope == "replica":
-        answer = []
+        answer: list[dict] = []
         for index in store.replicas_in(start, now):
             values = [v for _, v in store.replica_series(metric, index, start, now)]
             answer.append({"metric": {**labels, "replica": str(index)}, "value": [now, str(reduce(values))]})

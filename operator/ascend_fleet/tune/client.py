@@ -13,6 +13,7 @@ Building the command line and reading the result are pure (:func:`bench_argv`, :
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from .ladder import Rung
 from .table import Row
@@ -175,9 +177,11 @@ def run_bench(
     with log.open("wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, env=env)
         assert process.stderr is not None
+        # A buffered pipe (Popen's default bufsize), which has read1; typeshed types it as IO[bytes].
+        stderr = cast(io.BufferedReader, process.stderr)
         tail = b""
         try:
-            while chunk := process.stderr.read1(4096):
+            while chunk := stderr.read1(4096):
                 out.write(chunk)
                 tail = (tail + chunk)[-4096:]
                 found = _PROGRESS.findall(tail)
