@@ -95,7 +95,8 @@ class ListSource:
 
     def _read(self) -> tuple[list[dict], Pods]:
         bodies, pods = [], []
-        for namespace in self.namespaces or [None]:
+        every: list[str | None] = [None]  # no namespaces given: list them all
+        for namespace in self.namespaces or every:
             bodies += self.kube.list(names.KIND, namespace)
             pods += self.kube.list("Pod", namespace, ENGINE_PODS)
             self.list_calls += 2
@@ -299,8 +300,8 @@ class ControlLoop:
         was_false = before is not None and before.get("status") == "False"
         if not metrics.available and (
             not was_false
-            or before.get("reason") != metrics.reason
-            or before.get("message") != metrics.message
+            or (before or {}).get("reason") != metrics.reason  # ``was_false`` means ``before`` is there
+            or (before or {}).get("message") != metrics.message
         ):
             self.kube.event(body, "Warning", metrics.reason, metrics.message)
         elif metrics.available and was_false:

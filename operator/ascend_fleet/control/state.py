@@ -43,7 +43,7 @@ def fleet_state(valid: Valid, pods: Iterable[dict]) -> FleetState:
     )
 
 
-def _serving_since(group: ReplicaState, pods: Mapping[str, dict]) -> float | None:
+def _serving_since(group: ReplicaState, pods: Mapping[str | None, dict]) -> float | None:
     """When the replica's last pod became Ready (its metrics start then), else when it started."""
     times = []
     for state in group.pods:

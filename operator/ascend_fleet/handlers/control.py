@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import kopf
 
@@ -43,7 +44,7 @@ class CacheSource:
 
 
 def control_loop_hook(
-    loop: ControlLoop, run: Callable[[ControlLoop], object] | None = None
+    loop: ControlLoop, run: Callable[[ControlLoop], Coroutine[Any, Any, object]] | None = None
 ) -> Callable[[kopf.OperatorRegistry], None]:
     """A hook for ``OperatorContext.extra_startup`` that runs ``loop`` for the operator's lifetime.
 
@@ -53,7 +54,8 @@ def control_loop_hook(
     def install(registry: kopf.OperatorRegistry) -> None:
         tasks: list[asyncio.Task] = []
 
-        @kopf.on.startup(registry=registry)
+        # kopf hands indexes over as keyword arguments named by their ids, which its ActivityFn cannot declare.
+        @kopf.on.startup(registry=registry)  # type: ignore[arg-type]
         async def start_control_loop(inferences: kopf.Index, engine_pods: kopf.Index, **_) -> None:
             if isinstance(loop.source, ListSource) and loop.source_is_default:
                 loop.source = CacheSource(inferences, engine_pods)

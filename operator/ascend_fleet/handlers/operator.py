@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import kopf
@@ -104,21 +104,21 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         return connection_info(ctx.kube)
 
     @kopf.index("pods", labels=child_filter, registry=registry, id="engine_pods")
-    async def engine_pods(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+    async def engine_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): copy.deepcopy(slim_pod(dict(body)))}
 
     @kopf.index(names.GROUP, names.VERSION, names.PLURAL, registry=registry, id="inferences")
-    async def inferences(namespace: str, name: str, body: kopf.Body, **_) -> dict:
+    async def inferences(namespace: str | None, name: str, body: kopf.Body, **_) -> dict:
         return {(namespace, name): _object_snapshot(body)}
 
     @kopf.index("services", labels=child_filter, registry=registry, id="engine_services")
-    async def engine_services(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+    async def engine_services(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
     @kopf.index(
         "policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry, id="engine_pdbs"
     )
-    async def engine_pdbs(namespace: str, labels: dict, body: kopf.Body, **_) -> dict:
+    async def engine_pdbs(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
     for hook in ctx.extra_startup:
@@ -126,19 +126,22 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     if not ctx.reconcile:
         return registry
 
+    # kopf's callback protocols type ``namespace`` as optional for every resource; these are namespaced.
     @kopf.on.event("pods", labels=child_filter, registry=registry)
     @kopf.on.event("services", labels=child_filter, registry=registry)
-    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
-    async def child_changed(namespace: str, labels: dict, **_) -> None:
+    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)  # type: ignore[arg-type]
+    async def child_changed(namespace: str, labels: Mapping[str, str], **_) -> None:
         ctx.wakeups.wake(namespace, labels[names.LABEL_NAME])
 
-    @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)
+    @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, registry=registry)  # type: ignore[arg-type]
     async def object_changed(namespace: str, name: str, type: str, uid: str, **_) -> None:
         if type == "DELETED":  # without a finalizer kopf does not stop the daemon of a deleted object
             ctx.gone.add(uid)
         ctx.wakeups.wake(namespace, name)
 
-    @kopf.daemon(
+    # Namespaced, as above; and kopf passes indexes as keyword arguments named by their ids, which its
+    # DaemonFn cannot declare.
+    @kopf.daemon(  # type: ignore[arg-type]
         names.GROUP,
         names.VERSION,
         names.PLURAL,
@@ -154,7 +157,7 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         engine_pods: kopf.Index,
         engine_services: kopf.Index,
         engine_pdbs: kopf.Index,
-        logger: logging.Logger,
+        logger: kopf.Logger,
         **_,
     ) -> None:
         await run_reconciler(
@@ -180,7 +183,7 @@ def _daemons_without_finalizer(registry: kopf.OperatorRegistry) -> None:
         return
     handlers[:] = [
         dataclasses.replace(h, requires_finalizer=False)
-        if dataclasses.is_dataclass(h) and getattr(h, "requires_finalizer", None)
+        if dataclasses.is_dataclass(h) and not isinstance(h, type) and getattr(h, "requires_finalizer", None)
         else h
         for h in handlers
     ]

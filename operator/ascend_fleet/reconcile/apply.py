@@ -110,6 +110,7 @@ def reconcile_once(
     if outcome.refused:  # report the refusal in status on the next pass, without waiting for the resync
         requeue = min(requeue or SETTLE_AFTER_CONFLICT, SETTLE_AFTER_CONFLICT)
     if hold and written is None and result.status and result.status != canonical_status(body.get("status")):
+        assert hold_status_until is not None  # ``hold`` is only true with a time to hold until
         requeue = min(requeue or hold_status_until - now, max(hold_status_until - now, 0.1))
     return PassResult(requeue, result.writes_children or written is not None, written, outcome)
 

@@ -131,9 +131,9 @@ def plan(
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
     ppr, wanted = layout.pods_per_replica, layout.data
 
-    for group in groups.values():
-        if group.index >= wanted:
-            _drain_then_delete(group, "scale-in", spec.disruption.drain_seconds, now, result)
+    for surplus in groups.values():
+        if surplus.index >= wanted:
+            _drain_then_delete(surplus, "scale-in", spec.disruption.drain_seconds, now, result)
 
     out_of_service = sum(1 for i in range(wanted) if i not in groups or not groups[i].ready(ppr))
     budget = spec.disruption.max_unavailable - out_of_service
@@ -168,7 +168,9 @@ def plan(
             _restore_serving(group, result)
 
     for group in sorted(outdated, key=lambda g: g.index, reverse=True)[: max(budget, 0)]:
-        result.patches.append(Patch("Pod", group.leader.name, drain_patch(rfc3339_ms(now), "rollout")))
+        leader = group.leader
+        assert leader is not None  # outdated groups are ready(): every rank is there, 0 included
+        result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339_ms(now), "rollout")))
         result.events.append(
             Event(
                 "Normal",

@@ -62,7 +62,8 @@ def refused_again(
         message,
         generation,
     )
-    return Refusal(kind, name, reason, message, previous.count + 1 if same else 1, now, generation)
+    count = previous.count + 1 if same and previous is not None else 1
+    return Refusal(kind, name, reason, message, count, now, generation)
 
 
 def current(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ..api.times import rfc3339
 from ..api.v1alpha1 import Condition
 
@@ -11,7 +13,7 @@ CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "MetricsAvailable")
 def set_condition(
     conditions: list[dict],
     type_: str,
-    status: bool | str,
+    status: bool | Literal["True", "False", "Unknown"],
     reason: str,
     message: str,
     now: float,
