@@ -35,6 +35,7 @@ $(TUNE_CLIENT)/.installed:
 lint: setup
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy operator/ascend_fleet
 
 # The end-to-end, chart and kubectl tests run on the real control plane (built first, once); without Go
 # they are skipped on a developer machine and fail under CI.
