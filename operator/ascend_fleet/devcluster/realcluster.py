@@ -198,8 +198,11 @@ def serve(
             cluster.kubelet.add_listener(engines)
             if server is not None:
                 print(f"Prometheus (scraping the engines): {server.url}", flush=True)
-            installed = install_inference_extension(kube)
-            print(f"Inference Extension CRDs installed: {', '.join(installed)}", flush=True)
+            try:
+                installed = install_inference_extension(kube)
+                print(f"Inference Extension CRDs installed: {', '.join(installed)}", flush=True)
+            except DataPlaneUnavailable as error:
+                say(f"the Inference Extension CRDs are not installed: {error}")
             try:
                 local = LocalPods(kube, cluster.control_plane, on_route=on_route)
             except DataPlaneUnavailable as error:
