@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.pickers import is_picker_pod
+from ascend_fleet.devcluster.localpods import is_picker_pod
 from ascend_fleet.kube import NotFound
 from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
@@ -310,11 +310,11 @@ def picker_pods(real, kube):
     """The simulated nodes run engine pods as serving engines and picker pods as the upstream picker."""
     from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable
     from ascend_fleet.devcluster.engines import SimulatedEngines
-    from ascend_fleet.devcluster.pickers import PickerPods
+    from ascend_fleet.devcluster.localpods import LocalPods
     from ascend_fleet.devcluster.scenario import Scenario
 
     try:
-        pickers = PickerPods(kube, real.cluster.control_plane)
+        pickers = LocalPods(kube, real.cluster.control_plane)
     except DataPlaneUnavailable as error:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the data plane: {error}")

@@ -44,17 +44,9 @@ def service_account_client(real_cluster, namespace: str, rules: list[dict]) -> K
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
     )
-    token = admin._call(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
+    token = admin.request_token(namespace, name, 3600)
     path = real_cluster.kubeconfig.parent / f"{name}.kubeconfig"
-    real_cluster.cluster.write_kubeconfig(path, token=token["status"]["token"])
+    real_cluster.cluster.write_kubeconfig(path, token=token)
     return Kube.connect(str(path))
 
 

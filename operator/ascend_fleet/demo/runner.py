@@ -28,7 +28,7 @@ from ..devcluster.cluster import DevCluster
 from ..devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
 from ..devcluster.dataplane import DataPlaneUnavailable
 from ..devcluster.engines import SimulatedEngines
-from ..devcluster.pickers import PickerPods, install_inference_extension
+from ..devcluster.localpods import LocalPods, install_inference_extension
 from ..devcluster.prometheus import (
     PrometheusError,
     PrometheusNotFound,
@@ -134,7 +134,7 @@ def run_demo(options: DemoOptions) -> int:
             assert isinstance(cluster, RealCluster)  # --routing without --real was refused above
             try:
                 install_inference_extension(kube)
-                pickers = stack.enter_context(PickerPods(kube, cluster.control_plane))
+                pickers = stack.enter_context(LocalPods(kube, cluster.control_plane))
             except DataPlaneUnavailable as error:
                 print(f"error: {error}", file=sys.stderr)
                 return EXIT_SETUP
@@ -220,7 +220,7 @@ def _stop_on_signals() -> threading.Event:
 class Routed:
     """The demo's requests: sent through the pool's gateway once its picker pod runs, stopped on exit."""
 
-    def __init__(self, pickers: PickerPods, doc: dict, rate: float) -> None:
+    def __init__(self, pickers: LocalPods, doc: dict, rate: float) -> None:
         self.pickers, self.obj, self.rate = pickers, validate(doc).obj, rate
         self.name, self.namespace = doc["metadata"]["name"], doc["metadata"]["namespace"]
         self.traffic: Traffic | None = None

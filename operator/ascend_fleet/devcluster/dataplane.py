@@ -94,7 +94,7 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
 # Processes ------------------------------------------------------------------------------------------
 
 
-class _Process:
+class Process:
     """A child process with its log in a work directory; stopped (and its directory removed) on exit."""
 
     name = "process"
@@ -143,7 +143,7 @@ class _Process:
         self.stop()
 
 
-class Picker(_Process):
+class Picker(Process):
     """The upstream endpoint picker for one InferencePool, with the operator's rendered flags and config."""
 
     name = "epp"
@@ -194,7 +194,7 @@ class Picker(_Process):
         return self.start()
 
 
-class Envoy(_Process):
+class Envoy(Process):
     """Envoy in front of the engines: through the endpoint picker, or random choice as a Service does."""
 
     name = "envoy"

