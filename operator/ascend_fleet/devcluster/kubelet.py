@@ -58,12 +58,12 @@ class PodListener(Protocol):
     def on_pod_stopped(self, pod: dict[str, Any]) -> Any: ...
 
 
-class _PodGone(Exception):
+class PodGone(Exception):
     """The pod was deleted (or replaced by a namesake) while the kubelet was working on it."""
 
 
 @dataclass
-class _Pod:
+class SimulatedPod:
     namespace: str
     name: str
     uid: str
@@ -74,7 +74,105 @@ class _Pod:
     task: asyncio.Task[None] | None = None
 
 
-class KubeletSimulator:
+class SimulatedPods:
+    """What both simulated kubelets keep and do per pod: this module's :class:`KubeletSimulator` (the
+    emulator's) and the node agent of the real control plane.
+
+    One lifecycle task per pod uid (:meth:`_track`), Pending -> Running -> Ready on a loopback IP with the
+    listeners told (:meth:`_serve`), and the lookups of the test controls. A subclass says how a status is
+    written (:meth:`_write`) and what its lifecycle adds around :meth:`_serve`.
+    """
+
+    start_seconds: float
+    ready_seconds: float
+
+    def __init__(self, first_ip: str) -> None:
+        self._listeners: list[PodListener] = []
+        self._pods: dict[str, SimulatedPod] = {}
+        self._ips = PodIPs(first_ip)
+
+    def add_listener(self, listener: PodListener) -> None:
+        """Call ``listener`` on pod starts and stops from now on (pods already running are not replayed)."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: PodListener) -> None:
+        """Stop calling ``listener``."""
+        self._listeners.remove(listener)
+
+    def _track(self, pod: dict[str, Any]) -> None:
+        """Keep the latest copy of a known pod; start the lifecycle of a new one that has not finished."""
+        metadata = pod["metadata"]
+        state = self._pods.get(metadata["uid"])
+        if state is not None:
+            state.last = pod
+            return
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        state = SimulatedPod(metadata.get("namespace", ""), metadata["name"], metadata["uid"], pod)
+        self._pods[state.uid] = state
+        state.task = asyncio.create_task(self._lifecycle(state), name=f"pod {state.namespace}/{state.name}")
+
+    def _signal_stopped(self, pod: dict[str, Any]) -> bool:
+        """Tell a known pod's lifecycle that the pod stopped (deleted, or going); False for an unknown pod."""
+        state = self._pods.get(pod["metadata"]["uid"])
+        if state is None:
+            return False
+        state.last = pod
+        state.stopped.set()
+        return True
+
+    async def _lifecycle(self, state: SimulatedPod) -> None:
+        raise NotImplementedError
+
+    async def _write(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Apply ``change`` to the pod's status as stored; raise :class:`PodGone` if the pod is gone."""
+        raise NotImplementedError
+
+    async def _serve(self, state: SimulatedPod) -> None:
+        """After ``start_seconds`` Running on a new IP (listeners hear ``on_pod_running``), after
+        ``ready_seconds`` more Ready unless it crashed meanwhile; returns once the pod stops."""
+        if await wait_event(state.stopped, self.start_seconds):
+            return
+        ready_now = self.ready_seconds <= 0
+        ip = self._ips.next()
+        pod = await self._write(state, lambda pod: run_pod(pod, ip, ready=ready_now))
+        state.running = True
+        await self._notify("on_pod_running", pod)
+        if not ready_now and not await wait_event(state.stopped, self.ready_seconds) and not state.crashed:
+            await self._write(state, lambda pod: set_ready(pod, True))
+        await state.stopped.wait()
+
+    async def _notify(self, hook: str, pod: dict[str, Any]) -> None:
+        await notify_listeners(self._listeners, hook, pod)
+
+    def _state(self, namespace: str, name: str) -> SimulatedPod:
+        for state in self._pods.values():
+            if (state.namespace, state.name) == (namespace, name) and not state.stopped.is_set():
+                return state
+        raise LookupError(f"pod {namespace}/{name} is not running on the simulated nodes")
+
+    def _crash_change(
+        self, namespace: str, name: str, container: str | None
+    ) -> tuple[SimulatedPod, Callable]:
+        """The pod and the status change that crashes its ``container`` (all when None); marks it crashed."""
+        state = self._state(namespace, name)
+        if not state.running:
+            raise LookupError(f"pod {namespace}/{name} has not started yet")
+        names = [status["name"] for status in state.last.get("status", {}).get("containerStatuses", [])]
+        if container is not None and container not in names:
+            raise LookupError(f"pod {namespace}/{name} has no container {container!r}")
+        state.crashed = True
+        return state, lambda pod: crash_pod(pod, [container] if container else names)
+
+    def _running_ip(self, namespace: str, name: str) -> str | None:
+        try:
+            state = self._state(namespace, name)
+        except LookupError:
+            return None
+        return (state.last.get("status") or {}).get("podIP") if state.running else None
+
+
+class KubeletSimulator(SimulatedPods):
     """Runs every pod of the store on simulated nodes; see the module docstring for the lifecycle."""
 
     def __init__(
@@ -88,26 +186,16 @@ class KubeletSimulator:
         first_ip: str = "127.10.0.1",
     ) -> None:
         """Simulate ``nodes`` nodes with ``node_capacity`` each (an Ascend 910 node by default)."""
+        super().__init__(first_ip)
         self.store = store
         self.start_seconds = start_seconds
         self.ready_seconds = ready_seconds
         self.node_names = [f"sim-node-{index}" for index in range(1, nodes + 1)]
         self.node_capacity = dict(node_capacity or DEFAULT_NODE_CAPACITY)
-        self._listeners: list[PodListener] = []
-        self._pods: dict[str, _Pod] = {}
-        self._ips = PodIPs(first_ip)
         self._next_node = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stream: WatchStream | None = None
         self._watcher: asyncio.Task[None] | None = None
-
-    def add_listener(self, listener: PodListener) -> None:
-        """Call ``listener`` on pod starts and stops from now on (pods already running are not replayed)."""
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: PodListener) -> None:
-        """Stop calling ``listener``."""
-        self._listeners.remove(listener)
 
     # Lifecycle of the simulator ------------------------------------------------------------------
 
@@ -160,41 +248,16 @@ class KubeletSimulator:
                 self._seen(pod)
 
     def _seen(self, pod: dict[str, Any]) -> None:
-        metadata = pod["metadata"]
-        state = self._pods.get(metadata["uid"])
-        if state is not None:
-            state.last = pod
-            return
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return
-        state = _Pod(metadata.get("namespace", ""), metadata["name"], metadata["uid"], pod)
-        self._pods[state.uid] = state
-        state.task = asyncio.create_task(self._lifecycle(state), name=f"pod {state.namespace}/{state.name}")
+        self._track(pod)
 
     def _stopped(self, pod: dict[str, Any]) -> None:
-        state = self._pods.get(pod["metadata"]["uid"])
-        if state is not None:
-            state.last = pod
-            state.stopped.set()
+        self._signal_stopped(pod)
 
-    async def _lifecycle(self, state: _Pod) -> None:
+    async def _lifecycle(self, state: SimulatedPod) -> None:
         try:
             self._edit(state, self._bind)
-            if await wait_event(state.stopped, self.start_seconds):
-                return
-            ready_now = self.ready_seconds <= 0
-            ip = self._allocate_ip()
-            pod = self._edit(state, lambda pod: run_pod(pod, ip, ready=ready_now))
-            state.running = True
-            await self._notify("on_pod_running", pod)
-            if (
-                not ready_now
-                and not await wait_event(state.stopped, self.ready_seconds)
-                and not state.crashed
-            ):
-                self._edit(state, lambda pod: set_ready(pod, True))
-            await state.stopped.wait()
-        except _PodGone:
+            await self._serve(state)
+        except PodGone:
             pass
         finally:
             self._pods.pop(state.uid, None)
@@ -210,24 +273,21 @@ class KubeletSimulator:
         status.setdefault("phase", "Pending")
         _set_condition(status, "PodScheduled", True)
 
-    def _allocate_ip(self) -> str:
-        return self._ips.next()
+    async def _write(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        return self._edit(state, change)
 
-    def _edit(self, state: _Pod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    def _edit(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         def guarded(pod: dict[str, Any]) -> None:
             if pod["metadata"]["uid"] != state.uid:
-                raise _PodGone
+                raise PodGone
             change(pod)
 
         try:
             pod = self.store.modify_object(PODS, state.name, guarded, state.namespace)
         except kmock.KubernetesError as e:
-            raise _PodGone from e
+            raise PodGone from e
         state.last = pod
         return pod
-
-    async def _notify(self, hook: str, pod: dict[str, Any]) -> None:
-        await notify_listeners(self._listeners, hook, pod)
 
     # Test controls (thread-safe) -------------------------------------------------------------------
 
@@ -267,21 +327,9 @@ class KubeletSimulator:
 
         return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=30)
 
-    def _state(self, namespace: str, name: str) -> _Pod:
-        for state in self._pods.values():
-            if (state.namespace, state.name) == (namespace, name) and not state.stopped.is_set():
-                return state
-        raise LookupError(f"pod {namespace}/{name} is not running on the simulated nodes")
-
     def _crash(self, namespace: str, name: str, container: str | None) -> dict[str, Any]:
-        state = self._state(namespace, name)
-        if not state.running:
-            raise LookupError(f"pod {namespace}/{name} has not started yet")
-        names = [status["name"] for status in state.last.get("status", {}).get("containerStatuses", [])]
-        if container is not None and container not in names:
-            raise LookupError(f"pod {namespace}/{name} has no container {container!r}")
-        state.crashed = True
-        return self._edit(state, lambda pod: crash_pod(pod, [container] if container else names))
+        state, change = self._crash_change(namespace, name, container)
+        return self._edit(state, change)
 
     def _fail(self, namespace: str, name: str) -> dict[str, Any]:
         state = self._state(namespace, name)
@@ -296,11 +344,7 @@ class KubeletSimulator:
             raise LookupError(f"pod {namespace}/{name} not found") from e
 
     def _pod_ip(self, namespace: str, name: str) -> str | None:
-        try:
-            state = self._state(namespace, name)
-        except LookupError:
-            return None
-        return (state.last.get("status") or {}).get("podIP")
+        return self._running_ip(namespace, name)
 
 
 async def wait_event(event: asyncio.Event, seconds: float) -> bool:

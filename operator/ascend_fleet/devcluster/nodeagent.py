@@ -26,7 +26,6 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -36,33 +35,15 @@ from ascend_fleet.devcluster import kubelet as podstate
 from ascend_fleet.devcluster.controlplane import Credentials
 from ascend_fleet.devcluster.kubelet import (
     DEFAULT_NODE_CAPACITY,
-    HOST_IP,
-    PodIPs,
-    PodListener,
-    notify_listeners,
-    wait_event,
+    PodGone,
+    SimulatedPod,
+    SimulatedPods,
 )
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40
 _T = TypeVar("_T")
-
-
-class _PodGone(Exception):
-    """The pod was deleted or replaced by a namesake while the agent worked on it."""
-
-
-@dataclass
-class _Pod:
-    namespace: str
-    name: str
-    uid: str
-    last: dict[str, Any]
-    running: bool = False
-    crashed: bool = False
-    stopped: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
 
 
 def _now() -> str:
@@ -73,7 +54,7 @@ def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class NodeAgent:
+class NodeAgent(SimulatedPods):
     """Plays ``nodes`` kubelets against the API at ``credentials``; runs in its own thread (start/stop)."""
 
     def __init__(
@@ -86,14 +67,12 @@ class NodeAgent:
         ready_seconds: float = 1.0,
         first_ip: str = "127.11.0.1",
     ) -> None:
+        super().__init__(first_ip)
         self.credentials = credentials
         self.node_names = [f"sim-node-{index}" for index in range(1, nodes + 1)]
         self.node_capacity = dict(node_capacity or DEFAULT_NODE_CAPACITY)
         self.start_seconds = start_seconds
         self.ready_seconds = ready_seconds
-        self._listeners: list[PodListener] = []
-        self._pods: dict[str, _Pod] = {}
-        self._ips = PodIPs(first_ip)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session: aiohttp.ClientSession | None = None
         self._thread: threading.Thread | None = None
@@ -101,12 +80,6 @@ class NodeAgent:
         self._started = threading.Event()
         self._failure: BaseException | None = None
         self.watch_restarts = 0
-
-    def add_listener(self, listener: PodListener) -> None:
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: PodListener) -> None:
-        self._listeners.remove(listener)
 
     # Lifecycle ------------------------------------------------------------------------------------------
 
@@ -298,22 +271,12 @@ class NodeAgent:
             return
         if (pod.get("spec") or {}).get("nodeName") not in self.node_names:
             return
-        state = self._pods.get(metadata["uid"])
-        if state is not None:
-            state.last = pod
-            return
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return
-        state = _Pod(metadata.get("namespace", ""), metadata["name"], metadata["uid"], pod)
-        self._pods[state.uid] = state
-        state.task = asyncio.create_task(self._lifecycle(state), name=f"pod {state.namespace}/{state.name}")
+        self._track(pod)
 
     def _stopped(self, pod: dict[str, Any]) -> None:
-        state = self._pods.get(pod["metadata"]["uid"])
-        if state is not None:
-            state.last = pod
-            state.stopped.set()
-        elif (
+        if self._signal_stopped(pod):
+            return
+        if (
             pod["metadata"].get("deletionTimestamp")
             and (pod.get("spec") or {}).get("nodeName") in self.node_names
         ):
@@ -325,37 +288,25 @@ class NodeAgent:
             if uid not in present:
                 state.stopped.set()
 
-    def _path(self, state: _Pod) -> str:
+    def _path(self, state: SimulatedPod) -> str:
         return f"/api/v1/namespaces/{state.namespace}/pods/{state.name}"
 
-    async def _edit(self, state: _Pod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    async def _edit(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         pod = copy.deepcopy(state.last)
         change(pod)
         written = await self._patch_status(self._path(state), pod.get("status") or {})
         if written is None or written.get("metadata", {}).get("uid") != state.uid:
-            raise _PodGone
+            raise PodGone
         state.last = written
         return written
 
-    async def _lifecycle(self, state: _Pod) -> None:
+    async def _write(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        return await self._edit(state, change)
+
+    async def _lifecycle(self, state: SimulatedPod) -> None:
         try:
-            if await wait_event(state.stopped, self.start_seconds):
-                return
-            ready_now = self.ready_seconds <= 0
-            ip = self._allocate_ip()
-            pod = await self._edit(
-                state, lambda pod: podstate.run_pod(pod, ip, ready=ready_now, host_ip=HOST_IP)
-            )
-            state.running = True
-            await self._notify("on_pod_running", pod)
-            if (
-                not ready_now
-                and not await wait_event(state.stopped, self.ready_seconds)
-                and not state.crashed
-            ):
-                await self._edit(state, lambda pod: podstate.set_ready(pod, True))
-            await state.stopped.wait()
-        except _PodGone:
+            await self._serve(state)
+        except PodGone:
             pass
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
             logger.info(
@@ -384,12 +335,6 @@ class NodeAgent:
                 "DELETE", f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}", body
             )
 
-    def _allocate_ip(self) -> str:
-        return self._ips.next()
-
-    async def _notify(self, hook: str, pod: dict[str, Any]) -> None:
-        await notify_listeners(self._listeners, hook, pod)
-
     # Test controls (thread-safe) ----------------------------------------------------------------------
 
     def crash(self, namespace: str, name: str, container: str | None = None) -> dict[str, Any]:
@@ -405,10 +350,7 @@ class NodeAgent:
         self._call(self._vanish(namespace, name))
 
     def pod_ip(self, namespace: str, name: str) -> str | None:
-        for state in list(self._pods.values()):
-            if (state.namespace, state.name) == (namespace, name) and state.running:
-                return (state.last.get("status") or {}).get("podIP")
-        return None
+        return self._running_ip(namespace, name)
 
     def _call(self, work: Coroutine[Any, Any, _T]) -> _T:
         if self._loop is None:
@@ -416,23 +358,9 @@ class NodeAgent:
             raise RuntimeError("the node agent is not running")
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout=30)
 
-    def _state(self, namespace: str, name: str) -> _Pod:
-        for state in self._pods.values():
-            if (state.namespace, state.name) == (namespace, name) and not state.stopped.is_set():
-                return state
-        raise LookupError(f"pod {namespace}/{name} is not running on the simulated nodes")
-
     async def _crash(self, namespace: str, name: str, container: str | None) -> dict[str, Any]:
-        state = self._state(namespace, name)
-        if not state.running:
-            raise LookupError(f"pod {namespace}/{name} has not started yet")
-        names = [status["name"] for status in state.last.get("status", {}).get("containerStatuses", [])]
-        if container is not None and container not in names:
-            raise LookupError(f"pod {namespace}/{name} has no container {container!r}")
-        state.crashed = True
-        return await self._edit(
-            state, lambda pod: podstate.crash_pod(pod, [container] if container else names)
-        )
+        state, change = self._crash_change(namespace, name, container)
+        return await self._edit(state, change)
 
     async def _fail(self, namespace: str, name: str) -> dict[str, Any]:
         state = self._state(namespace, name)
