@@ -39,6 +39,7 @@ PICKER_METRICS_PORT = 9090
 PICKER_CONFIG_FILE = "epp.yaml"
 PICKER_CONFIG_DIR = "/config"
 PICKER_COMPONENT = "endpoint-picker"
+PICKER_UID = 65532  # the distroless "nonroot" user of the upstream picker image
 # The release whose picker and CRDs the operator is tested with (tools/epp, tests/data/inference-extension).
 PICKER_RELEASE = "v1.5.0"
 DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PICKER_RELEASE}"
@@ -282,6 +283,12 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
         "readinessProbe": {**health, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [{"name": "config", "mountPath": PICKER_CONFIG_DIR, "readOnly": True}],
+        # The picker writes nothing to disk (its serving certificate is generated in memory).
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -296,6 +303,13 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": name,
+                    # The upstream image is distroless "nonroot" (uid 65532); the picker needs no privilege.
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": PICKER_UID,
+                        "runAsGroup": PICKER_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "terminationGracePeriodSeconds": 130,
                     "containers": [container],
                     "volumes": [{"name": "config", "configMap": {"name": name}}],
