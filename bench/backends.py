@@ -39,9 +39,7 @@ def _client_from_kubeconfig(path: str) -> kubernetes.client.ApiClient:
 
 
 @contextlib.contextmanager
-def backend(
-    real: bool, pods: int, npus_per_pod: int = 2, start_seconds: float = 0.2
-) -> Iterator[Backend]:
+def backend(real: bool, pods: int, npus_per_pod: int = 2, start_seconds: float = 0.2) -> Iterator[Backend]:
     """A fresh cluster with the project's CRD, with room for ``pods`` engine pods of ``npus_per_pod`` NPUs.
 
     ``start_seconds``: how long a simulated engine takes to start before its pod can turn Ready.

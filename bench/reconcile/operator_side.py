@@ -24,9 +24,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from ascend_fleet.api import names
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread
-from ascend_fleet.api import names
 from ascend_fleet.kube import Conflict, Kube
 
 from ..control.operator_side import connect, peak_rss_mib, rss_mib

@@ -33,6 +33,7 @@ from ..reconcile.observe import observed_children, owned_by, wants_routing_list
 from ..reconcile.refusals import Refusal, current, refused_again
 from ..render.routing import picker_name
 from ..status.fleet import slim_pod
+from .toggles import notify_on_change_only
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ def _values(index: kopf.Index, key: tuple[str, str]) -> Iterable[dict]:
 
 def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     """A fresh registry with every handler, so several operators can run side by side in tests."""
+    notify_on_change_only()  # kopf's start-up barrier, linear instead of quadratic in the fleet (toggles.py)
     registry = kopf.OperatorRegistry()
     child_filter = {names.LABEL_NAME: kopf.PRESENT}
 
