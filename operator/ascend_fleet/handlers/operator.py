@@ -290,7 +290,7 @@ def acting_view(snapshot: dict, written: dict | None) -> tuple[dict, dict | None
     Until the watch shows our own status write, the pass acts on the object that write returned: newer
     than the watch's in every field, its resourceVersion included. The status write that follows is
     guarded by that version; guarded by the watch's older one it was refused with a conflict (then a GET
-    and a retry: 1 to 2 % of objects at 4,000 in ``bench/reconcile``, whenever a pod turned Ready before
+    and a retry: 0.5 to 1.6 % of objects at 4,000 in ``bench/reconcile``, whenever a pod turned Ready before
     the watch caught up).
     """
     if written is None or _caught_up(snapshot, written):

@@ -5,7 +5,7 @@ per object in one ``ToggleSet``, and every worker that has indexed its object wa
 kopf wakes *all* of those waiters whenever a toggle is added or dropped, although the set's answer
 (``all`` toggles on) only changes when its last toggle goes. With N objects that is N wake-ups for each of
 2N changes: the operator's start-up grew with the square of the fleet (at 5,000 objects 95 to 171 s to
-fill the caches, all of it in ``Condition.notify_all`` and the woken tasks).
+fill the caches, nearly all of it in ``Condition.notify_all`` and the woken tasks).
 
 :func:`notify_on_change_only` makes adding and dropping a toggle wake the waiters only when the set's
 answer changes. A waiter on the set waits for that answer, and a waiter on one toggle for that toggle's
