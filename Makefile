@@ -34,6 +34,7 @@ $(TUNE_CLIENT)/.installed:
 
 lint: setup
 	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy operator/ascend_fleet
 

@@ -39,12 +39,15 @@ def _client_from_kubeconfig(path: str) -> kubernetes.client.ApiClient:
 
 
 @contextlib.contextmanager
-def backend(real: bool, pods: int, npus_per_pod: int = 2) -> Iterator[Backend]:
-    """A fresh cluster with the project's CRD, with room for ``pods`` engine pods of ``npus_per_pod`` NPUs."""
+def backend(real: bool, pods: int, npus_per_pod: int = 2, start_seconds: float = 0.2) -> Iterator[Backend]:
+    """A fresh cluster with the project's CRD, with room for ``pods`` engine pods of ``npus_per_pod`` NPUs.
+
+    ``start_seconds``: how long a simulated engine takes to start before its pod can turn Ready.
+    """
     if not real:
         from ascend_fleet.devcluster.cluster import DevCluster
 
-        with DevCluster(start_seconds=0.2, ready_seconds=0.2) as cluster:
+        with DevCluster(start_seconds=start_seconds, ready_seconds=0.2) as cluster:
             configuration = kubernetes.client.Configuration()
             configuration.host = cluster.url
             client = kubernetes.client.ApiClient(configuration)
@@ -60,7 +63,10 @@ def backend(real: bool, pods: int, npus_per_pod: int = 2) -> Iterator[Backend]:
     nodes = max(2, min(8, pods // 500 + 1))
     per_node = pods // nodes + 8
     cluster = RealCluster(
-        nodes=nodes, npus_per_node=per_node * npus_per_pod, start_seconds=0.2, ready_seconds=0.2
+        nodes=nodes,
+        npus_per_node=per_node * npus_per_pod,
+        start_seconds=start_seconds,
+        ready_seconds=0.2,
     )
     # A real kubelet admits 110 pods; the simulated nodes stand for a larger fleet, so they admit more.
     cluster.capacity = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from ascend_fleet.api.times import rfc3339
 from ascend_fleet.api.v1alpha1 import ActionRecord, Autoscaling
 from ascend_fleet.control.evaluate import Decision
@@ -120,3 +122,35 @@ def test_history_is_bounded_newest_first_but_keeps_running_cooldowns():
         [*old, _record(700, "restart_service", "replica-2")], [_record(0)], 5, autoscaling, NOW
     )
     assert len(expired) == 5
+
+
+def test_the_loop_parses_an_object_again_only_when_its_resource_version_moves(monkeypatch):
+    import ascend_fleet.control.loop as loop_module
+    from ascend_fleet.api.settings import OperatorSettings
+
+    parsed = []
+
+    def counting_validate(doc, **kwargs):
+        parsed.append(doc["metadata"]["resourceVersion"])
+        return validate(doc, **kwargs)
+
+    monkeypatch.setattr(loop_module, "validate", counting_validate)
+    settings = OperatorSettings.model_validate({"prometheus": {"url": "http://prometheus.invalid"}})
+    loop = loop_module.ControlLoop(settings, kube=None, prometheus=object())
+    doc = {**_doc(), "metadata": {**_doc()["metadata"], "resourceVersion": "7"}}
+    valid = validate(doc)
+    pods = render_replica(valid.obj.spec, Owner.of(valid.obj), 0, valid.layout)
+    key = ("team-a", "qwen")
+
+    first = loop._fleets([doc], {key: [_running(copy.deepcopy(p), NOW - 100) for p in pods]})
+    again = loop._fleets([doc], {key: pods})  # same object, its pods no longer Ready
+    assert parsed == ["7"]  # parsed once
+    assert first[0][1].replica_states[0].ready and not again[0][1].replica_states[0].ready  # pods are fresh
+    assert again[0][1].actions == first[0][1].actions == fleet_state(valid, pods).actions
+
+    newer = {**doc, "metadata": {**doc["metadata"], "resourceVersion": "8"}, "status": {}}
+    assert loop._fleets([newer], {key: pods})[0][1].actions == ()  # the new status is read
+    assert parsed == ["7", "8"]
+    loop._fleets([], {})  # the object is gone: forgotten
+    loop._fleets([newer], {key: pods})
+    assert parsed == ["7", "8", "8"]

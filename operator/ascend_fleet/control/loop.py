@@ -39,7 +39,7 @@ from ..telemetry import DECISIONS, RULE_EVALUATION
 from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate, queries_for
 from .prometheus import Prometheus
 from .queries import Observations
-from .state import action_record, fleet_state, updated_actions
+from .state import action_record, object_state, updated_actions, with_pods
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,8 @@ class ControlLoop:
         self.source: Source = source if source is not None else ListSource(kube, namespaces)
         self.source_is_default = source is None  # the operator's wiring then swaps in its watch cache
         self.on_cycle = on_cycle
+        # Each object's parsed state by uid, with the resourceVersion it was parsed from (see _fleet).
+        self._parsed: dict[str, tuple[str, tuple[FleetState, int] | None]] = {}
 
     async def run(self) -> None:
         """Cycle every interval until cancelled; a failing cycle is logged and the next one tries afresh."""
@@ -209,25 +211,45 @@ class ControlLoop:
     def _fleets(
         self, bodies: list[dict], pods: dict[tuple[str, str], list[dict]]
     ) -> list[tuple[dict, FleetState]]:
-        fleets = []
+        fleets: list[tuple[dict, FleetState]] = []
+        parsed: dict[str, tuple[str, tuple[FleetState, int] | None]] = {}
         for body in bodies:
-            state = self._fleet(body, pods)
+            state = self._fleet(body, pods, parsed)
             if state is not None:
                 fleets.append((body, state))
+        self._parsed = parsed  # objects gone since the last cycle are forgotten
         return fleets
 
-    def _fleet(self, body: dict, pods: dict[tuple[str, str], list[dict]]) -> FleetState | None:
+    def _fleet(
+        self, body: dict, pods: dict[tuple[str, str], list[dict]], parsed: dict | None = None
+    ) -> FleetState | None:
+        """One object's state for this cycle.
+
+        Parsing and validating the object is most of a cycle's own work (10,000 objects: about 2 s of
+        CPU), and an object whose resourceVersion has not moved since the last cycle is the same object:
+        its parsed state is reused and only its pods are read afresh.
+        """
         meta = body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
             return None
+        uid, version = meta.get("uid"), meta.get("resourceVersion")
+        cached = self._parsed.get(uid) if uid and version else None
+        known = cached[1] if cached is not None and cached[0] == version else self._parse(body)
+        if parsed is not None and uid and version:
+            parsed[uid] = (version, known)
+        if known is None:
+            return None
+        state, pods_per_replica = known
+        mine = [p for p in pods.get((state.namespace, state.name), []) if _owned_by(p, uid)]
+        return with_pods(state, pods_per_replica, mine)
+
+    def _parse(self, body: dict) -> tuple[FleetState, int] | None:
         body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **body}  # list items lack them
         try:
             valid = validate(body, max_window=self.settings.control.max_window)
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
-        uid = meta.get("uid")
-        mine = [p for p in pods.get((valid.obj.namespace, valid.obj.name), []) if _owned_by(p, uid)]
-        return fleet_state(valid, mine)
+        return object_state(valid), valid.layout.pods_per_replica
 
     # ----- writing -----
 

@@ -6,6 +6,7 @@ forgetting an action whose cooldown is still running (the cooldown would be lost
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from ..api.times import parse_rfc3339, rfc3339
@@ -17,20 +18,13 @@ from .evaluate import FLEET, Decision, FleetState, PastAction, ReplicaInfo
 
 def fleet_state(valid: Valid, pods: Iterable[dict]) -> FleetState:
     """The control loop's view of one validated AscendInference and its engine pods."""
+    return with_pods(object_state(valid), valid.layout.pods_per_replica, pods)
+
+
+def object_state(valid: Valid) -> FleetState:
+    """What the control loop reads from the object alone (no replicas yet): the part that depends on
+    nothing but the object's own content, so one resourceVersion always gives the same answer."""
     obj = valid.obj
-    ppr = valid.layout.pods_per_replica
-    pods = list(pods)
-    by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
-    replicas = {
-        index: ReplicaInfo(
-            index=index,
-            ready=group.ready(ppr),
-            draining=group.draining,
-            serving_since=_serving_since(group, by_name),
-            leader=group.leader.name if group.leader else None,
-        )
-        for index, group in replica_states(pods).items()
-    }
     return FleetState(
         namespace=obj.namespace,
         name=obj.name,
@@ -38,9 +32,25 @@ def fleet_state(valid: Valid, pods: Iterable[dict]) -> FleetState:
         rules=tuple(obj.spec.rules),
         autoscaling=obj.spec.autoscaling,
         max_unavailable=obj.spec.disruption.max_unavailable,
-        replica_states=replicas,
         actions=past_actions(obj),
     )
+
+
+def with_pods(state: FleetState, pods_per_replica: int, pods: Iterable[dict]) -> FleetState:
+    """An object's state (:func:`object_state`) with its replicas as its engine pods show them."""
+    pods = list(pods)
+    by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
+    replicas = {
+        index: ReplicaInfo(
+            index=index,
+            ready=group.ready(pods_per_replica),
+            draining=group.draining,
+            serving_since=_serving_since(group, by_name),
+            leader=group.leader.name if group.leader else None,
+        )
+        for index, group in replica_states(pods).items()
+    }
+    return dataclasses.replace(state, replica_states=replicas)
 
 
 def _serving_since(group: ReplicaState, pods: Mapping[str | None, dict]) -> float | None:
@@ -125,4 +135,12 @@ def _cooldown(record: dict, autoscaling: Autoscaling) -> float:
     return 0.0  # notify spacing is one window; a dropped notify repeats at worst once early
 
 
-__all__ = ["FLEET", "action_record", "fleet_state", "past_actions", "updated_actions"]
+__all__ = [
+    "FLEET",
+    "action_record",
+    "fleet_state",
+    "object_state",
+    "past_actions",
+    "updated_actions",
+    "with_pods",
+]

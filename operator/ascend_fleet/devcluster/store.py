@@ -466,11 +466,13 @@ class ObjectStore:
         return current
 
     def _live(self, served: ServedResource, namespace: str | None) -> list[tuple[Key, dict[str, Any]]]:
-        # Sorted by namespace and name, the order etcd keys give a real API server.
+        # Sorted by namespace and name, the order etcd keys give a real API server. ``storage`` builds a
+        # new resource on each access: once per call, not once per stored object (10,000-object benches).
+        storage = served.storage
         found = [
             (key, obj.last.raw)
             for key, obj in self.objects.items()
-            if key[0] == served.storage and not obj.deleted and (namespace is None or key[1] == namespace)
+            if key[0] == storage and not obj.deleted and (namespace is None or key[1] == namespace)
         ]
         return sorted(found, key=lambda item: (item[0][1] or "", item[0][2]))
 

@@ -27,6 +27,7 @@ CACHED_KINDS = ("Pod", "Service", "PodDisruptionBudget")
 
 CREATE, DELETE, PATCH = "create", "delete", "patch"
 
+
 @dataclass(frozen=True)
 class Expectation:
     """One write of a pass: ``op`` on the child ``kind``/``name``, issued at ``issued``."""

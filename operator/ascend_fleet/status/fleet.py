@@ -130,8 +130,16 @@ def replica_states(pods: list[dict]) -> dict[int, ReplicaState]:
     return dict(sorted(groups.items()))
 
 
-POD_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "annotations", "ownerReferences",
-                "deletionTimestamp")
+POD_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "deletionTimestamp",
+)
 POD_STATUS = ("phase", "conditions", "containerStatuses", "startTime")
 
 
