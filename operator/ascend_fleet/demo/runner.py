@@ -127,7 +127,7 @@ def run_demo(options: DemoOptions) -> int:
         kube = Kube.connect(str(cluster.kubeconfig_path))
         kube.create_crd(crd())
         if options.real:
-            _wait_served(kube)
+            kube.wait_served(names.KIND)
             provide_model_claim(kube, doc["metadata"].get("namespace", "default"))
         routed = None
         if options.routing:
@@ -173,19 +173,6 @@ def _cluster(options: DemoOptions) -> DevCluster | RealCluster:
         ensure_binary(progress=lambda line: print(line, file=options.out, flush=True))
         return RealCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
     return DevCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
-
-
-def _wait_served(kube: Kube, timeout: float = 60.0) -> None:
-    """A new CRD's resource is served a moment after it is created (once Established)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            kube.list(names.KIND, "default")
-            return
-        except KubeError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def _load(options: DemoOptions) -> tuple[dict, Scenario]:

@@ -121,15 +121,7 @@ def install_inference_extension(kube: Kube, timeout: float = 60.0) -> list[str]:
         kube.create_crd(crd)
     deadline = time.monotonic() + timeout
     for crd in crds:
-        kind = crd["spec"]["names"]["kind"]
-        while True:
-            try:
-                kube.list(kind, "default")
-                break
-            except KubeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        kube.wait_served(crd["spec"]["names"]["kind"], max(deadline - time.monotonic(), 0.0))
     return [crd["metadata"]["name"] for crd in crds]
 
 

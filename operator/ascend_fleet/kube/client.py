@@ -224,6 +224,19 @@ class Kube:
         except Conflict:
             return None
 
+    def wait_served(self, kind: str, timeout: float = 60.0) -> None:
+        """Wait until the API serves ``kind`` (a new CRD's resource is served a moment after it is created,
+        once Established); the last KubeError if it is not within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.list(kind, "default")
+                return
+            except KubeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
     def event(
         self,
         regarding: dict,
