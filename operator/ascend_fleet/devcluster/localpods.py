@@ -248,8 +248,8 @@ class LocalPods:
         with the pod's ServiceAccount token, and its env."""
         namespace = pod["metadata"].get("namespace", "default")
         args = self._mount_config_maps(pod, container, list(container.get("args") or []), work)
-        for port_flag in port_flags:
-            if flag(args, port_flag) is not None or port_flag in PICKER_PORT_FLAGS:
+        for port_flag in port_flags:  # given or left at the program's default, each binds every interface
+            if flag(args, port_flag) != "0":  # 0: that listener is off
                 args = replace_flag(args, port_flag, str(free_port()))
         account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
         token = self.kube.request_token(namespace, account)
