@@ -7,7 +7,6 @@ chart deploys: the Deployment, the config it renders and the RBAC it grants (the
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
@@ -18,6 +17,7 @@ from ascend_fleet.devcluster.localpods import LocalPods, operator_container
 from ascend_fleet.devcluster.scenario import Scenario
 from tests.chart import helm
 from tests.e2e.fleet import example, wait_for
+from tests.support.rbac import audit_events
 
 pytestmark = pytest.mark.e2e
 
@@ -80,16 +80,11 @@ def test_helm_install_runs_an_operator_pod_that_reconciles_as_the_charts_service
 
 def pod_creators(audit_log, namespace: str) -> set[str]:
     """Who created pods in ``namespace`` (not their bindings), from the API server's audit log."""
-    users = set()
-    with open(audit_log) as lines:
-        for line in lines:
-            entry = json.loads(line)
-            ref = entry.get("objectRef") or {}
-            if (
-                entry.get("verb") == "create"
-                and ref.get("resource") == "pods"
-                and ref.get("namespace") == namespace
-                and "subresource" not in ref  # the scheduler's bindings create pods/binding
-            ):
-                users.add((entry.get("user") or {}).get("username"))
-    return users
+    return {
+        (event.get("user") or {}).get("username")
+        for event in audit_events(audit_log)
+        if event.get("verb") == "create"
+        and (ref := event.get("objectRef") or {}).get("resource") == "pods"
+        and ref.get("namespace") == namespace
+        and "subresource" not in ref  # the scheduler's bindings create pods/binding
+    }

@@ -23,6 +23,7 @@ from ascend_fleet.render.routing import OBJECTIVE_HEADER, picker_name, render_ro
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import example, wait_for
 from tests.support.paths import ROOT
+from tests.support.rbac import audit_events
 
 pytestmark = pytest.mark.e2e
 
@@ -75,13 +76,12 @@ def present(kube, namespace: str, wanted: set[tuple[str, str]]) -> dict[tuple[st
 
 def routing_requests(audit_log, namespace: str) -> int:
     """How many requests for the CRD kinds of routing in ``namespace`` the API server's audit log holds."""
-    count = 0
-    with open(audit_log) as lines:
-        for line in lines:
-            ref = json.loads(line).get("objectRef") or {}
-            if ref.get("namespace") == namespace and ref.get("resource") in CRD_RESOURCES:
-                count += 1
-    return count
+    return sum(
+        1
+        for event in audit_events(audit_log)
+        if (ref := event.get("objectRef") or {}).get("namespace") == namespace
+        and ref.get("resource") in CRD_RESOURCES
+    )
 
 
 def crds_served(kube) -> bool:
@@ -394,11 +394,9 @@ def test_requests_flow_through_the_operators_picker_pod(real, fleet, kube, names
 
 def audited_users(audit_log, namespace: str, resource: str) -> set[str]:
     """The users that asked the API server for ``resource`` in ``namespace``, from its audit log."""
-    users = set()
-    with open(audit_log) as lines:
-        for line in lines:
-            entry = json.loads(line)
-            ref = entry.get("objectRef") or {}
-            if ref.get("namespace") == namespace and ref.get("resource") == resource:
-                users.add((entry.get("user") or {}).get("username"))
-    return users
+    return {
+        (event.get("user") or {}).get("username")
+        for event in audit_events(audit_log)
+        if (ref := event.get("objectRef") or {}).get("namespace") == namespace
+        and ref.get("resource") == resource
+    }

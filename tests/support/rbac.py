@@ -6,6 +6,8 @@ from its client (``ascend-fleet-operator``). Test harness clients identify thems
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit
 
 HARNESS = "ascend-fleet-tests"
@@ -52,18 +54,21 @@ def record_operator_requests(cluster, suite: str) -> None:
                 OBSERVED.add(triple)
 
 
-def audited_requests(audit_log, username: str) -> set[tuple[str, str, str]]:
-    """(group, resource[/subresource], verb) of every request ``username`` made, from a real API server's
-    audit log (JSON lines at the Metadata level)."""
-    import json
-
-    triples = set()
+def audit_events(audit_log) -> Iterator[dict]:
+    """Every event of a real API server's audit log (JSON lines at the Metadata level)."""
     with open(audit_log) as lines:
         for line in lines:
-            event = json.loads(line)
-            ref = event.get("objectRef")
-            if event.get("user", {}).get("username") != username or not ref or not ref.get("resource"):
-                continue
-            resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
-            triples.add((ref.get("apiGroup", ""), resource, event["verb"]))
+            yield json.loads(line)
+
+
+def audited_requests(audit_log, username: str) -> set[tuple[str, str, str]]:
+    """(group, resource[/subresource], verb) of every request ``username`` made, from a real API server's
+    audit log."""
+    triples = set()
+    for event in audit_events(audit_log):
+        ref = event.get("objectRef")
+        if event.get("user", {}).get("username") != username or not ref or not ref.get("resource"):
+            continue
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        triples.add((ref.get("apiGroup", ""), resource, event["verb"]))
     return triples
