@@ -8,7 +8,6 @@ and the operator with its control loop, talking to the API over HTTP like in a c
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ from ..api.crd import crd
 from ..api.settings import OperatorSettings
 from ..api.times import parse_rfc3339
 from ..control.loop import ControlLoop
-from ..devcluster.cluster import DevCluster
+from ..devcluster.cluster import DevCluster, stop_on_signals
 from ..devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
 from ..devcluster.dataplane import DataPlaneUnavailable
 from ..devcluster.engines import SimulatedEngines
@@ -101,7 +100,6 @@ def run_demo(options: DemoOptions) -> int:
         return EXIT_SETUP
     if options.routing:
         doc["spec"].setdefault("routing", {})["mode"] = "inferencePool"
-    stop = _stop_on_signals()
     name = doc["metadata"]["name"]
     api = "the real Kubernetes control plane" if options.real else "a local Kubernetes API"
     print(
@@ -110,6 +108,7 @@ def run_demo(options: DemoOptions) -> int:
         flush=True,
     )
     with contextlib.ExitStack() as stack:
+        stop = stack.enter_context(stop_on_signals())
         try:
             cluster = _cluster(options)
             stack.enter_context(cluster)  # starts it; both kinds enter as themselves
@@ -194,14 +193,6 @@ def _load(options: DemoOptions) -> tuple[dict, Scenario]:
 
 def _rules(doc: dict) -> list[str]:
     return [rule.describe() for rule in validate(doc).obj.spec.rules]
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-    return stop
 
 
 class Routed:

@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self, TypeVar
@@ -203,6 +203,27 @@ async def _as_coroutine(function: Callable[[], _T]) -> _T:
     return function()
 
 
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event that SIGINT or SIGTERM sets while the block runs (``dev``, ``dev-cluster``: Ctrl+C stops
+    them cleanly); the previous handlers come back afterwards. Off the main thread, signals cannot be caught
+    and the event is only set by its owner."""
+    stopping = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stopping
+        return
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stopping
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(
     host: str = "127.0.0.1",
     port: int = 0,
@@ -221,35 +242,26 @@ def serve(
     from ascend_fleet.devcluster.prometheus import PrometheusServer
     from ascend_fleet.devcluster.scenario import Scenario
 
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with (
-            DevCluster(
-                host,
-                port,
-                kubeconfig=kubeconfig,
-                start_seconds=start_seconds,
-                ready_seconds=ready_seconds,
-                nodes=nodes,
-                request_log_limit=10_000,
-            ) as cluster,
-            contextlib.ExitStack() as stack,
-        ):
-            server = stack.enter_context(PrometheusServer(scrape_interval="1s")) if prometheus else None
-            engines = stack.enter_context(SimulatedEngines(Scenario.constant(0.0), prometheus=server))
-            cluster.kubelet.add_listener(engines)
-            print(f"Kubernetes API (local, no auth): {cluster.url}", flush=True)
-            if server is not None:
-                print(f"Prometheus (scraping the engines): {server.url}", flush=True)
-            print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
-            print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
-            while not stopping.wait(0.5):
-                pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with (
+        stop_on_signals() as stopping,
+        DevCluster(
+            host,
+            port,
+            kubeconfig=kubeconfig,
+            start_seconds=start_seconds,
+            ready_seconds=ready_seconds,
+            nodes=nodes,
+            request_log_limit=10_000,
+        ) as cluster,
+        contextlib.ExitStack() as stack,
+    ):
+        server = stack.enter_context(PrometheusServer(scrape_interval="1s")) if prometheus else None
+        engines = stack.enter_context(SimulatedEngines(Scenario.constant(0.0), prometheus=server))
+        cluster.kubelet.add_listener(engines)
+        print(f"Kubernetes API (local, no auth): {cluster.url}", flush=True)
+        if server is not None:
+            print(f"Prometheus (scraping the engines): {server.url}", flush=True)
+        print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
+        print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
+        while not stopping.wait(0.5):
+            pass

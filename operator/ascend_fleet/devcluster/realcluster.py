@@ -12,15 +12,14 @@ controls as the emulator's kubelet simulator.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Self
 
+from ascend_fleet.devcluster.cluster import stop_on_signals
 from ascend_fleet.devcluster.controlplane import ControlPlane, ensure_binary
 from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY
 from ascend_fleet.devcluster.nodeagent import NodeAgent
@@ -150,11 +149,6 @@ def serve(
     from ascend_fleet.devcluster.prometheus import PrometheusServer
     from ascend_fleet.devcluster.scenario import Scenario
 
-    stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
     def on_route(route: Route, up: bool) -> None:
         if up:
             print(
@@ -170,8 +164,7 @@ def serve(
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with stop_on_signals() as stopping:
         ensure_binary(progress=say)
         say("Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ...")
         with (
@@ -219,6 +212,3 @@ def serve(
             say("Press Ctrl+C to stop.")
             while not stopping.wait(0.5):
                 pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
