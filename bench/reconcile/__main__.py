@@ -27,14 +27,14 @@ import json
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
 
 from ascend_fleet.api import names
 
-from ..backends import backend
+from ..backends import NAMES, backend
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -122,7 +122,7 @@ def converge(real: bool, args: argparse.Namespace) -> Run:
                     and (o.get("status") or {}).get("updatedReplicas") == args.replicas
                 )
                 if args.verbose:
-                    print(f"  [{api.name}] ready {ready}/{args.objects}", flush=True)
+                    print(f"  [{api.name}] ready {ready}/{args.objects} at {polled - started:.0f} s", flush=True)
                 if ready == args.objects:
                     break
                 # Listing 10,000 objects is work for the API server too: poll at most a fifth of the time.
@@ -168,11 +168,35 @@ def main() -> None:
         "so at 10,000 objects it is far slower than the real server)",
     )
     parser.add_argument("--verbose", action="store_true", help="print progress while converging")
+    parser.add_argument("--save", type=Path, help="write this run's results to a JSON file")
+    parser.add_argument(
+        "--beside",
+        type=Path,
+        action="append",
+        default=[],
+        help="print the runs saved in this file (same --objects and --replicas) beside this run's: a "
+        "10,000-object run of both backends takes hours, so each may be run on its own",
+    )
     args = parser.parse_args()
     backends = [False, True] if args.real else [False]
     if args.skip_emulator:
         backends = [True]
     runs = [converge(real, args) for real in backends]
+    if args.save:
+        args.save.write_text(
+            json.dumps(
+                {"objects": args.objects, "replicas": args.replicas, "runs": [asdict(r) for r in runs]},
+                indent=1,
+            )
+        )
+    for path in args.beside:
+        saved = json.loads(path.read_text())
+        if (saved["objects"], saved["replicas"]) != (args.objects, args.replicas):
+            parser.error(
+                f"{path} holds {saved['objects']} x {saved['replicas']}, not {args.objects} x {args.replicas}"
+            )
+        runs += [Run(**r) for r in saved["runs"]]
+    runs.sort(key=lambda r: list(NAMES.values()).index(r.backend))
 
     children = args.replicas + 3  # pods + serving Service + headless Service + PDB
     minimum = children + 1  # ... and one status write
