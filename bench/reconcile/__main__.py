@@ -1,6 +1,8 @@
 """bench/reconcile: N AscendInferences; convergence time, the operator's API requests and memory.
 
     python -m bench.reconcile [--objects 100] [--replicas 2] [--idle 60] [--start-seconds 0.2] [--real] [--skip-emulator]
+                              [--save FILE]
+    python -m bench.reconcile --table FILE [--table FILE ...]
 
 Prints, for the local emulator (and with ``--real`` the real control plane, side by side), the time until
 every object reports all replicas Ready, the operator's API requests per object against the minimum a
@@ -122,7 +124,9 @@ def converge(real: bool, args: argparse.Namespace) -> Run:
                     and (o.get("status") or {}).get("updatedReplicas") == args.replicas
                 )
                 if args.verbose:
-                    print(f"  [{api.name}] ready {ready}/{args.objects} at {polled - started:.0f} s", flush=True)
+                    print(
+                        f"  [{api.name}] ready {ready}/{args.objects} at {polled - started:.0f} s", flush=True
+                    )
                 if ready == args.objects:
                     break
                 # Listing 10,000 objects is work for the API server too: poll at most a fifth of the time.
@@ -170,18 +174,26 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true", help="print progress while converging")
     parser.add_argument("--save", type=Path, help="write this run's results to a JSON file")
     parser.add_argument(
-        "--beside",
+        "--table",
         type=Path,
         action="append",
         default=[],
-        help="print the runs saved in this file (same --objects and --replicas) beside this run's: a "
-        "10,000-object run of both backends takes hours, so each may be run on its own",
+        help="run nothing: print the runs saved in these files side by side (a 10,000-object run of both "
+        "backends takes hours, so each may be run on its own with --save)",
     )
     args = parser.parse_args()
-    backends = [False, True] if args.real else [False]
-    if args.skip_emulator:
-        backends = [True]
-    runs = [converge(real, args) for real in backends]
+    if args.table:
+        saved = [json.loads(path.read_text()) for path in args.table]
+        shapes = {(one["objects"], one["replicas"]) for one in saved}
+        if len(shapes) != 1:
+            parser.error(f"the saved runs differ in --objects and --replicas: {sorted(shapes)}")
+        runs = [Run(**r) for one in saved for r in one["runs"]]
+        (args.objects, args.replicas), args.idle = shapes.pop(), runs[0].idle_seconds
+    else:
+        backends = [False, True] if args.real else [False]
+        if args.skip_emulator:
+            backends = [True]
+        runs = [converge(real, args) for real in backends]
     if args.save:
         args.save.write_text(
             json.dumps(
@@ -189,13 +201,6 @@ def main() -> None:
                 indent=1,
             )
         )
-    for path in args.beside:
-        saved = json.loads(path.read_text())
-        if (saved["objects"], saved["replicas"]) != (args.objects, args.replicas):
-            parser.error(
-                f"{path} holds {saved['objects']} x {saved['replicas']}, not {args.objects} x {args.replicas}"
-            )
-        runs += [Run(**r) for r in saved["runs"]]
     runs.sort(key=lambda r: list(NAMES.values()).index(r.backend))
 
     children = args.replicas + 3  # pods + serving Service + headless Service + PDB
