@@ -109,6 +109,23 @@ def test_missing_rank_recreates_the_whole_gang():
     assert [d.name for d in result.deletes] == ["llm-0"]
 
 
+def progressing(result):
+    condition = next(c for c in result.status["conditions"] if c["type"] == "Progressing")
+    return condition["status"], condition["reason"]
+
+
+def test_new_pods_read_as_starting_and_a_restarted_gang_as_recovering():
+    valid = make(data=2, tensor=8, pipeline=2)
+    starting = plan(valid.obj, valid.layout, fleet(valid, ready=False), NOW, SETTINGS)
+    assert progressing(starting) == ("True", "Starting")
+    restarted = {"groupRestarts": [{"replica": 1, "count": 1, "lastTime": rfc3339_ms(NOW)}]}
+    valid = make(data=2, tensor=8, pipeline=2, status=restarted)
+    recovering = plan(valid.obj, valid.layout, fleet(valid, ready=False), NOW + 1, SETTINGS)
+    assert progressing(recovering) == ("True", "Recovering")
+    converged = plan(valid.obj, valid.layout, fleet(valid), NOW + 1, SETTINGS)
+    assert progressing(converged) == ("False", "Converged")
+
+
 def test_recreation_waits_for_the_backoff():
     restarted = {"groupRestarts": [{"replica": 0, "count": 3, "lastTime": rfc3339(NOW)}]}
     valid = make(data=1, status=restarted)

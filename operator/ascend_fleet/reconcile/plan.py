@@ -587,8 +587,9 @@ def derive_status(
             now,
             generation,
         )
+    restarting = any(r["replica"] < wanted for r in restarts)
     progressing, reason = _progress(
-        wanted, len([g for g in existing if g.index < wanted]), ready, updated, extra, draining
+        wanted, len([g for g in existing if g.index < wanted]), ready, updated, extra, draining, restarting
     )
     conditions = set_condition(
         conditions,
@@ -647,16 +648,20 @@ def canonical_status(stored: dict | None) -> dict:
 
 
 def _progress(
-    wanted: int, present: int, ready: int, updated: int, extra: int, draining: int
+    wanted: int, present: int, ready: int, updated: int, extra: int, draining: int, restarting: bool
 ) -> tuple[bool, str]:
+    # A replica that is not ready yet is "Starting" unless the operator has restarted a gang or is
+    # draining one: a new object's pods read as starting, not as recovering from a failure.
     if extra:
         return True, "ScalingDown"
     if present < wanted:
         return True, "ScalingUp" if present else "Creating"
     if updated < wanted:
         return True, "RollingUpdate"
-    if ready < wanted or draining:
+    if draining or (ready < wanted and restarting):
         return True, "Recovering"
+    if ready < wanted:
+        return True, "Starting"
     return False, "Converged"
 
 
