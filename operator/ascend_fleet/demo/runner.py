@@ -204,20 +204,21 @@ class Routed:
         self.traffic: Traffic | None = None
         self.gateway = ""
 
+    def follow(self) -> None:
+        """Start the requests once the pool's picker pod runs and its gateway answers."""
+        if self.traffic is not None:
+            return
+        route = self.pickers.route(self.namespace, self.name)
+        if route is None:
+            return
+        self.gateway = route.url
+        self.traffic = Traffic(
+            route.url, self.name, self.obj.spec.model.name, self.obj.spec.routing, rate=self.rate
+        ).start()
+
     def figures(self) -> list[view.ClassFigures]:
-        if self.traffic is None:
-            route = self.pickers.route(self.namespace, self.name)
-            if route is None:
-                return []
-            self.gateway = route.url
-            self.traffic = Traffic(
-                route.url,
-                self.name,
-                self.obj.spec.model.name,
-                self.obj.spec.routing,
-                rate=self.rate,
-            ).start()
-        return self.traffic.figures()
+        """Per request class, what the last window showed (nothing before the requests start)."""
+        return [] if self.traffic is None else self.traffic.figures()
 
     def __enter__(self) -> Routed:
         return self
@@ -276,6 +277,8 @@ class Story:
             print(f"[{view.clock(self.elapsed())}] API error: {error}", file=self.out, flush=True)
             return
         self.npu_minutes += _running_npus(pods) * dt / 60.0
+        if self.routed is not None:
+            self.routed.follow()
         values = self._metrics()
         snapshot = self._snapshot(obj, pods, values, dt)
         self.last = snapshot
