@@ -37,6 +37,7 @@ import yaml
 from ascend_fleet.api import names
 
 from ..backends import NAMES, backend
+from .operator_side import STOP_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -92,7 +93,7 @@ class OperatorProcess:
     def close(self) -> None:
         with contextlib.suppress(RuntimeError, BrokenPipeError):
             self.ask("quit")
-        self.process.wait(60)
+        self.process.wait(STOP_SECONDS + 60)
 
 
 def template(replicas: int) -> dict:

@@ -176,6 +176,9 @@ class CountingKube(Kube):
         }
 
 
+STOP_SECONDS = 600.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--api")
@@ -185,7 +188,7 @@ def main() -> int:
     kube = CountingKube(connect(args.api, args.kubeconfig))
     settings = OperatorSettings()  # production timers: resync every 30 s
     baseline = rss_mib()
-    with OperatorThread(OperatorContext(settings, kube)):
+    with OperatorThread(OperatorContext(settings, kube)) as thread:
         print(json.dumps({"ready": True, "rss_mib": round(baseline, 1)}), flush=True)
         for line in sys.stdin:
             command = line.strip()
@@ -207,6 +210,9 @@ def main() -> int:
                 )
             elif command == "quit":
                 break
+        # Stopping 10,000 daemons takes longer than OperatorThread's default wait; a process that exits
+        # before they stop has them fail to schedule their last pass on an executor already shut down.
+        thread.stop(timeout=STOP_SECONDS)
     return 0
 
 
