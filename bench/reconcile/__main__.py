@@ -183,11 +183,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.table:
-        saved = [json.loads(path.read_text()) for path in args.table]
+        saved = []
+        for path in args.table:
+            try:
+                one = json.loads(path.read_text())
+                one["runs"] = [Run(**r) for r in one["runs"]]
+                saved.append({"objects": one["objects"], "replicas": one["replicas"], "runs": one["runs"]})
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                parser.error(f"{path}: not a run saved by --save ({error!r})")
         shapes = {(one["objects"], one["replicas"]) for one in saved}
         if len(shapes) != 1:
             parser.error(f"the saved runs differ in --objects and --replicas: {sorted(shapes)}")
-        runs = [Run(**r) for one in saved for r in one["runs"]]
+        runs = [r for one in saved for r in one["runs"]]
         (args.objects, args.replicas), args.idle = shapes.pop(), runs[0].idle_seconds
     else:
         backends = [False, True] if args.real else [False]

@@ -57,3 +57,12 @@ def test_runs_of_different_sizes_are_refused(tmp_path):
     )
     assert done.returncode == 2
     assert "differ in --objects and --replicas" in done.stderr
+
+
+def test_a_file_that_is_not_a_saved_run_is_refused(tmp_path):
+    (tmp_path / "notes.json").write_text("not json")
+    (tmp_path / "other.json").write_text('{"objects": 10, "replicas": 1, "runs": [{"backend": "emulator"}]}')
+    for name in ("notes.json", "other.json", "missing.json"):
+        done = table(tmp_path / name)
+        assert done.returncode == 2, name
+        assert f"{name}: not a run saved by --save" in done.stderr
