@@ -164,10 +164,12 @@ def test_a_forked_child_lets_go_of_the_port_and_arms_itself(tmp_path):
         env=child_env({"ASCEND_FLEET_EXPORTER": "1"}),
     )
     assert process.stdout is not None
-    lines = sorted([process.stdout.readline().strip(), process.stdout.readline().strip()])
-    grandchild = int(lines[1].split()[1])
+    lines = [process.stdout.readline().strip(), process.stdout.readline().strip()]
+    said = {line.split()[0]: line for line in lines if line}
+    assert set(said) == {"child", "grandchild"}, lines
+    grandchild = int(said["grandchild"].split()[1])
     try:
-        assert lines[0] == "child armed True"
+        assert said["child"] == "child armed True"
         process.wait(timeout=10)
         eventually(lambda: port_free(port), timeout=5)
     finally:

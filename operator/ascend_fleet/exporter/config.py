@@ -111,7 +111,7 @@ class ExporterConfig:
     @property
     def spool(self) -> Path:
         """The spool directory, defaulted from the port."""
-        return self.spool_dir or default_spool_dir(self.port)
+        return Path(self.spool_dir) if self.spool_dir else default_spool_dir(self.port)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExporterConfig:
