@@ -150,10 +150,10 @@ def test_a_forked_child_lets_go_of_the_port_and_arms_itself(tmp_path):
             time.sleep(0.05)
         child = os.fork()
         if child == 0:
-            print("child armed", runtime.is_armed(), flush=True)
+            os.write(1, f"child armed {{runtime.is_armed()}}\\n".encode())  # one write: the pipe is shared
             time.sleep(30)
             os._exit(0)
-        print("grandchild", child, flush=True)
+        os.write(1, f"grandchild {{child}}\\n".encode())
         time.sleep(0.5)
         os._exit(0)  # the serving process dies; its forked child lives on
     """)
