@@ -179,22 +179,20 @@ def main() -> None:
         action="append",
         default=[],
         help="run nothing: print the runs saved in these files side by side (a 10,000-object run of both "
-        "backends takes hours, so each may be run on its own with --save)",
+        "backends takes about half an hour, so each may be run on its own with --save)",
     )
     args = parser.parse_args()
     if args.table:
-        saved = []
+        runs, shapes = [], set()
         for path in args.table:
             try:
-                one = json.loads(path.read_text())
-                one["runs"] = [Run(**r) for r in one["runs"]]
-                saved.append({"objects": one["objects"], "replicas": one["replicas"], "runs": one["runs"]})
+                saved = json.loads(path.read_text())
+                shapes.add((saved["objects"], saved["replicas"]))
+                runs += [Run(**r) for r in saved["runs"]]
             except (OSError, ValueError, KeyError, TypeError) as error:
                 parser.error(f"{path}: not a run saved by --save ({error!r})")
-        shapes = {(one["objects"], one["replicas"]) for one in saved}
         if len(shapes) != 1:
             parser.error(f"the saved runs differ in --objects and --replicas: {sorted(shapes)}")
-        runs = [r for one in saved for r in one["runs"]]
         (args.objects, args.replicas), args.idle = shapes.pop(), runs[0].idle_seconds
     else:
         backends = [False, True] if args.real else [False]
