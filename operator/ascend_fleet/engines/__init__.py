@@ -1,0 +1,16 @@
+"""The serving engines: one module per engine holds its facts and its renderer; ``registry`` selects one."""
+
+from .base import Engine, EngineFacts, EngineType, Flag, Rank
+from .registry import engine_for, engine_types, facts_of, registered
+
+__all__ = [
+    "Engine",
+    "EngineFacts",
+    "EngineType",
+    "Flag",
+    "Rank",
+    "engine_for",
+    "engine_types",
+    "facts_of",
+    "registered",
+]
