@@ -1,7 +1,7 @@
 """The serving engines: one module per engine holds its facts and its renderer; ``registry`` selects one."""
 
 from .base import Engine, EngineFacts, EngineType, Flag, Rank
-from .registry import engine_for, engine_types, facts_of, registered
+from .registry import UnknownEngine, engine_for, engine_types, facts_of, registered
 
 __all__ = [
     "Engine",
@@ -9,6 +9,7 @@ __all__ = [
     "EngineType",
     "Flag",
     "Rank",
+    "UnknownEngine",
     "engine_for",
     "engine_types",
     "facts_of",

@@ -237,7 +237,33 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
     """ServiceAccount, Role, RoleBinding, ConfigMap, Deployment and Service of the endpoint picker."""
     name = picker_name(owner.name)
     labels = {**common_labels(owner.name), names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
-    selector = {names.LABEL_NAME: owner.name, names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(owner, name, labels),
+        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)},
+    }
+    service_account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(owner, name, labels),
+    }
+    return [
+        service_account,
+        *_picker_access(owner, labels),
+        config,
+        _picker_deployment(owner, picker, labels),
+        _picker_service(owner, labels),
+    ]
+
+
+def _picker_selector(owner: Owner) -> dict[str, str]:
+    return {names.LABEL_NAME: owner.name, names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
+
+
+def _picker_access(owner: Owner, labels: dict[str, str]) -> list[dict]:
+    """The Role and RoleBinding that let the picker read pods, its pool and the objectives."""
+    name = picker_name(owner.name)
     read = ["get", "list", "watch"]
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -260,14 +286,12 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
     }
-    config = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata(owner, name, labels),
-        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)},
-    }
+    return [role, binding]
+
+
+def _picker_container(owner: Owner, picker: PickerSettings) -> dict:
     health = {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}}
-    container = {
+    return {
         "name": "epp",
         "image": picker.image,
         "imagePullPolicy": "IfNotPresent",
@@ -292,7 +316,11 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    deployment = {
+
+
+def _picker_deployment(owner: Owner, picker: PickerSettings, labels: dict[str, str]) -> dict:
+    name = picker_name(owner.name)
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(owner, name, labels),
@@ -300,7 +328,7 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
             # One active picker: its prefix-cache index and flow-control queues live in memory.
             "replicas": 1,
             "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": selector},
+            "selector": {"matchLabels": _picker_selector(owner)},
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
@@ -313,19 +341,22 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "terminationGracePeriodSeconds": 130,
-                    "containers": [container],
+                    "containers": [_picker_container(owner, picker)],
                     "volumes": [{"name": "config", "configMap": {"name": name}}],
                 },
             },
         },
     }
-    service = {
+
+
+def _picker_service(owner: Owner, labels: dict[str, str]) -> dict:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": metadata(owner, name, labels),
+        "metadata": metadata(owner, picker_name(owner.name), labels),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector,
+            "selector": _picker_selector(owner),
             "ports": [
                 {
                     "name": "grpc-ext-proc",
@@ -343,9 +374,3 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
             ],
         },
     }
-    service_account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(owner, name, labels),
-    }
-    return [service_account, role, binding, config, deployment, service]
