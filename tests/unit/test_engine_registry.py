@@ -53,6 +53,7 @@ FAKE_FACTS = EngineFacts(
     underscores=False,
     tune_backend="openai",
     picker_engine="fake",
+    health_path="/healthz",
 )
 
 
@@ -140,6 +141,8 @@ def test_a_fleet_of_a_registered_engine_validates_and_renders(fake_engine):
     assert env["LEADER_ADDRESS"] == "llm-0.llm-pods.$(POD_NAMESPACE).svc"
     assert {"name": "dist-init", "containerPort": FAKE_RENDEZVOUS, "protocol": "TCP"} in container["ports"]
     assert {"name": "http", "containerPort": FAKE_PORT, "protocol": "TCP"} in container["ports"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert "readinessProbe" not in worker["spec"]["containers"][0]
     service = next(o for o in by_kind(objects, "Service") if o["metadata"]["name"] == "llm")
     assert service["spec"]["ports"][0]["port"] == FAKE_PORT
 

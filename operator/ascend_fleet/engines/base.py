@@ -110,9 +110,10 @@ class EngineFacts:
     aliases: dict[str, tuple[str, ...]]
     underscores: bool  # the parser reads ``--flag_name`` as ``--flag-name``
     tune_backend: str  # the benchmark client's ``--backend`` for this engine
-    picker_engine: str | None = (
-        None  # the endpoint picker's metric extractor ``defaultEngine``, if not vLLM's
-    )
+    # The endpoint picker's metric extractor ``defaultEngine``, where the engine's metric names are not vLLM's.
+    picker_engine: str | None = None
+    health_path: str = "/health"  # what the leader's startup, readiness and liveness probes GET
+    # Spec fields only some engines have (SHORT_REQUEST_FIRST, PREFILL_DELAYER).
     features: frozenset[str] = field(default_factory=frozenset)
 
     def default_image(self, chip: str) -> str | None:

@@ -11,6 +11,7 @@ from typing import Any
 from ..api import names
 from ..api.units import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
+from ..engines import facts_of
 from ..layout import Layout, plan
 from .engine import EXPORTER_PORT, Rank, command, engine_env, exporter_enabled, leader_ports
 from .metadata import (
@@ -202,7 +203,7 @@ def _ports(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[dict]:
 
 
 def _probes(spec: AscendInferenceSpec) -> dict:
-    health = {"httpGet": {"path": "/health", "port": "http"}}
+    health = {"httpGet": {"path": facts_of(spec.engine.type).health_path, "port": "http"}}
     period = 10
     return {
         # Model loading takes minutes; the startup probe holds liveness off until then.
