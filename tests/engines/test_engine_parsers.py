@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from ascend_fleet.api import images, names
+from ascend_fleet.engines import facts_of
 from ascend_fleet.layout import plan
-from ascend_fleet.render.engine import ALIASES, UNDERSCORES, Rank, engine_flags
+from ascend_fleet.render.engine import Rank, engine_flags
 from ascend_fleet.render.validation import validate
 from tests.support.paths import EXAMPLES, ROOT
 
@@ -237,7 +238,7 @@ def test_a_bad_flag_is_refused(engine):
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_alias_table_matches_the_parser(engine):
-    """ALIASES lists every other spelling the parser has for each generated flag, and no parser option is
+    """The facts' aliases list every other spelling the parser has for each generated flag, and no parser option is
     a proper prefix of a generated spelling (the conflict check reads such prefixes as abbreviations)."""
     kind = "vllm-ascend" if engine == "vllm" else "sglang"
     answer = parsed(engine)
@@ -259,17 +260,17 @@ def test_the_alias_table_matches_the_parser(engine):
     for name in sorted(generated):
         action = next((o for o in options if name in o), None)
         assert action is not None, f"{name} is not an option of the {engine} parser"
-        assert sorted(set(action) - {name}) == sorted(ALIASES[kind].get(name, ())), name
+        assert sorted(set(action) - {name}) == sorted(facts_of(kind).aliases.get(name, ())), name
     every = [s for o in options for s in o if s.startswith("--")]
     for name in generated:
-        own = {name, *ALIASES[kind].get(name, ())}
+        own = {name, *facts_of(kind).aliases.get(name, ())}
         clashes = [s for s in every if s not in own and name.startswith(s)]
         assert not clashes, f"{clashes} are options of their own and prefixes of {name}"
     assert answer["allow_abbrev"] is True
 
 
 def test_underscore_rule_matches_vllm():
-    """vLLM reads --a_b as --a-b (the conflict check relies on it); SGLang does not (UNDERSCORES)."""
+    """vLLM reads --a_b as --a-b (the conflict check relies on it); SGLang does not (the facts' underscores)."""
     vllm_case = copy.deepcopy(cases()["vllm"][0])
     vllm_case["argv"] = [*vllm_case["argv"], "--enable_prefix_caching"]
     sglang_case = copy.deepcopy(cases()["sglang"][0])
@@ -286,7 +287,7 @@ def test_underscore_rule_matches_vllm():
         )
         answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
         outcome[engine] = answer["results"][0]["ok"]
-    assert outcome == {"vllm": UNDERSCORES["vllm-ascend"], "sglang": UNDERSCORES["sglang"]}
+    assert outcome == {"vllm": facts_of("vllm-ascend").underscores, "sglang": facts_of("sglang").underscores}
 
 
 def test_the_engines_plugin_loaders_find_the_exporter():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.api.v1alpha1 import DEFAULT_IMAGES
+from ascend_fleet.api.images import DEFAULT_IMAGES
 from tests.support.paths import ROOT
 
 IMAGES = ROOT / "images"

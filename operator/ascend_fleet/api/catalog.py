@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from ..engines.registry import builtin_facts
+
 PRESET_ASCEND_FLEET = "ascend-fleet"
 PRESET_NPU_EXPORTER = "npu-exporter"
 
@@ -40,16 +42,15 @@ def _either(aggregation: str, *metrics: str) -> str:
     return " or ".join(f"{aggregation} {_BY} ({metric})" for metric in metrics)
 
 
-# Engine metrics: only the leader (rank 0) serves them, so sum/max over a replica is that pod's. Newer SGLang
-# writes each queue gauge once with priority="" (the total) and again per priority value: the total alone is
-# selected before summing (older versions have no priority label, which priority="" also matches).
-_SGLANG_TOTAL = '{priority=""}'
+# Each engine's own series, in the order of the production engines (the metric names are the engines' facts).
+_METRICS = [facts.metrics for facts in builtin_facts()]
+
+# Engine metrics: only the leader (rank 0) serves them, so sum/max over a replica is that pod's. Queue gauges
+# carry their selectors in the facts (SGLang's total is the series with priority="").
 _ENGINE_ENTRIES = {
-    "queue_depth": _either("sum", "vllm:num_requests_waiting", f"sglang:num_queue_reqs{_SGLANG_TOTAL}"),
-    "running_requests": _either(
-        "sum", "vllm:num_requests_running", f"sglang:num_running_reqs{_SGLANG_TOTAL}"
-    ),
-    "kv_cache_usage": _either("max", "vllm:kv_cache_usage_perc", "sglang:token_usage"),
+    "queue_depth": _either("sum", *(m.queue_depth for m in _METRICS)),
+    "running_requests": _either("sum", *(m.running_requests for m in _METRICS)),
+    "kv_cache_usage": _either("max", *(m.kv_cache_usage for m in _METRICS)),
 }
 
 # Request KPIs from the engines' own histograms, over the last minute (the seeds' "requests over 1 s"):
@@ -75,11 +76,9 @@ def _share_over_one_second(*histograms: str) -> str:
 
 
 _REQUEST_ENTRIES = {
-    "ttft_p99": _p99("vllm:time_to_first_token_seconds", "sglang:time_to_first_token_seconds"),
-    "queue_time_p99": _p99("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
-    "slow_request_share": _share_over_one_second(
-        "vllm:e2e_request_latency_seconds", "sglang:e2e_request_latency_seconds"
-    ),
+    "ttft_p99": _p99(*(m.ttft_histogram for m in _METRICS)),
+    "queue_time_p99": _p99(*(m.queue_time_histogram for m in _METRICS)),
+    "slow_request_share": _share_over_one_second(*(m.e2e_latency_histogram for m in _METRICS)),
 }
 
 # The project's exporter: per device; a replica is as fragmented as its worst device and as busy as its mean.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ..engines.registry import builtin_facts, engine_types, facts_of
 from .units import format_duration
 
 # ----- chips -----
@@ -29,13 +30,6 @@ ALLOWED_NPUS_PER_POD: dict[str, tuple[int, ...]] = {
     "ascend910a": (1, 2, 4, 8),
     "ascend910b": tuple(range(1, 9)),
     "ascend910_93": (1, *range(2, 17, 2)),
-}
-
-# Chips each engine runs on. vllm-ascend supports Atlas A2 (910B), A3 (910_93) and 300I inference cards;
-# the 910A (Atlas 800 training servers of the first generation) is not among them.
-ENGINE_CHIPS: dict[str, tuple[str, ...]] = {
-    "vllm-ascend": ("ascend910b", "ascend910_93"),
-    "sglang": ("ascend910a", "ascend910b", "ascend910_93"),
 }
 
 
@@ -59,16 +53,20 @@ def divisors(n: int, limit: int = MAX_NPUS_PER_NODE) -> list[int]:
 
 def engine_chip_problem(engine: str, chip: str) -> str | None:
     """Why this engine cannot run on this chip, or None when it can."""
-    if chip in ENGINE_CHIPS[engine]:
+    if chip in facts_of(engine).chips:
         return None
     return engine_chip_sentence(engine, chip)
 
 
 def engine_chip_sentence(engine: str, chip: str) -> str:
-    fits = " or ".join(ENGINE_CHIPS[engine])
+    """The engine's chips, and the other engines that do run on this chip."""
+    facts = facts_of(engine)
+    fits = " or ".join(facts.chips)
+    others = [e for e in engine_types() if e != engine and chip in facts_of(e).chips]
+    alternative = "".join(f", or use engine.type {other}" for other in others)
     return (
-        f"engine.type {engine} does not run on hardware.chip {chip}: vllm-ascend supports Atlas A2 (ascend910b), "
-        f"Atlas A3 (ascend910_93) and Atlas 300I only; set hardware.chip to {fits}, or use engine.type sglang"
+        f"engine.type {engine} does not run on hardware.chip {chip}: {facts.chip_support}; "
+        f"set hardware.chip to {fits}{alternative}"
     )
 
 
@@ -228,6 +226,7 @@ NODE = (
     f"(has(self.hardware) && has(self.hardware.npusPerNode) ? self.hardware.npusPerNode : "
     f"{_cel_map(DEFAULT_NPUS_PER_NODE)}[{CHIP}])"
 )
+ENGINE = "self.engine.type"  # required by the schema, so no default to spell out
 TENSOR, PIPELINE = "self.parallelism.tensor", "self.parallelism.pipeline"  # the CRD defaults both
 COUNT = f"({TENSOR} * {PIPELINE})"
 HEADS, LAYERS = "self.model.numAttentionHeads", "self.model.numLayers"
@@ -318,12 +317,12 @@ def spec_validations() -> list[dict]:
             }
         )
     unsupported = [
-        (engine, chip) for engine, chips in ENGINE_CHIPS.items() for chip in CHIP_LABEL if chip not in chips
+        (facts.type, chip) for facts in builtin_facts() for chip in CHIP_LABEL if chip not in facts.chips
     ]
     for engine, chip in unsupported:
         rules.append(
             {
-                "rule": f"!(self.engine.type == '{engine}' && {CHIP} == '{chip}')",
+                "rule": f"!({ENGINE} == '{engine}' && {CHIP} == '{chip}')",
                 "message": engine_chip_sentence(engine, chip),
                 "fieldPath": ".hardware.chip",
             }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -21,9 +22,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
+from pydantic_core import PydanticCustomError
 
+from ..engines.base import PREFILL_DELAYER, SHORT_REQUEST_FIRST
+from ..engines.registry import BUILTIN_TYPES, builtin_facts, engine_types, facts_of
 from .checks import (
     DEFAULT_NPUS_PER_NODE,
+    ENGINE,
     MAX_DURATION_LENGTH,
     MAX_MODEL_DIMENSION,
     MAX_WINDOW_SECONDS,
@@ -31,7 +36,7 @@ from .checks import (
     window_sentence,
     window_validations,
 )
-from .images import DEFAULT_IMAGES
+from .images import default_image
 from .k8s import EnvVarSource, ResourceRequirements, Size, Toleration, VolumeSource, env_name_problem
 from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
 
@@ -74,7 +79,6 @@ Threshold = Annotated[
 ]
 """A plain number; percentages are converted to ratios (``"85%"`` -> 0.85)."""
 
-EngineType = Literal["vllm-ascend", "sglang"]
 MultiNode = Literal["ray", "native"]
 Chip = Literal["ascend910a", "ascend910b", "ascend910_93"]
 Precision = Literal["bf16", "fp16", "int8"]
@@ -84,7 +88,37 @@ Scope = Literal["fleet", "replica"]
 RoutingMode = Literal["service", "inferencePool"]
 SchedulingPolicy = Literal["fcfs", "short-request-first"]
 
-DEFAULT_ENGINE_PORT: dict[str, int] = {"vllm-ascend": 8000, "sglang": 30000}
+
+def _registered_engine(value: str) -> str:
+    """An engine type some engine is registered for; the sentence lists them as pydantic lists a literal's."""
+    known = engine_types()
+    if value in known:
+        return value
+    quoted = [repr(t) for t in known]
+    expected = " or ".join([", ".join(quoted[:-1]), quoted[-1]]) if len(quoted) > 1 else quoted[0]
+    raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
+
+
+RegisteredEngineType = Annotated[
+    str,
+    AfterValidator(_registered_engine),
+    # The CRD lists the production engines; an engine registered at run time is known to the operator only.
+    WithJsonSchema({"enum": list(BUILTIN_TYPES), "type": "string"}),
+]
+"""An ``engines.EngineType``, or the type of an engine registered at run time."""
+
+
+def _engine_types_with(feature: str) -> list[str]:
+    return [facts.type for facts in builtin_facts() if feature in facts.features]
+
+
+def _cel_engine_is_one_of(types: list[str]) -> str:
+    """CEL that holds for the listed engine types."""
+    return " || ".join(f"{ENGINE} == '{t}'" for t in types)
+
+
+def _has_feature(engine_type: str, feature: str) -> bool:
+    return feature in facts_of(engine_type).features
 
 
 class Model(BaseModel):
@@ -177,7 +211,7 @@ class EnvVar(Model):
 class Engine(Model):
     """The serving engine and how its pods run."""
 
-    type: EngineType = Field(description="vllm-ascend or sglang.")
+    type: RegisteredEngineType = Field(description="vllm-ascend or sglang.")
     image: str | None = Field(
         default=None, description="Engine image; defaults to the upstream image for the engine and chip."
     )
@@ -212,7 +246,7 @@ class Engine(Model):
     @model_validator(mode="after")
     def _fill_defaults(self) -> Engine:
         if self.port is None:
-            self.port = DEFAULT_ENGINE_PORT[self.type]
+            self.port = facts_of(self.type).default_port
         return self
 
 
@@ -648,13 +682,14 @@ class AscendInferenceSpec(Model):
             "x-kubernetes-validations": [
                 {
                     "rule": "!has(self.scheduling) || !has(self.scheduling.policy) || "
-                    "self.scheduling.policy != 'short-request-first' || self.engine.type == 'vllm-ascend'",
+                    "self.scheduling.policy != 'short-request-first' || "
+                    + _cel_engine_is_one_of(_engine_types_with(SHORT_REQUEST_FIRST)),
                     "message": "scheduling.policy short-request-first needs engine.type vllm-ascend (SGLang has no "
                     "prompt-length scheduler: use policy fcfs with routing.classes)",
                 },
                 {
                     "rule": "!has(self.batching) || !has(self.batching.prefillDelayer) "
-                    "|| self.engine.type == 'sglang'",
+                    "|| " + _cel_engine_is_one_of(_engine_types_with(PREFILL_DELAYER)),
                     "message": "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: "
                     "remove it, or use engine.type sglang",
                 },
@@ -690,7 +725,9 @@ class AscendInferenceSpec(Model):
 
     @model_validator(mode="after")
     def _policy_fits_engine(self) -> AscendInferenceSpec:
-        if self.scheduling.policy == "short-request-first" and self.engine.type != "vllm-ascend":
+        if self.scheduling.policy == "short-request-first" and not _has_feature(
+            self.engine.type, SHORT_REQUEST_FIRST
+        ):
             raise ValueError(
                 "spec.scheduling.policy short-request-first needs engine.type vllm-ascend: SGLang has no "
                 "prompt-length scheduler (its policies are fcfs, lof, lpm, dfs-weight, random); use policy fcfs "
@@ -700,7 +737,7 @@ class AscendInferenceSpec(Model):
 
     @model_validator(mode="after")
     def _engine_knobs(self) -> AscendInferenceSpec:
-        if self.batching.prefill_delayer is not None and self.engine.type != "sglang":
+        if self.batching.prefill_delayer is not None and not _has_feature(self.engine.type, PREFILL_DELAYER):
             raise ValueError(
                 "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: remove it, "
                 "or use engine.type sglang"
@@ -716,7 +753,7 @@ class AscendInferenceSpec(Model):
 
     def image(self) -> str | None:
         """The engine image to run: the user's, or the upstream one for the engine and chip (None: no image)."""
-        return self.engine.image or DEFAULT_IMAGES.get((self.engine.type, self.hardware.chip))
+        return self.engine.image or default_image(self.engine.type, self.hardware.chip)
 
 
 # ----- status -----

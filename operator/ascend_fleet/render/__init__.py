@@ -1,11 +1,7 @@
 """Pure manifest builders: every child object of an AscendInference, derived from its spec alone."""
 
 from .children import (
-    Owner,
     drain_patch,
-    leader_selector,
-    pod_group_name,
-    pod_name,
     render_all,
     render_pdb,
     render_replica,
@@ -14,6 +10,7 @@ from .children import (
     uses_volcano,
 )
 from .engine import EXPORTER_PORT
+from .metadata import Owner, leader_selector, pod_group_name, pod_name
 from .validation import InvalidSpec, Valid, validate
 
 __all__ = [

@@ -6,24 +6,24 @@ import copy
 import hashlib
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from ..api import names
 from ..api.units import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
+from ..engines import facts_of
 from ..layout import Layout, plan
-from .engine import (
-    EXPORTER_PORT,
-    RAY_PORT,
-    SGLANG_DIST_PORT,
-    VLLM_MASTER_PORT,
-    Rank,
-    command,
-    engine_env,
-    exporter_enabled,
-    multi_node_mode,
+from .engine import EXPORTER_PORT, Rank, command, engine_env, exporter_enabled, leader_ports
+from .metadata import (
+    Owner,
+    common_labels,
+    headless_service_name,
+    metadata,
+    pod_group_name,
+    pod_name,
+    serving_selector,
 )
+from .routing import render_routing
 from .template import merge_template
 
 ENGINE_CONTAINER = "engine"
@@ -41,69 +41,6 @@ DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these fr
     ("ascend-dcmi", "/usr/local/dcmi", "Directory"),
     ("npu-smi", "/usr/local/bin/npu-smi", "File"),
 )
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The AscendInference that owns the children (uid is None when rendering offline)."""
-
-    name: str
-    namespace: str
-    uid: str | None = None
-
-    @classmethod
-    def of(cls, obj: AscendInference) -> Owner:
-        return cls(obj.name, obj.namespace, obj.metadata.get("uid"))
-
-    def reference(self) -> list[dict]:
-        if not self.uid:
-            return []
-        return [
-            {
-                "apiVersion": names.API_VERSION,
-                "kind": names.KIND,
-                "name": self.name,
-                "uid": self.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-
-
-def common_labels(name: str) -> dict[str, str]:
-    return {
-        names.LABEL_NAME: name,
-        names.LABEL_APP_NAME: names.APP_NAME,
-        names.LABEL_APP_INSTANCE: name,
-        names.LABEL_APP_MANAGED_BY: names.MANAGED_BY,
-    }
-
-
-def leader_selector(name: str) -> dict[str, str]:
-    """Leader pods of an inference: status.selector, for the scale subresource."""
-    return {names.LABEL_NAME: name, names.LABEL_ROLE: names.ROLE_LEADER}
-
-
-def serving_selector(name: str) -> dict[str, str]:
-    """Leaders that take traffic: the serving Service's selector (a drain flips LABEL_SERVING)."""
-    return {**leader_selector(name), names.LABEL_SERVING: "true"}
-
-
-def pod_name(name: str, replica: int, rank: int) -> str:
-    """``<name>-<replica>`` for leaders, ``<name>-<replica>-<rank>`` for workers (as LeaderWorkerSet)."""
-    return f"{name}-{replica}" if rank == 0 else f"{name}-{replica}-{rank}"
-
-
-def headless_service_name(name: str) -> str:
-    return f"{name}-pods"
-
-
-def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict:
-    meta: dict[str, Any] = {"name": name, "namespace": owner.namespace, "labels": labels}
-    refs = owner.reference()
-    if refs:
-        meta["ownerReferences"] = refs
-    return meta
 
 
 def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None) -> str:
@@ -143,17 +80,13 @@ def uses_volcano(spec: AscendInferenceSpec) -> bool:
     return spec.scheduling.scheduler_name == names.VOLCANO_SCHEDULER
 
 
-def pod_group_name(name: str, replica: int) -> str:
-    return f"{name}-{replica}"
-
-
 def render_pod_group(spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout) -> dict:
     """Volcano's PodGroup for one replica: all of its pods start together or none does (gang scheduling)."""
     labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
     return {
         "apiVersion": names.POD_GROUP_API_VERSION,
         "kind": names.POD_GROUP_KIND,
-        "metadata": _metadata(owner, pod_group_name(owner.name, replica), labels),
+        "metadata": metadata(owner, pod_group_name(owner.name, replica), labels),
         "spec": {
             "minMember": layout.pods_per_replica,
             "minResources": {spec.hardware.resource_name: str(layout.npus_per_replica)},
@@ -202,7 +135,7 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(owner, pod_name(name, at.replica, at.rank), labels),
+        "metadata": metadata(owner, pod_name(name, at.replica, at.rank), labels),
         "spec": pod_spec,
     }
     if uses_volcano(spec):
@@ -265,17 +198,12 @@ def _ports(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[dict]:
     if exporter_enabled(spec):
         ports.append({"name": "npu-metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"})
     if layout.multi_pod and at.leader:
-        if spec.engine.type == "vllm-ascend" and multi_node_mode(spec) == "ray":
-            ports.append({"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"})
-        elif spec.engine.type == "vllm-ascend":
-            ports.append({"name": "dist-init", "containerPort": VLLM_MASTER_PORT, "protocol": "TCP"})
-        else:
-            ports.append({"name": "dist-init", "containerPort": SGLANG_DIST_PORT, "protocol": "TCP"})
+        ports += leader_ports(spec)
     return ports
 
 
 def _probes(spec: AscendInferenceSpec) -> dict:
-    health = {"httpGet": {"path": "/health", "port": "http"}}
+    health = {"httpGet": {"path": facts_of(spec.engine.type).health_path, "port": "http"}}
     period = 10
     return {
         # Model loading takes minutes; the startup probe holds liveness off until then.
@@ -316,7 +244,7 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
     serving = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(owner, name, common_labels(name)),
+        "metadata": metadata(owner, name, common_labels(name)),
         "spec": {
             "type": "ClusterIP",
             "selector": serving_selector(name),
@@ -333,7 +261,7 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
     headless = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(owner, headless_service_name(name), common_labels(name)),
+        "metadata": metadata(owner, headless_service_name(name), common_labels(name)),
         "spec": {
             "clusterIP": "None",
             # Ranks must resolve each other while they start, before any of them is Ready.
@@ -359,7 +287,7 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
+        "metadata": metadata(owner, owner.name, common_labels(owner.name)),
         "spec": {
             "minAvailable": min_available,
             "selector": {"matchLabels": {names.LABEL_NAME: owner.name}},
@@ -369,8 +297,6 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
 
 def render_all(obj: AscendInference) -> list[dict]:
     """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects."""
-    from .routing import render_routing  # routing builds on this module's metadata and selectors
-
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)

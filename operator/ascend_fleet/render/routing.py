@@ -25,7 +25,8 @@ import yaml
 
 from ..api import names
 from ..api.v1alpha1 import AscendInferenceSpec, PriorityClass
-from .children import Owner, _metadata, common_labels, serving_selector
+from ..engines import facts_of
+from .metadata import Owner, common_labels, metadata, serving_selector
 
 POOL_API_VERSION = "inference.networking.k8s.io/v1"
 OBJECTIVE_API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
@@ -94,7 +95,7 @@ def render_pool(spec: AscendInferenceSpec, owner: Owner) -> dict:
     return {
         "apiVersion": POOL_API_VERSION,
         "kind": "InferencePool",
-        "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
+        "metadata": metadata(owner, owner.name, common_labels(owner.name)),
         "spec": {
             "selector": {"matchLabels": serving_selector(owner.name)},
             "targetPorts": [{"number": spec.engine.port}],
@@ -114,7 +115,7 @@ def render_objective(owner: Owner, priority_class: PriorityClass) -> dict:
     return {
         "apiVersion": OBJECTIVE_API_VERSION,
         "kind": "InferenceObjective",
-        "metadata": _metadata(owner, objective_name(owner.name, priority_class), common_labels(owner.name)),
+        "metadata": metadata(owner, objective_name(owner.name, priority_class), common_labels(owner.name)),
         "spec": {
             "priority": priority_class.priority,
             "poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name},
@@ -134,7 +135,7 @@ def render_httproute(spec: AscendInferenceSpec, owner: Owner) -> dict:
     return {
         "apiVersion": HTTPROUTE_API_VERSION,
         "kind": "HTTPRoute",
-        "metadata": _metadata(owner, owner.name, common_labels(owner.name)),
+        "metadata": metadata(owner, owner.name, common_labels(owner.name)),
         "spec": {
             "parentRefs": [parent],
             "rules": [
@@ -154,8 +155,9 @@ def render_httproute(spec: AscendInferenceSpec, owner: Owner) -> dict:
 def picker_config(spec: AscendInferenceSpec) -> dict:
     """The endpoint picker's ``EndpointPickerConfig``: scorers over the engine's metrics, flow control per class."""
     extractor: dict = {"type": "core-metrics-extractor"}
-    if spec.engine.type == "sglang":
-        extractor["parameters"] = {"defaultEngine": "sglang"}
+    picker_engine = facts_of(spec.engine.type).picker_engine
+    if picker_engine is not None:  # the extractor reads vLLM's metric names unless told otherwise
+        extractor["parameters"] = {"defaultEngine": picker_engine}
     bands = [
         {"priority": c.priority, "maxRequests": c.max_queue}
         for c in sorted(spec.routing.classes, key=lambda c: -c.priority)
@@ -235,12 +237,38 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
     """ServiceAccount, Role, RoleBinding, ConfigMap, Deployment and Service of the endpoint picker."""
     name = picker_name(owner.name)
     labels = {**common_labels(owner.name), names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
-    selector = {names.LABEL_NAME: owner.name, names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
+    config = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(owner, name, labels),
+        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)},
+    }
+    service_account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(owner, name, labels),
+    }
+    return [
+        service_account,
+        *_picker_access(owner, labels),
+        config,
+        _picker_deployment(owner, picker, labels),
+        _picker_service(owner, labels),
+    ]
+
+
+def _picker_selector(owner: Owner) -> dict[str, str]:
+    return {names.LABEL_NAME: owner.name, names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
+
+
+def _picker_access(owner: Owner, labels: dict[str, str]) -> list[dict]:
+    """The Role and RoleBinding that let the picker read pods, its pool and the objectives."""
+    name = picker_name(owner.name)
     read = ["get", "list", "watch"]
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": _metadata(owner, name, labels),
+        "metadata": metadata(owner, name, labels),
         "rules": [
             {"apiGroups": [""], "resources": ["pods"], "verbs": read},
             {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": read},
@@ -254,18 +282,16 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": _metadata(owner, name, labels),
+        "metadata": metadata(owner, name, labels),
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner.namespace}],
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
     }
-    config = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(owner, name, labels),
-        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)},
-    }
+    return [role, binding]
+
+
+def _picker_container(owner: Owner, picker: PickerSettings) -> dict:
     health = {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}}
-    container = {
+    return {
         "name": "epp",
         "image": picker.image,
         "imagePullPolicy": "IfNotPresent",
@@ -290,15 +316,19 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    deployment = {
+
+
+def _picker_deployment(owner: Owner, picker: PickerSettings, labels: dict[str, str]) -> dict:
+    name = picker_name(owner.name)
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(owner, name, labels),
+        "metadata": metadata(owner, name, labels),
         "spec": {
             # One active picker: its prefix-cache index and flow-control queues live in memory.
             "replicas": 1,
             "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": selector},
+            "selector": {"matchLabels": _picker_selector(owner)},
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
@@ -311,19 +341,22 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "terminationGracePeriodSeconds": 130,
-                    "containers": [container],
+                    "containers": [_picker_container(owner, picker)],
                     "volumes": [{"name": "config", "configMap": {"name": name}}],
                 },
             },
         },
     }
-    service = {
+
+
+def _picker_service(owner: Owner, labels: dict[str, str]) -> dict:
+    return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(owner, name, labels),
+        "metadata": metadata(owner, picker_name(owner.name), labels),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector,
+            "selector": _picker_selector(owner),
             "ports": [
                 {
                     "name": "grpc-ext-proc",
@@ -341,9 +374,3 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
             ],
         },
     }
-    service_account = {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": _metadata(owner, name, labels),
-    }
-    return [service_account, role, binding, config, deployment, service]

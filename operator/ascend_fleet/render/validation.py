@@ -15,8 +15,11 @@ from ..api import images
 from ..api.catalog import unknown_metric_message
 from ..api.checks import MAX_WINDOW_SECONDS, name_problem, window_sentence
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
+from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan
+from .children import render_replica
 from .engine import arg_conflicts, exporter_enabled, version_problems
+from .metadata import Owner
 from .template import schema_problems, template_problems
 
 
@@ -64,8 +67,6 @@ def validate(
     problems += version_problems(obj.spec, layout)
     problems += template_problems(obj.spec)
     if obj.spec.template is not None and not problems:
-        from .children import Owner, render_replica
-
         replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout)
         problems += schema_problems([o for o in replica if o["kind"] == "Pod"])
     if not allow_host_path and obj.spec.model.volume and "hostPath" in obj.spec.model.volume:
@@ -87,8 +88,8 @@ def image_problems(spec: AscendInferenceSpec) -> list[str]:
     if spec.image() is not None:
         return []
     engine, chip = spec.engine.type, spec.hardware.chip
-    supported = ", ".join(images.SUPPORTED_CHIPS[engine])
-    others = [e for e, chips in images.SUPPORTED_CHIPS.items() if e != engine and chip in chips]
+    supported = ", ".join(images.supported_chips(engine))
+    others = [e for e in engine_types() if e != engine and chip in images.supported_chips(e)]
     alternative = f"use engine.type {others[0]} on {chip}, " if others else ""
     return [
         f"spec.hardware.chip: {engine} has no image for {chip} ({engine} supports {supported}); "

@@ -24,12 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from ..engines import facts_of
+from ..engines.registry import UnknownEngine
 from .ladder import Rung
 from .table import Row
 
 CLIENT_MODULE = "sglang.bench_serving"
 CLIENT_NAME = "sglang.bench_serving (SGLang 0.5.5)"
-BACKEND = {"vllm-ascend": "vllm", "sglang": "sglang-oai"}
+# The client's backend for an engine the registry does not know: vLLM's, plain OpenAI-compatible streaming.
+DEFAULT_BACKEND = "vllm"
 INSTALL_HINT = (
     "the benchmark client is SGLang's sglang.bench_serving; install it with `make tune-client` "
     "(a Python environment of its own with sglang==0.5.5 and its client's dependencies), or point "
@@ -38,6 +41,14 @@ INSTALL_HINT = (
 CLIENT_ENV = "sglang-0.5.5"  # make tune-client's environment, under the cache folder
 # tqdm's "12/64 [" as sglang.bench_serving prints it on stderr.
 _PROGRESS = re.compile(rb"(\d+)/(\d+) \[")
+
+
+def backend(engine: str) -> str:
+    """The benchmark client's ``--backend`` for an engine type (its facts' tune backend)."""
+    try:
+        return facts_of(engine).tune_backend
+    except UnknownEngine:
+        return DEFAULT_BACKEND
 
 
 class ClientError(RuntimeError):
@@ -84,7 +95,7 @@ def bench_argv(
         "-m",
         CLIENT_MODULE,
         "--backend",
-        BACKEND.get(engine, "vllm"),
+        backend(engine),
         "--base-url",
         endpoint.rstrip("/"),
         "--model",

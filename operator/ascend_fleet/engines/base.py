@@ -1,0 +1,256 @@
+"""What every engine is (its facts) and what every engine renders (its interface).
+
+The facts are data: the engine's type, port, chips, default images, metric names, flag spellings and the
+versions from which generated flags exist. The interface is the part of an engine pod that differs between
+engines: the command line, the engine's own environment, the leader's rendezvous ports and the settings an
+image's engine version cannot run. Everything else about a pod is the same for every engine and stays in
+``render``.
+
+This package sits below ``api`` (the API reads the facts to default ports and images and to state its
+checks); the spec and layout types appear here in annotations only.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ..api.v1alpha1 import AscendInferenceSpec
+    from ..layout import Layout
+
+EngineType = Literal["vllm-ascend", "sglang"]
+Version = tuple[int, int, int]
+
+# Feature names an engine's facts list: spec fields only some engines have.
+SHORT_REQUEST_FIRST = "short-request-first"  # scheduling.policy short-request-first
+PREFILL_DELAYER = "prefill-delayer"  # batching.prefillDelayer
+
+DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
+
+_TAG_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_version(text: str) -> Version:
+    """``0.23.0`` (or ``0.23.0.post1``) as a comparable tuple."""
+    major, minor, patch = (int(part) for part in text.split(".")[:3])
+    return major, minor, patch
+
+
+def format_version(version: Version) -> str:
+    """A version tuple as people write it: ``0.23.0``."""
+    return ".".join(str(part) for part in version)
+
+
+def repository(image: str) -> str:
+    """The image reference without its tag or digest."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return name[: len(name) - len(last)] + last.split(":", 1)[0]
+
+
+def tag_version(image: str) -> Version | None:
+    """The version a ``v<x.y.z>`` tag names, or None for any other tag."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    match = _TAG_VERSION.match(tag)
+    if match:
+        return int(match.group(1)), int(match.group(2)), int(match.group(3))
+    return None
+
+
+@dataclass(frozen=True)
+class Release:
+    """One default upstream image and what it carries."""
+
+    image: str
+    version: str  # the engine release inside (vllm-ascend pairs with the vLLM of the same number)
+    cann: str
+    chips: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The engine's own Prometheus series behind the catalog's engine entries (selectors included)."""
+
+    queue_depth: str
+    running_requests: str
+    kv_cache_usage: str
+    ttft_histogram: str
+    queue_time_histogram: str
+    e2e_latency_histogram: str
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How one engine spells the settings every engine has."""
+
+    quantization: str  # the --quantization value for ModelSlim int8 weights
+    max_batch_size: str
+    max_batch_tokens: str
+    max_model_len: str
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """Everything the operator knows about one engine that is not code."""
+
+    type: str
+    label: str  # the engine's name in sentences: vLLM, SGLang
+    default_port: int
+    chips: tuple[str, ...]
+    chip_support: str  # the sentence part that says which chips the engine runs on
+    releases: tuple[Release, ...]
+    metrics: Metrics
+    spelling: Spelling
+    # Other spellings the engine's own parser accepts for a generated flag (``make test-engines`` checks them).
+    aliases: dict[str, tuple[str, ...]]
+    underscores: bool  # the parser reads ``--flag_name`` as ``--flag-name``
+    tune_backend: str  # the benchmark client's ``--backend`` for this engine
+    # The endpoint picker's metric extractor ``defaultEngine``, where the engine's metric names are not vLLM's.
+    picker_engine: str | None = None
+    health_path: str = "/health"  # what the leader's startup, readiness and liveness probes GET
+    # Spec fields only some engines have (SHORT_REQUEST_FIRST, PREFILL_DELAYER).
+    features: frozenset[str] = field(default_factory=frozenset)
+
+    def default_image(self, chip: str) -> str | None:
+        """The upstream image for a chip, or None where the engine does not support the chip."""
+        return next((r.image for r in self.releases if chip in r.chips), None)
+
+    def default_version(self) -> Version:
+        """The engine version of the default images (all chips carry the same one)."""
+        return parse_version(self.releases[0].version)
+
+    def image_version(self, image: str) -> Version:
+        """The version an image carries: from a ``v<x.y.z>`` tag, else the default image's."""
+        return tag_version(image) or self.default_version()
+
+    def upstream_repositories(self) -> frozenset[str]:
+        """Repositories of the default images: they do not contain this project's exporter."""
+        return frozenset(repository(r.image) for r in self.releases)
+
+
+@dataclass(frozen=True)
+class Rank:
+    """Where one pod sits in its replica's gang."""
+
+    replica: int
+    rank: int
+    pods: int
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0 serves the HTTP API; the others hold pipeline stages."""
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One generated flag and the spec field it comes from (for conflict messages)."""
+
+    name: str
+    value: str | None
+    source: str
+
+    def tokens(self) -> list[str]:
+        """The flag as argv tokens."""
+        return [self.name] if self.value is None else [self.name, self.value]
+
+
+class Engine(ABC):
+    """One engine's renderer: the parts of an engine pod that differ between engines."""
+
+    facts: EngineFacts
+
+    @abstractmethod
+    def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+        """The flags the engine gets for this pod, before the user's own args."""
+
+    @abstractmethod
+    def command(self, spec: AscendInferenceSpec, layout: Layout, at: Rank, exporter: bool) -> list[str]:
+        """The container command (argv) for one pod; ``exporter`` says whether the exporter runs in it."""
+
+    @abstractmethod
+    def env(self, spec: AscendInferenceSpec, layout: Layout) -> list[dict]:
+        """The engine's own environment, after the variables every engine pod gets."""
+
+    @abstractmethod
+    def leader_ports(self, spec: AscendInferenceSpec) -> list[dict]:
+        """Container ports the leader of a multi-pod replica opens for its workers."""
+
+    @abstractmethod
+    def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
+        """Settings the image's engine version cannot run, each with what would fit."""
+
+    def argv(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[str]:
+        """Generated flags as tokens, then the user's args."""
+        return [t for flag in self.flags(spec, layout, at) for t in flag.tokens()] + list(spec.engine.args)
+
+    def arg_conflicts(self, spec: AscendInferenceSpec, layout: Layout) -> list[str]:
+        """User args that repeat a generated flag, in any spelling the engine accepts: reported, never overridden."""
+        generated: dict[str, Flag] = {}
+        for rank in range(layout.pods_per_replica):  # workers may get flags the leader does not (--headless)
+            for flag in self.flags(spec, layout, Rank(0, rank, layout.pods_per_replica)):
+                generated.setdefault(flag.name, flag)
+        problems = []
+        for arg in spec.engine.args:
+            if not arg.startswith("-"):
+                continue
+            source = self._generated_option(self._spelled(arg), generated)
+            if source is not None:
+                shown = f"{source.name} {source.value}" if source.value is not None else source.name
+                problems.append(
+                    f"spec.engine.args: {arg!r} repeats the generated {shown!r} (from {source.source}); "
+                    f"set it there instead of in args"
+                )
+        return problems
+
+    def _spelled(self, arg: str) -> str:
+        """The option an argument names, with the engine's underscore rule applied (``--a_b=1`` -> ``--a-b``)."""
+        option = arg.split("=", 1)[0]
+        if self.facts.underscores and option.startswith("--"):
+            option = "--" + option[2:].replace("_", "-")
+        return option
+
+    def _generated_option(self, option: str, generated: dict[str, Flag]) -> Flag | None:
+        """The generated flag an option means: its own name, an alias, or an unambiguous prefix of a long name."""
+        aliases = self.facts.aliases
+        if option in generated:
+            return generated[option]
+        for name, spellings in aliases.items():
+            if option in spellings and name in generated:
+                return generated[name]
+        if option.startswith("--") and len(option) > 3:
+            candidates = [
+                (s, f)
+                for f in generated.values()
+                for s in (f.name, *aliases.get(f.name, ()))
+                if s.startswith("--")
+            ]
+            matches = {f.name: f for s, f in candidates if s.startswith(option)}
+            if len(matches) == 1:
+                return next(iter(matches.values()))
+        return None
+
+
+def shared_flags(spec: AscendInferenceSpec, spelling: Spelling) -> list[Flag]:
+    """Precision, batching limits and context length, in one engine's spelling."""
+    if spec.precision == "int8":
+        flags = [Flag("--quantization", spelling.quantization, "spec.precision")]
+    else:
+        flags = [Flag("--dtype", DTYPE[spec.precision], "spec.precision")]
+    optional = (
+        (spelling.max_batch_size, spec.batching.max_batch_size, "spec.batching.maxBatchSize"),
+        (spelling.max_batch_tokens, spec.batching.max_batch_tokens, "spec.batching.maxBatchTokens"),
+        (spelling.max_model_len, spec.model.max_model_len, "spec.model.maxModelLen"),
+    )
+    flags += [Flag(name, str(value), source) for name, value, source in optional if value]
+    return flags
+
+
+def fraction(value: float) -> str:
+    """A memory fraction as the engines' parsers take it: ``0.9``, ``0.85``, ``1.0``."""
+    return f"{value:.2f}".rstrip("0").rstrip(".") if value < 1 else "1.0"

@@ -1,0 +1,161 @@
+"""SGLang, started as ``python3 -m sglang.launch_server``.
+
+The flags are SGLang's own spellings, checked by ``make test-engines`` with SGLang's ``prepare_server_args``
+and ``check_server_args`` at the default images' version.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .base import (
+    PREFILL_DELAYER,
+    Engine,
+    EngineFacts,
+    Flag,
+    Metrics,
+    Rank,
+    Release,
+    Spelling,
+    Version,
+    format_version,
+    fraction,
+    shared_flags,
+)
+
+if TYPE_CHECKING:
+    from ..api.v1alpha1 import AscendInferenceSpec
+    from ..layout import Layout
+
+DIST_PORT = 5000  # torch.distributed rendezvous on the leader of a multi-pod replica
+LAUNCHER = "sglang.launch_server"
+# The project's wrapper that arms the exporter where the image's SGLang cannot load it as a plugin.
+EXPORTER_LAUNCHER = "ascend_fleet.exporter.sglang"
+
+TAG = "v0.5.14-cann9.0.0"
+# Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
+MODELSLIM: Version = (0, 5, 7)  # --quantization modelslim
+PLUGINS: Version = (0, 5, 14)  # the sglang.srt.plugins entry point group (absent up to 0.5.10)
+
+# Newer SGLang writes each queue gauge once with priority="" (the total) and again per priority value: the
+# total alone is selected (older versions have no priority label, which priority="" also matches).
+_TOTAL = '{priority=""}'
+
+FACTS = EngineFacts(
+    type="sglang",
+    label="SGLang",
+    default_port=30000,
+    chips=("ascend910a", "ascend910b", "ascend910_93"),
+    chip_support="SGLang supports Atlas A2 (ascend910b), Atlas A3 (ascend910_93) and, with the A2 build, 910A",
+    releases=(
+        # SGLang's Ascend docs cover A2 and A3; 910A gets the A2 build (not covered upstream, see docs/engines.md).
+        Release(f"lmsysorg/sglang:{TAG}-910b", "0.5.14", "9.0.0", ("ascend910b", "ascend910a")),
+        Release(f"lmsysorg/sglang:{TAG}-a3", "0.5.14", "9.0.0", ("ascend910_93",)),
+    ),
+    metrics=Metrics(
+        queue_depth=f"sglang:num_queue_reqs{_TOTAL}",
+        running_requests=f"sglang:num_running_reqs{_TOTAL}",
+        kv_cache_usage="sglang:token_usage",
+        ttft_histogram="sglang:time_to_first_token_seconds",
+        queue_time_histogram="sglang:queue_time_seconds",
+        e2e_latency_histogram="sglang:e2e_request_latency_seconds",
+    ),
+    # SGLang's per-step token cap is --chunked-prefill-size (--max-prefill-tokens is not a per-step bound).
+    spelling=Spelling("modelslim", "--max-running-requests", "--chunked-prefill-size", "--context-length"),
+    aliases={
+        "--model-path": ("--model",),
+        "--tp-size": ("--tensor-parallel-size",),
+        "--pp-size": ("--pipeline-parallel-size",),
+        "--dist-init-addr": ("--nccl-init-addr",),
+    },
+    underscores=False,
+    tune_backend="sglang-oai",
+    picker_engine="sglang",
+    features=frozenset({PREFILL_DELAYER}),
+)
+
+
+def launcher(spec: AscendInferenceSpec, exporter: bool) -> str:
+    """SGLang's own launcher, unless the exporter is on and the image's SGLang has no plugin group to load it."""
+    if not exporter:
+        return LAUNCHER
+    return LAUNCHER if FACTS.image_version(spec.image() or "") >= PLUGINS else EXPORTER_LAUNCHER
+
+
+def adaptive_flags(spec: AscendInferenceSpec) -> list[Flag]:
+    """SGLang's own adaptive batching knobs: chunked prefill off, and the prefill delayer."""
+    flags = []
+    if spec.batching.chunked_prefill is False:  # on by default; -1 is SGLang's spelling of off
+        flags.append(Flag("--chunked-prefill-size", "-1", "spec.batching.chunkedPrefill"))
+    delayer = spec.batching.prefill_delayer
+    if delayer is not None and delayer.enabled:
+        source = "spec.batching.prefillDelayer"
+        flags.append(Flag("--enable-prefill-delayer", None, source))
+        if delayer.max_delay_ms is not None:
+            flags.append(Flag("--prefill-delayer-max-delay-ms", f"{delayer.max_delay_ms:g}", source))
+        if delayer.queue_min_ratio is not None:
+            flags.append(Flag("--prefill-delayer-queue-min-ratio", f"{delayer.queue_min_ratio:g}", source))
+    return flags
+
+
+class SGLang(Engine):
+    """One ``sglang.launch_server`` per pod; the ranks of a multi-pod replica meet at the leader."""
+
+    facts = FACTS
+
+    def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+        """SGLang's flags for this pod, before the user's own args."""
+        flags = [
+            Flag("--model-path", spec.model.path, "spec.model.path"),
+            Flag("--served-model-name", spec.model.name, "spec.model.name"),
+            Flag("--host", "0.0.0.0", "the operator"),
+            Flag("--port", str(spec.engine.port), "spec.engine.port"),
+            Flag("--tp-size", str(layout.tensor), "spec.parallelism.tensor"),
+            Flag("--pp-size", str(layout.pipeline), "spec.parallelism.pipeline"),
+            Flag("--device", "npu", "spec.hardware"),
+            Flag("--attention-backend", "ascend", "spec.hardware"),
+            # SGLang's static pool holds weights and KV cache; the dynamic share stays free for activations.
+            Flag(
+                "--mem-fraction-static", fraction(spec.memory.static_fraction), "spec.memory.staticFraction"
+            ),
+            Flag("--enable-metrics", None, "the operator"),
+        ]
+        flags += shared_flags(spec, FACTS.spelling) + adaptive_flags(spec)
+        if spec.scheduling.priority:
+            # SGLang has no "priority" policy: priority scheduling runs on fcfs (or lof), and serves higher
+            # values first unless told otherwise; lower-first matches vLLM, so one client works with both.
+            flags += [
+                Flag("--enable-priority-scheduling", None, "spec.scheduling.priority"),
+                Flag("--schedule-policy", "fcfs", "spec.scheduling.priority"),
+                Flag("--schedule-low-priority-values-first", None, "spec.scheduling.priority"),
+            ]
+        if layout.multi_pod:
+            flags += [
+                Flag("--nnodes", str(layout.pods_per_replica), "spec.parallelism (replica spans nodes)"),
+                Flag("--node-rank", str(at.rank), "the pod's rank"),
+                Flag("--dist-init-addr", f"$(LEADER_ADDRESS):{DIST_PORT}", "the replica's leader"),
+            ]
+        return flags
+
+    def command(self, spec: AscendInferenceSpec, layout: Layout, at: Rank, exporter: bool) -> list[str]:
+        """``python3 -m sglang.launch_server ...`` (or the exporter's wrapper on an older image)."""
+        return ["python3", "-m", launcher(spec, exporter), *self.argv(spec, layout, at)]
+
+    def env(self, spec: AscendInferenceSpec, layout: Layout) -> list[dict]:
+        """SGLang pins its scheduler processes to the NPU's CPU cores."""
+        return [{"name": "SGLANG_SET_CPU_AFFINITY", "value": "1"}]
+
+    def leader_ports(self, spec: AscendInferenceSpec) -> list[dict]:
+        """torch.distributed's rendezvous."""
+        return [{"name": "dist-init", "containerPort": DIST_PORT, "protocol": "TCP"}]
+
+    def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
+        """int8 on an image whose SGLang predates ModelSlim support."""
+        version = FACTS.image_version(image)
+        if spec.precision == "int8" and version < MODELSLIM:
+            return [
+                f"spec.precision: int8 needs SGLang's --quantization modelslim, which SGLang "
+                f"{format_version(version)} (image {image}) lacks; use an image with SGLang "
+                f"{format_version(MODELSLIM)} or newer, or precision bf16"
+            ]
+        return []

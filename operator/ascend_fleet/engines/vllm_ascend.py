@@ -1,0 +1,180 @@
+"""vllm-ascend: vLLM with the Ascend platform plugin, started as ``vllm serve``.
+
+The flags are vLLM's own spellings, checked by ``make test-engines`` with vLLM's parser at the default
+images' version.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING
+
+from .base import (
+    SHORT_REQUEST_FIRST,
+    Engine,
+    EngineFacts,
+    Flag,
+    Metrics,
+    Rank,
+    Release,
+    Spelling,
+    Version,
+    format_version,
+    fraction,
+    shared_flags,
+)
+
+if TYPE_CHECKING:
+    from ..api.v1alpha1 import AscendInferenceSpec
+    from ..layout import Layout
+
+RAY_PORT = 6379  # Ray GCS on the leader of a multi-pod vLLM replica
+MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod replica
+
+TAG = "v0.23.0.post1"
+# Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
+NATIVE_MULTI_NODE: Version = (0, 23, 0)  # --nnodes/--node-rank/--master-addr/--headless
+
+FACTS = EngineFacts(
+    type="vllm-ascend",
+    label="vLLM",
+    default_port=8000,
+    # vllm-ascend supports Atlas A2 (910B), A3 (910_93) and 300I inference cards; the 910A (Atlas 800
+    # training servers of the first generation) is not among them.
+    chips=("ascend910b", "ascend910_93"),
+    chip_support="vllm-ascend supports Atlas A2 (ascend910b), Atlas A3 (ascend910_93) and Atlas 300I only",
+    releases=(
+        Release(f"quay.io/ascend/vllm-ascend:{TAG}", "0.23.0", "9.1.0", ("ascend910b",)),
+        Release(f"quay.io/ascend/vllm-ascend:{TAG}-a3", "0.23.0", "9.1.0", ("ascend910_93",)),
+    ),
+    metrics=Metrics(
+        queue_depth="vllm:num_requests_waiting",
+        running_requests="vllm:num_requests_running",
+        kv_cache_usage="vllm:kv_cache_usage_perc",
+        ttft_histogram="vllm:time_to_first_token_seconds",
+        queue_time_histogram="vllm:request_queue_time_seconds",
+        e2e_latency_histogram="vllm:e2e_request_latency_seconds",
+    ),
+    spelling=Spelling("ascend", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len"),
+    aliases={
+        "--tensor-parallel-size": ("-tp",),
+        "--pipeline-parallel-size": ("-pp",),
+        "--quantization": ("-q",),
+        "--nnodes": ("-n",),
+        "--node-rank": ("-r",),
+    },
+    underscores=True,
+    tune_backend="vllm",
+    features=frozenset({SHORT_REQUEST_FIRST}),
+)
+
+
+def multi_node_mode(spec: AscendInferenceSpec) -> str:
+    """How a multi-pod replica starts: ``engine.multiNode``, else native where the image's vLLM has it."""
+    if spec.engine.multi_node:
+        return spec.engine.multi_node
+    version = FACTS.image_version(spec.image() or "")
+    return "native" if version >= NATIVE_MULTI_NODE else "ray"
+
+
+def short_request_first_config(spec: AscendInferenceSpec) -> str:
+    """vllm-ascend's ``--additional-config`` for its short-request-first scheduler (threshold in prompt tokens)."""
+    scheduling = spec.scheduling
+    config = {
+        "scheduler_config": {
+            "short_request_first_config": {
+                "enabled": True,
+                "threshold": scheduling.short_request_tokens,
+                "long_max_wait_ms": round(scheduling.max_wait * 1000),
+            }
+        }
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
+class VllmAscend(Engine):
+    """``vllm serve``, or Ray on every pod of a multi-pod replica where the image's vLLM has no native mode."""
+
+    facts = FACTS
+
+    def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+        """vLLM's flags for this pod, before the user's own args."""
+        memory = spec.memory
+        flags = [
+            Flag("--served-model-name", spec.model.name, "spec.model.name"),
+            Flag("--host", "0.0.0.0", "the operator"),
+            Flag("--port", str(spec.engine.port), "spec.engine.port"),
+            Flag("--tensor-parallel-size", str(layout.tensor), "spec.parallelism.tensor"),
+            Flag("--pipeline-parallel-size", str(layout.pipeline), "spec.parallelism.pipeline"),
+            # vLLM gets the static and dynamic pools; the reserve is never handed to the engine.
+            Flag(
+                "--gpu-memory-utilization",
+                fraction(memory.static_fraction + memory.dynamic_fraction),
+                "spec.memory.staticFraction + dynamicFraction",
+            ),
+        ]
+        flags += shared_flags(spec, FACTS.spelling)
+        if spec.batching.chunked_prefill is not None:
+            switch = (
+                "--enable-chunked-prefill" if spec.batching.chunked_prefill else "--no-enable-chunked-prefill"
+            )
+            flags.append(Flag(switch, None, "spec.batching.chunkedPrefill"))
+        if spec.scheduling.priority:
+            # Requests carry `priority`; vLLM serves lower values first.
+            flags.append(Flag("--scheduling-policy", "priority", "spec.scheduling.priority"))
+        if spec.scheduling.policy == "short-request-first":
+            flags.append(
+                Flag("--additional-config", short_request_first_config(spec), "spec.scheduling.policy")
+            )
+        if layout.multi_pod:
+            flags += self._multi_pod_flags(spec, layout, at)
+        return flags
+
+    def _multi_pod_flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+        if multi_node_mode(spec) == "ray":
+            return [Flag("--distributed-executor-backend", "ray", "spec.parallelism (replica spans nodes)")]
+        source = "spec.engine.multiNode: native"
+        flags = [
+            Flag("--nnodes", str(layout.pods_per_replica), source),
+            Flag("--node-rank", str(at.rank), "the pod's rank"),
+            Flag("--master-addr", "$(LEADER_ADDRESS)", "the replica's leader"),
+            Flag("--master-port", str(MASTER_PORT), source),
+        ]
+        if not at.leader:  # ranks > 0 run engine workers only; the leader serves the API
+            flags.append(Flag("--headless", None, "the pod's rank"))
+        return flags
+
+    def command(self, spec: AscendInferenceSpec, layout: Layout, at: Rank, exporter: bool) -> list[str]:
+        """``vllm serve <path> ...``; under Ray, the leader starts the head first and workers join it."""
+        serve = ["vllm", "serve", spec.model.path, *self.argv(spec, layout, at)]
+        if not layout.multi_pod or multi_node_mode(spec) == "native":
+            return serve
+        if at.leader:
+            script = f"ray start --head --port={RAY_PORT} && exec {shlex.join(serve)}"
+        else:
+            script = f"exec ray start --address=$(LEADER_ADDRESS):{RAY_PORT} --block"
+        return ["/bin/bash", "-c", script]
+
+    def env(self, spec: AscendInferenceSpec, layout: Layout) -> list[dict]:
+        """Ray must leave ASCEND_RT_VISIBLE_DEVICES as the device plugin set it."""
+        if layout.multi_pod and multi_node_mode(spec) == "ray":
+            return [{"name": "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "value": "1"}]
+        return []
+
+    def leader_ports(self, spec: AscendInferenceSpec) -> list[dict]:
+        """Ray's GCS, or torch.distributed's rendezvous for a native launch."""
+        if multi_node_mode(spec) == "ray":
+            return [{"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"}]
+        return [{"name": "dist-init", "containerPort": MASTER_PORT, "protocol": "TCP"}]
+
+    def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
+        """A native multi-pod launch on an image whose vLLM predates it."""
+        version = FACTS.image_version(image)
+        if layout.multi_pod and spec.engine.multi_node == "native" and version < NATIVE_MULTI_NODE:
+            return [
+                f"spec.engine.multiNode: native needs vLLM {format_version(NATIVE_MULTI_NODE)} "
+                f"or newer (--nnodes/--headless), and image {image} carries vLLM {format_version(version)}; "
+                "use multiNode: ray or a newer image"
+            ]
+        return []

@@ -1,0 +1,91 @@
+"""Names, labels, selectors and owner references of an AscendInference's children, in one place.
+
+Every render module builds its objects' metadata from here, so a child's name or label is spelled once and
+the render modules need not import each other for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import names
+from ..api.v1alpha1 import AscendInference
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The AscendInference that owns the children (uid is None when rendering offline)."""
+
+    name: str
+    namespace: str
+    uid: str | None = None
+
+    @classmethod
+    def of(cls, obj: AscendInference) -> Owner:
+        """The owner of an object's children."""
+        return cls(obj.name, obj.namespace, obj.metadata.get("uid"))
+
+    def reference(self) -> list[dict]:
+        """The children's ``ownerReferences`` (none offline, where there is no uid)."""
+        if not self.uid:
+            return []
+        return [
+            {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": self.name,
+                "uid": self.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+
+
+def common_labels(name: str) -> dict[str, str]:
+    """The labels every child of an inference carries."""
+    return {
+        names.LABEL_NAME: name,
+        names.LABEL_APP_NAME: names.APP_NAME,
+        names.LABEL_APP_INSTANCE: name,
+        names.LABEL_APP_MANAGED_BY: names.MANAGED_BY,
+    }
+
+
+def leader_selector(name: str) -> dict[str, str]:
+    """Leader pods of an inference: status.selector, for the scale subresource."""
+    return {names.LABEL_NAME: name, names.LABEL_ROLE: names.ROLE_LEADER}
+
+
+def serving_selector(name: str) -> dict[str, str]:
+    """Leaders that take traffic: the serving Service's selector (a drain flips LABEL_SERVING)."""
+    return {**leader_selector(name), names.LABEL_SERVING: "true"}
+
+
+def pod_name(name: str, replica: int, rank: int) -> str:
+    """``<name>-<replica>`` for leaders, ``<name>-<replica>-<rank>`` for workers (as LeaderWorkerSet)."""
+    return f"{name}-{replica}" if rank == 0 else f"{name}-{replica}-{rank}"
+
+
+def headless_service_name(name: str) -> str:
+    """The headless Service that gives every pod of the inference a DNS name."""
+    return f"{name}-pods"
+
+
+def leader_address(name: str, replica: int) -> str:
+    """The DNS name of a replica's leader, through the headless Service (the namespace from the pod's env)."""
+    return f"{pod_name(name, replica, 0)}.{headless_service_name(name)}.$(POD_NAMESPACE).svc"
+
+
+def pod_group_name(name: str, replica: int) -> str:
+    """Volcano's PodGroup of one replica."""
+    return f"{name}-{replica}"
+
+
+def metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict:
+    """A child's ``metadata``: name, namespace, labels and, in a cluster, the owner reference."""
+    meta: dict[str, Any] = {"name": name, "namespace": owner.namespace, "labels": labels}
+    refs = owner.reference()
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta
