@@ -45,6 +45,7 @@ RELEASES = {
     "namespaced": "namespaced",
     "peering": "clusterwide-peering",
     "everything": "all-options",
+    "restricted": "restricted",
 }
 # Kinds no bundled schema covers: the Prometheus Operator's (their shape is checked below) and kopf's peering.
 NOT_BUILT_IN = {"monitoring.coreos.com/v1", "kopf.dev/v1"}
@@ -256,6 +257,36 @@ def test_config_file_is_valid_operator_settings(releases, release):
     settings_of(releases[release])
 
 
+def test_prometheus_credentials_are_mounted_and_named_in_the_config(releases):
+    objects = releases["restricted"]
+    prometheus = settings_of(objects).prometheus
+    assert prometheus.url == "https://prometheus.monitoring.svc:9091"
+    assert prometheus.headers == {"X-Scope-OrgID": "team-a"}
+    assert prometheus.basic_auth is not None and prometheus.bearer_token_file is None
+    assert prometheus.basic_auth.username_file == "/etc/ascend-fleet/prometheus/basic/username"
+    assert prometheus.basic_auth.password_file == "/etc/ascend-fleet/prometheus/basic/password"
+    assert prometheus.ca_file == "/etc/ascend-fleet/prometheus/ca/service-ca.crt"
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["prometheus-basic"]["secret"] == {"secretName": "prometheus-basic-auth"}
+    assert volumes["prometheus-ca"]["configMap"] == {"name": "prometheus-ca"}
+    mounts = {m["name"]: m for m in container(objects)["volumeMounts"]}
+    for name, path in (("prometheus-basic", "basic"), ("prometheus-ca", "ca")):
+        assert mounts[name] == {
+            "name": name,
+            "mountPath": f"/etc/ascend-fleet/prometheus/{path}",
+            "readOnly": True,
+        }
+    # Without prometheusAuth nothing is mounted and the settings hold no credentials.
+    defaults = settings_of(releases["defaults"]).prometheus
+    assert (defaults.basic_auth, defaults.bearer_token_file, defaults.ca_file) == (None, None, None)
+    assert not [
+        v
+        for v in one(releases["defaults"], "Deployment")["spec"]["template"]["spec"]["volumes"]
+        if v["name"].startswith("prometheus")
+    ]
+
+
 def test_config_file_carries_the_values(releases):
     defaults = settings_of(releases["defaults"])
     assert defaults.prometheus.url is None  # empty URL: the control loop is off
@@ -427,6 +458,33 @@ def test_cluster_wide_rbac(releases):
         **NAMESPACED_RULES,
         **CLUSTER_PEERING,
     }
+
+
+# Granted only with rbac.routing (the default): what spec.routing.mode inferencePool needs.
+ROUTING_ONLY = {
+    key: verbs
+    for key, verbs in NAMESPACED_RULES.items()
+    if key[0]
+    in ("inference.networking.k8s.io", "inference.networking.x-k8s.io", "gateway.networking.k8s.io", "apps")
+    or key in {("", "configmaps"), ("", "serviceaccounts")}
+    or key[0] == "rbac.authorization.k8s.io"
+}
+WITHOUT_ROUTING = {
+    **{key: verbs for key, verbs in NAMESPACED_RULES.items() if key not in ROUTING_ONLY},
+    ("", "services"): NAMESPACED_RULES[("", "services")] - {"delete"},  # only the picker's Service is deleted
+}
+
+
+def test_without_routing_nothing_of_routing_is_granted(releases):
+    objects = releases["restricted"]
+    assert granted(one(objects, "ClusterRole")) == {**CRD_READ, **NAMESPACE_WATCH}
+    (role,) = find(objects, "Role")
+    assert role["metadata"]["namespace"] == "llm-prod"
+    assert granted(role) == WITHOUT_ROUTING
+    # The operator knows: it never lists routing objects and says why a routing spec cannot be served.
+    assert settings_of(objects).routing.enabled is False
+    assert settings_of(releases["defaults"]).routing.enabled is True
+    assert [a for a in container(objects)["args"] if a.startswith("--namespace")] == ["--namespace=llm-prod"]
 
 
 def test_namespaced_rbac(releases):

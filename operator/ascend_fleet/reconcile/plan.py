@@ -119,14 +119,19 @@ def plan(
     now: float,
     settings: ReconcileSettings,
     picker: PickerSettings | None = None,
+    routing_enabled: bool = True,
 ) -> Plan:
-    """Everything this pass should write for a valid AscendInference."""
+    """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``)."""
     result = Plan()
     owner = Owner.of(obj)
     spec = obj.spec
     rev = revision(spec, owner.name, layout)
     _plan_services(obj, layout, owner, observed, now, settings, result)
-    routing_problem = _plan_routing(obj, owner, observed, now, settings, picker, result)
+    routing_problem = (
+        _plan_routing(obj, owner, observed, now, settings, picker, result)
+        if routing_enabled
+        else _routing_off(obj)
+    )
     groups = replica_states(observed.pods)
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
     ppr, wanted = layout.pods_per_replica, layout.data
@@ -270,6 +275,17 @@ _ROUTING_OWNED = {
     "Role": ("rules",),
     "RoleBinding": ("subjects",),
 }
+
+
+def _routing_off(obj: AscendInference) -> str | None:
+    """The Ready sentence for a fleet asking for routing from an operator installed without it."""
+    if obj.spec.routing.mode != "inferencePool":
+        return None
+    return (
+        "spec.routing.mode inferencePool is off in this installation: the operator runs with routing.enabled: "
+        "false (the chart's rbac.routing: false) and holds no permissions for routing objects; use mode service, "
+        "or reinstall with rbac.routing: true"
+    )
 
 
 def _plan_routing(
