@@ -13,6 +13,7 @@ from ..api import names
 from ..api.units import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..layout import Layout, plan
+from . import podgroup
 from .engine import (
     EXPORTER_PORT,
     RAY_PORT,
@@ -50,10 +51,12 @@ class Owner:
     name: str
     namespace: str
     uid: str | None = None
+    queue: str | None = None  # Volcano queue of the PodGroups, from the object's queue-name annotation
 
     @classmethod
     def of(cls, obj: AscendInference) -> Owner:
-        return cls(obj.name, obj.namespace, obj.metadata.get("uid"))
+        queue = (obj.metadata.get("annotations") or {}).get(names.ANNOTATION_VOLCANO_QUEUE)
+        return cls(obj.name, obj.namespace, obj.metadata.get("uid"), queue)
 
     def reference(self) -> list[dict]:
         if not self.uid:
@@ -132,11 +135,12 @@ def render_replica(
     pod and the workers by rank (created in this order, so the group exists before its pods)."""
     layout = layout or plan(spec)
     rev = rev or revision(spec, owner.name, layout)
-    group = [render_pod_group(spec, owner, replica, layout)] if uses_volcano(spec) else []
-    return group + [
+    pods = [
         _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
         for rank in range(layout.pods_per_replica)
     ]
+    group = [render_pod_group(owner, replica, pods)] if uses_volcano(spec) else []
+    return group + pods
 
 
 def uses_volcano(spec: AscendInferenceSpec) -> bool:
@@ -147,18 +151,11 @@ def pod_group_name(name: str, replica: int) -> str:
     return f"{name}-{replica}"
 
 
-def render_pod_group(spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout) -> dict:
-    """Volcano's PodGroup for one replica: all of its pods start together or none does (gang scheduling)."""
+def render_pod_group(owner: Owner, replica: int, pods: list[dict]) -> dict:
+    """Volcano's PodGroup for one replica's pods: they start together or none does (gang scheduling)."""
     labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
-    return {
-        "apiVersion": names.POD_GROUP_API_VERSION,
-        "kind": names.POD_GROUP_KIND,
-        "metadata": _metadata(owner, pod_group_name(owner.name, replica), labels),
-        "spec": {
-            "minMember": layout.pods_per_replica,
-            "minResources": {spec.hardware.resource_name: str(layout.npus_per_replica)},
-        },
-    }
+    metadata = _metadata(owner, pod_group_name(owner.name, replica), labels)
+    return podgroup.render_pod_group(metadata, pods, owner.queue)
 
 
 def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
