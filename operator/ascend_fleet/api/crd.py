@@ -86,9 +86,9 @@ def openapi_schema() -> dict[str, Any]:
         "description": "A fleet of LLM inference engines (vllm-ascend or SGLang) on Ascend NPUs.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            "apiVersion": {"type": "string", "description": f"{names.API_VERSION}."},
+            "kind": {"type": "string", "description": f"{names.KIND}."},
+            "metadata": {"type": "object", "description": "Standard object metadata."},
             "spec": spec,
             "status": status,
         },
