@@ -709,6 +709,18 @@ def test_promtool_catches_a_wrong_alert(releases, tmp_path):
     assert run_promtool("test", "rules", str(tmp_path / "test.yaml")).returncode != 0
 
 
+def test_every_alert_links_its_runbook(releases):
+    page = (helm.CHART.parent.parent / "docs" / "runbooks.md").read_text()
+    sections = {line[3:].strip().lower() for line in page.splitlines() if line.startswith("## ")}
+    base = helm.default_values()["prometheusRule"]["runbookUrl"]
+    chart_alerts = [r for r in prometheus_rules(releases["peering"])["groups"][0]["rules"] if "alert" in r]
+    assert len(chart_alerts) == 3
+    for rule in chart_alerts:
+        url = rule["annotations"]["runbook_url"]
+        assert url == f"{base}#{rule['alert'].lower()}", rule["alert"]
+        assert rule["alert"].lower() in sections, f"docs/runbooks.md has no section for {rule['alert']}"
+
+
 def test_alerts_mirror_the_default_rules(releases):
     rules = {r.get("alert"): r for r in prometheus_rules(releases["everything"])["groups"][0]["rules"]}
     assert set(rules) == {
