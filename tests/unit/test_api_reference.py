@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ascend_fleet.api.reference import render, schema, sections
+from ascend_fleet.api.reference import describe, render, schema, sections
 from tests.support.paths import ROOT
 
 PAGE = ROOT / "docs" / "api.md"
@@ -22,7 +22,9 @@ def test_every_field_is_in_the_reference_with_its_description():
         heading = f"## `{path}`" if path else "## AscendInference"
         assert heading in page, f"no section for {path}"
         for key, child in node["properties"].items():
-            description = " ".join(child["description"].split()).replace("|", "\\|")
+            link = f"{path}.{key}" if path else key
+            description = " ".join(describe(link, child).split()).replace("|", "\\|")
+            assert description, f"{link} has no description"
             assert f"| `{key}`" in page and description in page, f"{path}.{key} missing from the reference"
 
 

@@ -88,7 +88,8 @@ def openapi_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": f"{names.API_VERSION}."},
             "kind": {"type": "string", "description": f"{names.KIND}."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            # The API server refuses anything but name and generateName here, a description included.
+            "metadata": {"type": "object"},
             "spec": spec,
             "status": status,
         },

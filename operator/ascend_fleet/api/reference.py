@@ -82,6 +82,15 @@ def constraints(node: dict[str, Any]) -> str:
     return "; ".join(said)
 
 
+# The API server allows no description on the top-level metadata schema; the page still says what it is.
+ROOT_FIELDS = {"metadata": "Standard object metadata: name, namespace, labels, annotations."}
+
+
+def describe(path: str, node: dict[str, Any]) -> str:
+    """A field's description, from the schema (or, for the top-level metadata, the page's own words)."""
+    return node.get("description") or ROOT_FIELDS.get(path, "")
+
+
 def _cell(text: str) -> str:
     # A table cell is one line, and a bar would end it.
     return " ".join(str(text).split()).replace("|", "\\|")
@@ -100,9 +109,7 @@ def section(path: str, node: dict[str, Any]) -> list[str]:
         kind = type_of(child)
         if child.get("properties") or (child.get("items") or {}).get("properties"):
             kind = f"[{kind}](#{_anchor(link + ('[]' if child.get('type') == 'array' else ''))})"
-        lines.append(
-            f"| {name} | {kind} | {_cell(constraints(child))} | {_cell(child.get('description', ''))} |"
-        )
+        lines.append(f"| {name} | {kind} | {_cell(constraints(child))} | {_cell(describe(link, child))} |")
     return lines + [""]
 
 
