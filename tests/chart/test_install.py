@@ -287,6 +287,25 @@ def test_prometheus_credentials_are_mounted_and_named_in_the_config(releases):
     ]
 
 
+@pytest.mark.parametrize(
+    "values, sentence",
+    [
+        (
+            {"prometheusAuth": {"bearerToken": {"secretName": "t"}, "basicAuth": {"secretName": "b"}}},
+            "prometheusAuth.bearerToken and prometheusAuth.basicAuth are both set",
+        ),
+        (
+            {"prometheusAuth": {"ca": {"secretName": "c", "configMapName": "c"}}},
+            "prometheusAuth.ca.secretName and prometheusAuth.ca.configMapName are both set",
+        ),
+    ],
+    ids=["token and basic auth", "CA from two places"],
+)
+def test_contradictory_prometheus_credentials_stop_the_install(cluster, api, values, sentence):
+    with pytest.raises(helm.HelmFailed, match=sentence):
+        helm.install(cluster, "refused", NAMESPACE, values, driver=HELM_DRIVER)
+
+
 def test_config_file_carries_the_values(releases):
     defaults = settings_of(releases["defaults"])
     assert defaults.prometheus.url is None  # empty URL: the control loop is off
