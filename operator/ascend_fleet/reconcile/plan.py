@@ -127,11 +127,7 @@ def plan(
     spec = obj.spec
     rev = revision(spec, owner.name, layout)
     _plan_services(obj, layout, owner, observed, now, settings, result)
-    routing_problem = (
-        _plan_routing(obj, owner, observed, now, settings, picker, result)
-        if routing_enabled
-        else _routing_off(obj)
-    )
+    routing_problem = _plan_routing(obj, owner, observed, now, settings, picker, result, routing_enabled)
     groups = replica_states(observed.pods)
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
     ppr, wanted = layout.pods_per_replica, layout.data
@@ -296,12 +292,17 @@ def _plan_routing(
     settings: ReconcileSettings,
     picker: PickerSettings | None,
     result: Plan,
+    enabled: bool = True,
 ) -> str | None:
     """Create, patch back and collect the routing objects of ``spec.routing``; the Ready sentence if it cannot.
+
+    Not ``enabled`` (the operator holds no routing permissions): nothing of routing is read or written.
 
     With a CRD of a needed kind missing, nothing of routing is created or deleted (the engines still are):
     the cluster needs that CRD first, and Ready says which.
     """
+    if not enabled:
+        return _routing_off(obj)
     desired = render_routing(obj.spec, owner, picker)
     needed = {o["kind"] for o in desired} & set(ROUTING_CRDS)
     missing = sorted(needed & observed.routing_missing)
