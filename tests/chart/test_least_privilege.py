@@ -29,6 +29,8 @@ from tests.chart.test_install import (  # noqa: F401 (cluster and api are fixtur
 )
 
 RELEASES = {"defaults": None, "peering": "clusterwide-peering", "restricted": "restricted"}
+# Inline values of further releases: cluster-wide without routing.
+INLINE = {"clusterwide-no-routing": {"rbac": {"routing": False}}}
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,9 @@ def releases(cluster, api) -> dict[str, list[dict[str, Any]]]:  # noqa: F811 (th
             cluster, name, NAMESPACE, helm.values_file(values) if values else None, driver=HELM_DRIVER
         ).objects
         for name, values in RELEASES.items()
+    } | {
+        name: helm.install(cluster, name, NAMESPACE, values, driver=HELM_DRIVER).objects
+        for name, values in INLINE.items()
     }
 
 
@@ -127,3 +132,10 @@ def test_every_alert_links_its_runbook(releases):
         url = rule["annotations"]["runbook_url"]
         assert url == f"{base}#{rule['alert'].lower()}", rule["alert"]
         assert rule["alert"].lower() in sections, f"docs/runbooks.md has no section for {rule['alert']}"
+
+
+def test_cluster_wide_without_routing_grants_the_rest_cluster_wide(releases):
+    objects = releases["clusterwide-no-routing"]
+    assert granted(one(objects, "ClusterRole")) == {**CRD_READ, **WITHOUT_ROUTING}
+    assert not find(objects, "Role")
+    assert settings_of(objects).routing.enabled is False
