@@ -2,7 +2,8 @@
 
 rbac.routing: false grants nothing routing needs and tells the operator so; prometheusAuth mounts the
 Prometheus credentials and names them in the operator's settings; contradictory credentials stop the
-install; every alert links its runbook. (The cluster and helpers are tests/chart/test_install.py's.)
+install; every alert links its runbook. The cluster fixture and the checks come from
+tests/chart/test_install.py.
 """
 
 from __future__ import annotations

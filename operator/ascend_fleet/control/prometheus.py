@@ -117,7 +117,7 @@ class Prometheus:
     ):
         self.url, self.timeout = url.rstrip("/"), float(timeout)
         self.settings = settings or PrometheusSettings(url=url, timeout=timeout)
-        # One session per concurrent query, because a requests.Session is not documented as thread-safe.
+        # One requests.Session per concurrent query: it is not documented as thread-safe.
         # No retries: a cycle that fails is simply tried again one interval later, from scratch.
         self._idle: list[requests.Session] = []
         self._parallel = max(1, parallel)
