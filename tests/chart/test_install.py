@@ -45,6 +45,7 @@ RELEASES = {
     "namespaced": "namespaced",
     "peering": "clusterwide-peering",
     "everything": "all-options",
+    "restricted": "restricted",
 }
 # Kinds no bundled schema covers: the Prometheus Operator's (their shape is checked below) and kopf's peering.
 NOT_BUILT_IN = {"monitoring.coreos.com/v1", "kopf.dev/v1"}

@@ -45,7 +45,7 @@ def test_helm_install_runs_an_operator_pod_that_reconciles_as_the_charts_service
     real.kubelet.add_listener(local)
     try:
         installed = helm.install(
-            real.kubeconfig, release, home, {"watchNamespaces": [namespace]}, driver="secret"
+            real.kubeconfig, release, home, {"operator": {"watchNamespaces": [namespace]}}, driver="secret"
         )
         (account,) = [o["metadata"]["name"] for o in installed.objects if o["kind"] == "ServiceAccount"]
         pod = wait_for(

@@ -76,7 +76,12 @@ def test_volcano_gangs_get_pod_groups_that_come_and_go_with_them(real_cluster, v
         groups = wait_for(both_groups, 30, "a PodGroup per replica")
         assert sorted(groups) == ["qwen-72b-0", "qwen-72b-1"]
         for group in groups.values():
-            assert group["spec"] == {"minMember": 2, "minResources": {"huawei.com/Ascend910": "16"}}
+            # Every pod's requests (two pods of 8 NPUs, 32 CPUs, 272Gi), in the queue the object's annotation names.
+            assert group["spec"] == {
+                "minMember": 2,
+                "minResources": {"cpu": "64", "huawei.com/Ascend910": "16", "memory": "544Gi"},
+                "queue": "inference",
+            }
             (ref,) = group["metadata"]["ownerReferences"]
             assert (ref["uid"], ref["controller"]) == (uid, True)
         pods = wait_for(all_pods, 30, "the gangs' pods")

@@ -477,7 +477,11 @@ def test_volcano_gets_one_pod_group_per_replica():
     groups = [o for o in objects if o["kind"] == "PodGroup"]
     assert [g["metadata"]["name"] for g in groups] == ["llm-0", "llm-1"]
     assert groups[0]["apiVersion"] == "scheduling.volcano.sh/v1beta1"
-    assert groups[0]["spec"] == {"minMember": 2, "minResources": {"huawei.com/Ascend910": "16"}}
+    # Both pods' full requests (8 NPUs, 32 CPUs, 272Gi each by default), as LeaderWorkerSet counts a gang.
+    assert groups[0]["spec"] == {
+        "minMember": 2,
+        "minResources": {"cpu": "64", "huawei.com/Ascend910": "16", "memory": "544Gi"},
+    }
     assert groups[0]["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     pods = [o for o in objects if o["kind"] == "Pod"]
     assert [p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] for p in pods] == [

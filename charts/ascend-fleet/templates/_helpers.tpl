@@ -85,7 +85,49 @@ Name of kopf's peering object.
 True (non-empty) when the operator watches only the listed namespaces.
 */}}
 {{- define "ascend-fleet.namespaced" -}}
-{{- if .Values.watchNamespaces }}true{{ end }}
+{{- if .Values.operator.watchNamespaces }}true{{ end }}
+{{- end }}
+
+{{/*
+Where the Prometheus credentials are mounted (one directory per Secret or ConfigMap).
+*/}}
+{{- define "ascend-fleet.prometheusAuthDir" -}}
+/etc/ascend-fleet/prometheus
+{{- end }}
+
+{{/*
+The Prometheus credentials' volumes and their mounts ("volumes" or "mounts"), from prometheusAuth.
+*/}}
+{{- define "ascend-fleet.prometheusAuthVolumes" -}}
+{{- $auth := .root.Values.prometheusAuth }}
+{{- $dir := include "ascend-fleet.prometheusAuthDir" .root }}
+{{- if and $auth.bearerToken.secretName $auth.basicAuth.secretName }}
+{{- fail "prometheusAuth.bearerToken and prometheusAuth.basicAuth are both set: both are sent in the Authorization header, so only one can be used; keep one" }}
+{{- end }}
+{{- if and $auth.ca.secretName $auth.ca.configMapName }}
+{{- fail "prometheusAuth.ca.secretName and prometheusAuth.ca.configMapName are both set: keep one" }}
+{{- end }}
+{{- $sources := list }}
+{{- with $auth.bearerToken.secretName }}{{ $sources = append $sources (dict "name" "prometheus-bearer" "dir" "bearer" "secret" (dict "secretName" .)) }}{{ end }}
+{{- with $auth.basicAuth.secretName }}{{ $sources = append $sources (dict "name" "prometheus-basic" "dir" "basic" "secret" (dict "secretName" .)) }}{{ end }}
+{{- with $auth.ca.secretName }}{{ $sources = append $sources (dict "name" "prometheus-ca" "dir" "ca" "secret" (dict "secretName" .)) }}{{ end }}
+{{- with $auth.ca.configMapName }}{{ $sources = append $sources (dict "name" "prometheus-ca" "dir" "ca" "configMap" (dict "name" .)) }}{{ end }}
+{{- range $sources }}
+{{- if eq $.part "volumes" }}
+- name: {{ .name }}
+  {{- if .secret }}
+  secret:
+    secretName: {{ .secret.secretName }}
+  {{- else }}
+  configMap:
+    name: {{ .configMap.name }}
+  {{- end }}
+{{- else }}
+- name: {{ .name }}
+  mountPath: {{ $dir }}/{{ .dir }}
+  readOnly: true
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -100,11 +142,30 @@ Its keys are exactly those of the operator's settings schema; a chart test valid
 {{- end }}
 {{- end }}
 {{- $settings := deepCopy .Values.config }}
+{{- if not .Values.rbac.routing }}
+{{- $_ := set $settings.routing "enabled" false }}
+{{- end }}
 {{- if $images }}
 {{- $_ := set $settings "images" $images }}
 {{- end }}
 {{- if not $settings.prometheus.url }}
 {{- $_ := unset $settings.prometheus "url" }}
+{{- end }}
+{{- range $key := list "bearerTokenFile" "caFile" "basicAuth" }}
+{{- if not (get $settings.prometheus $key) }}
+{{- $_ := unset $settings.prometheus $key }}
+{{- end }}
+{{- end }}
+{{- $auth := .Values.prometheusAuth }}
+{{- if $auth.bearerToken.secretName }}
+{{- $_ := set $settings.prometheus "bearerTokenFile" (printf "%s/bearer/%s" (include "ascend-fleet.prometheusAuthDir" .) $auth.bearerToken.key) }}
+{{- end }}
+{{- if $auth.basicAuth.secretName }}
+{{- $dir := printf "%s/basic" (include "ascend-fleet.prometheusAuthDir" .) }}
+{{- $_ := set $settings.prometheus "basicAuth" (dict "usernameFile" (printf "%s/%s" $dir $auth.basicAuth.usernameKey) "passwordFile" (printf "%s/%s" $dir $auth.basicAuth.passwordKey)) }}
+{{- end }}
+{{- if or $auth.ca.secretName $auth.ca.configMapName }}
+{{- $_ := set $settings.prometheus "caFile" (printf "%s/ca/%s" (include "ascend-fleet.prometheusAuthDir" .) $auth.ca.key) }}
 {{- end }}
 {{- toYaml $settings }}
 {{- end }}

@@ -86,8 +86,9 @@ def openapi_schema() -> dict[str, Any]:
         "description": "A fleet of LLM inference engines (vllm-ascend or SGLang) on Ascend NPUs.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {"type": "string", "description": f"{names.API_VERSION}."},
+            "kind": {"type": "string", "description": f"{names.KIND}."},
+            # The API server refuses anything but name and generateName here, a description included.
             "metadata": {"type": "object"},
             "spec": spec,
             "status": status,

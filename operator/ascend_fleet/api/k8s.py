@@ -133,8 +133,16 @@ RESOURCES_SCHEMA = {
     "type": "object",
     "description": "CPU/memory requests and limits (the NPU resource is set from the layout).",
     "properties": {
-        "requests": {"type": "object", "additionalProperties": _QUANTITY_NODE},
-        "limits": {"type": "object", "additionalProperties": _QUANTITY_NODE},
+        "requests": {
+            "type": "object",
+            "additionalProperties": _QUANTITY_NODE,
+            "description": "What the scheduler reserves, by resource (cpu, memory).",
+        },
+        "limits": {
+            "type": "object",
+            "additionalProperties": _QUANTITY_NODE,
+            "description": "The most the engine may use, by resource (cpu, memory).",
+        },
     },
 }
 ResourceRequirements = Annotated[
@@ -185,12 +193,13 @@ def check_toleration(value: dict[str, Any]) -> dict[str, Any]:
 
 TOLERATION_SCHEMA = {
     "type": "object",
+    "description": "A toleration, as in a pod spec.",
     "properties": {
-        "key": {"type": "string", "maxLength": 317},
-        "operator": {"type": "string", "enum": list(TOLERATION_OPERATORS)},
-        "value": {"type": "string", "maxLength": 63},
-        "effect": {"type": "string", "enum": list(TAINT_EFFECTS)},
-        "tolerationSeconds": {"type": "integer"},
+        "key": {"type": "string", "maxLength": 317, "description": "Taint key; empty with Exists: every taint."},
+        "operator": {"type": "string", "enum": list(TOLERATION_OPERATORS), "description": "Exists or Equal."},
+        "value": {"type": "string", "maxLength": 63, "description": "Taint value (Equal only)."},
+        "effect": {"type": "string", "enum": list(TAINT_EFFECTS), "description": "Taint effect; empty: all."},
+        "tolerationSeconds": {"type": "integer", "description": "How long a NoExecute taint is tolerated."},
     },
     "x-kubernetes-validations": [
         {"rule": "has(self.key) && self.key != '' || has(self.operator) && self.operator == 'Exists'",

@@ -31,6 +31,8 @@ ANNOTATION_POD_GROUP = "scheduling.k8s.io/group-name"
 VOLCANO_SCHEDULER = "volcano"
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 POD_GROUP_KIND = "PodGroup"
+# On an AscendInference: the Volcano queue its PodGroups join (Volcano's own key, which LeaderWorkerSet reads too).
+ANNOTATION_VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 
 # Well-known labels, for tools that group by app.
 LABEL_APP_NAME = "app.kubernetes.io/name"

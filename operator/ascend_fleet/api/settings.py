@@ -13,16 +13,71 @@ import os
 from typing import Literal
 
 import yaml
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from .checks import MAX_WINDOW_SECONDS
 from .units import format_duration
 from .v1alpha1 import Duration, Model
 
 
+class BasicAuthSettings(Model):
+    username_file: str = Field(min_length=1, description="File holding the basic-auth user name.")
+    password_file: str = Field(min_length=1, description="File holding the basic-auth password.")
+
+
 class PrometheusSettings(Model):
+    """How the control loop reaches Prometheus (or Thanos, Mimir, an authenticating proxy in front of them).
+
+    Credentials are files (mounted Secrets), read again for every cycle, so a rotated token or password
+    applies without a restart, as Prometheus itself treats its ``credentials_file``.
+    """
+
     url: str | None = Field(default=None, description="Prometheus base URL; unset disables the control loop.")
     timeout: Duration = Field(default=10.0, description="Per-query timeout.")
+    bearer_token_file: str | None = Field(
+        default=None,
+        description="File holding a bearer token sent as `Authorization: Bearer` (OpenShift, Thanos, a "
+        "ServiceAccount token).",
+    )
+    basic_auth: BasicAuthSettings | None = Field(
+        default=None, description="HTTP basic auth from a user name file and a password file."
+    )
+    ca_file: str | None = Field(
+        default=None, description="PEM bundle of the CAs that sign Prometheus's certificate."
+    )
+    insecure_skip_verify: bool = Field(
+        default=False, description="Do not verify Prometheus's TLS certificate (testing only)."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra HTTP headers on every query, e.g. `X-Scope-OrgID` for a Mimir or Cortex tenant.",
+    )
+
+    @field_validator("bearer_token_file", "ca_file", "basic_auth", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # The chart writes "" and {} for "not set", as it does for the URL.
+        return None if value in ("", {}) else value
+
+    @model_validator(mode="after")
+    def _one_credential(self) -> PrometheusSettings:
+        if self.bearer_token_file and self.basic_auth:
+            raise ValueError(
+                "prometheus.bearerTokenFile and prometheus.basicAuth both set: both use the Authorization "
+                "header, so only one can be sent; keep one"
+            )
+        if self.insecure_skip_verify and self.ca_file:
+            raise ValueError(
+                "prometheus.caFile and prometheus.insecureSkipVerify both set: a CA file is pointless without "
+                "verification; drop insecureSkipVerify"
+            )
+        taken = {name.lower() for name in self.headers} & {"authorization", "content-type"}
+        if taken:
+            raise ValueError(
+                f"prometheus.headers sets {', '.join(sorted(taken))}, which the operator writes itself; use "
+                "bearerTokenFile or basicAuth for credentials"
+            )
+        return self
 
 
 class ControlSettings(Model):
@@ -73,6 +128,11 @@ class ReconcileSettings(Model):
 
 
 class RoutingSettings(Model):
+    enabled: bool = Field(
+        default=True,
+        description="Serve spec.routing.mode inferencePool. Off: the operator never reads or writes routing "
+        "objects (the chart's rbac.routing: false grants none), and such specs get Ready=False with a sentence.",
+    )
     picker_image: str = Field(
         default="registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0",
         min_length=1,

@@ -194,8 +194,12 @@ def _parent(path: str) -> str:
 class EnvVar(Model):
     """An environment variable: a literal value or a Kubernetes valueFrom source."""
 
-    name: str = Field(min_length=1, max_length=256)
-    value: str | None = None
+    name: str = Field(
+        min_length=1, max_length=256, description="Variable name (a C identifier or a dotted name)."
+    )
+    value: str | None = Field(
+        default=None, description="A literal value; $(VAR) refers to an earlier variable."
+    )
     value_from: EnvVarSource | None = None
 
     @model_validator(mode="after")
@@ -365,9 +369,15 @@ class Memory(Model):
         }
     )
 
-    static_fraction: float = Field(default=0.60, gt=0, le=1)
-    dynamic_fraction: float = Field(default=0.25, ge=0, le=1)
-    reserve_fraction: float = Field(default=0.15, ge=0, le=1)
+    static_fraction: float = Field(
+        default=0.60, gt=0, le=1, description="Share of each NPU's HBM for the weights and the KV cache."
+    )
+    dynamic_fraction: float = Field(
+        default=0.25, ge=0, le=1, description="Share for activations and other short-lived tensors."
+    )
+    reserve_fraction: float = Field(
+        default=0.15, ge=0, le=1, description="Share left free, so fragmentation does not run out of memory."
+    )
     expandable_segments: bool = Field(
         default=True, description="PYTORCH_NPU_ALLOC_CONF=expandable_segments:True (keeps fragmentation low)."
     )
@@ -403,10 +413,18 @@ class Scheduling(Model):
     max_wait: Duration = Field(
         default=2.0, description="How long short-request-first lets a long prompt wait before it goes first."
     )
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels every engine pod requires (the pod's nodeSelector)."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Taints the engine pods tolerate (the pod's tolerations).",
+    )
     scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
-    priority_class_name: str | None = None
+    priority_class_name: str | None = Field(
+        default=None, description="PriorityClass of the engine pods (preemption order under pressure)."
+    )
 
 
 class PriorityClass(Model):
@@ -466,7 +484,7 @@ def default_classes() -> list[PriorityClass]:
 class GatewayRef(Model):
     """The Gateway an HTTPRoute attaches the InferencePool to."""
 
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(min_length=1, max_length=253, description="Name of the Gateway (in this namespace).")
     namespace: str | None = Field(default=None, description="Default: the inference's namespace.")
     section_name: str | None = Field(default=None, description="A listener of the Gateway.")
 
@@ -536,8 +554,8 @@ class Autoscaling(Model):
         }
     )
 
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int = Field(default=8, ge=1)
+    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas a rule may scale down to.")
+    max_replicas: int = Field(default=8, ge=1, description="Most replicas a rule may scale up to.")
     scale_up_cooldown: Duration = Field(default=180.0, description="Quiet time after a scale-up.")
     scale_down_cooldown: Duration = Field(default=600.0, description="Quiet time after a scale-down.")
     restart_cooldown: Duration = Field(
@@ -595,7 +613,9 @@ class Rule(Model):
     for_: Window = Field(
         alias="for", description="How long the condition must hold at every sample; at most 24h."
     )
-    action: Action
+    action: Action = Field(
+        description="What to do while the condition holds: scale_up, scale_down or restart_service."
+    )
     scope: Scope | None = Field(
         default=None, description="fleet (aggregate over replicas) or replica; default by action."
     )
@@ -654,8 +674,12 @@ class Disruption(Model):
 class TemplateMetadata(Model):
     """Labels and annotations added to every engine pod."""
 
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels added to every engine pod (the operator's own keys win)."
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations added to every engine pod."
+    )
 
 
 _OPEN_OBJECT: JsonDict = {"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
@@ -762,55 +786,61 @@ class AscendInferenceSpec(Model):
 class Condition(Model):
     """A standard Kubernetes condition (metav1.Condition shape)."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
-    last_transition_time: str
-    observed_generation: int | None = None
+    type: str = Field(description="Ready, Progressing, Degraded or MetricsAvailable.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="A CamelCase word for why (see docs/troubleshooting.md).")
+    message: str = Field(default="", description="What the operator saw and what to do, in a sentence.")
+    last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the condition was computed from."
+    )
 
 
 class LayoutStatus(Model):
-    npus_per_replica: int
-    pods_per_replica: int
-    npus_per_pod: int
-    total_npus: int
+    """How the parallelism maps onto NPUs and pods."""
+
+    npus_per_replica: int = Field(description="NPUs of one replica: tensor x pipeline.")
+    pods_per_replica: int = Field(description="Pods of one replica (a gang): one per node it spans.")
+    npus_per_pod: int = Field(description="NPUs each pod requests.")
+    total_npus: int = Field(description="NPUs of every replica together.")
 
 
 class ActionRecord(Model):
     """One control-loop decision, newest first in status.actions."""
 
-    time: str
-    rule: str
-    metric: str | None = None
-    value: float | None = None
-    action: Action
+    time: str = Field(description="RFC 3339 time of the decision.")
+    rule: str = Field(description="The rule's name, or its text.")
+    metric: str | None = Field(
+        default=None, description="The catalog metric the rule reads (absent for a query)."
+    )
+    value: float | None = Field(default=None, description="The value that held over the rule's window.")
+    action: Action = Field(description="scale_up, scale_down or restart_service.")
     target: str = Field(description="fleet, or replica-N.")
     result: str = Field(
         default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'."
     )
-    dry_run: bool = False
+    dry_run: bool = Field(default=False, description="Recorded only: autoscaling.dryRun was on.")
 
 
 class GroupRestart(Model):
     """How often a replica's gang was recreated after a failure, for the restart backoff."""
 
-    replica: int
-    count: int
+    replica: int = Field(description="The replica (data-parallel group) index.")
+    count: int = Field(description="Recreations in a row; the backoff doubles with each.")
     last_time: str = Field(description="RFC 3339 time of the last recreation.")
 
 
 class TuningRung(Model):
     """One measured rung of a tuning ladder."""
 
-    batch_size: int
+    batch_size: int = Field(description="The maxBatchSize the rung ran with.")
     adaptive: str = Field(
         default="", description="Engine-native knobs the rung ran with, e.g. prefillDelayer."
     )
-    tokens_per_second: float
-    ttft_p50_ms: float
-    ttft_p99_ms: float
-    e2e_latency_p99_ms: float
+    tokens_per_second: float = Field(description="Output tokens per second the fleet served.")
+    ttft_p50_ms: float = Field(description="Median time to first token, in milliseconds.")
+    ttft_p99_ms: float = Field(description="99th percentile time to first token, in milliseconds.")
+    e2e_latency_p99_ms: float = Field(description="99th percentile request latency, in milliseconds.")
     npu_utilization: float | None = Field(
         default=None, description="Mean NPU utilization (0..1) over the rung."
     )
@@ -836,15 +866,25 @@ class AscendInferenceStatus(Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
-    observed_generation: int | None = None
-    replicas: int = 0
-    ready_replicas: int = 0
-    updated_replicas: int = 0
-    selector: str = ""
-    revision: str | None = None
-    layout: LayoutStatus | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    actions: list[ActionRecord] = Field(default_factory=list)
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was computed from."
+    )
+    replicas: int = Field(default=0, description="Replicas (gangs) that exist, ready or not.")
+    ready_replicas: int = Field(default=0, description="Replicas whose every pod is ready.")
+    updated_replicas: int = Field(default=0, description="Replicas running the current revision.")
+    selector: str = Field(
+        default="", description="Label selector of the leader pods (the scale subresource's)."
+    )
+    revision: str | None = Field(default=None, description="Hash of the current pod template.")
+    layout: LayoutStatus | None = Field(
+        default=None, description="How the parallelism maps onto NPUs and pods."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Progressing, Degraded and MetricsAvailable."
+    )
+    actions: list[ActionRecord] = Field(
+        default_factory=list, description="The control loop's latest decisions, newest first."
+    )
     group_restarts: list[GroupRestart] = Field(
         default_factory=list, description="Failure recreations per replica (drives the backoff)."
     )

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from collections.abc import Mapping
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         dest="namespaces",
-        help="watch only this namespace (repeatable; default: cluster-wide)",
+        help="watch only this namespace (repeatable; default: $ASCEND_FLEET_WATCH_NAMESPACES, "
+        "comma-separated, or cluster-wide)",
     )
     run.add_argument(
         "--peering",
@@ -176,6 +179,12 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def watch_namespaces(environ: Mapping[str, str]) -> list[str]:
+    """The namespaces ``ASCEND_FLEET_WATCH_NAMESPACES`` lists (comma-separated); empty: cluster-wide."""
+    listed = environ.get("ASCEND_FLEET_WATCH_NAMESPACES", "").split(",")
+    return list(dict.fromkeys(name.strip() for name in listed if name.strip()))
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -202,8 +211,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     if args.metrics_port:
         start_http_server(args.metrics_port)
+    namespaces = args.namespaces or watch_namespaces(os.environ)
     options = RunOptions(
-        namespaces=args.namespaces,
+        namespaces=namespaces,
         peering=args.peering,
         priority=args.priority,
         health_port=args.health_port or None,
@@ -213,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from ..control.loop import ControlLoop
         from ..handlers.control import control_loop_hook
 
-        ctx.extra_startup.append(control_loop_hook(ControlLoop(settings, kube, namespaces=args.namespaces)))
+        ctx.extra_startup.append(control_loop_hook(ControlLoop(settings, kube, namespaces=namespaces)))
     else:
         logging.getLogger(__name__).warning("no prometheus.url configured: the control loop (rules) is off")
     asyncio.run(run_operator(ctx, options))

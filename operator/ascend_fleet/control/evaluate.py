@@ -39,12 +39,14 @@ FLEET = "fleet"
 # Reasons of the MetricsAvailable condition, most important first (the condition shows the first found).
 REASON_OK = "Evaluated"
 REASON_NO_RULES = "NoRules"
+REASON_UNAUTHORIZED = "PrometheusUnauthorized"
 REASON_UNAVAILABLE = "PrometheusUnavailable"
 REASON_QUERY_FAILED = "QueryFailed"
 REASON_UNKNOWN_METRIC = "UnknownMetric"
 REASON_NO_DATA = "NoData"
 REASON_INSUFFICIENT = "InsufficientSamples"
 _PRIORITY = (
+    REASON_UNAUTHORIZED,
     REASON_UNAVAILABLE,
     REASON_QUERY_FAILED,
     REASON_UNKNOWN_METRIC,

@@ -126,7 +126,7 @@ class ControlLoop:
         if prometheus is None:
             if not settings.prometheus.url:
                 raise ValueError("the control loop needs prometheus.url in the operator configuration")
-            prometheus = Prometheus(settings.prometheus.url, settings.prometheus.timeout)
+            prometheus = Prometheus.from_settings(settings.prometheus)
         self.settings, self.kube, self.prometheus = settings, kube, prometheus
         self.namespaces = list(namespaces)
         self.clock = clock

@@ -231,7 +231,7 @@ async def run_reconciler(
             try:
                 picker_service = observed.services.get(picker_name(name))
                 mode = ((snapshot.get("spec") or {}).get("routing") or {}).get("mode", "service")
-                if wants_routing_list(mode, picker_service, uid):
+                if ctx.settings.routing.enabled and wants_routing_list(mode, picker_service, uid):
                     observed.routing, observed.routing_missing = await asyncio.to_thread(
                         observe_routing, ctx.kube, namespace, name, uid
                     )

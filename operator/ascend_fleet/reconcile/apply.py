@@ -94,7 +94,9 @@ def reconcile_once(
         kind = "invalid"
     else:
         picker = PickerSettings(image=settings.routing.picker_image)
-        result = plan(valid.obj, valid.layout, observed, now, settings.reconcile, picker)
+        result = plan(
+            valid.obj, valid.layout, observed, now, settings.reconcile, picker, settings.routing.enabled
+        )
         kind = "changed" if result.writes_children else "converged"
         _export_gauges(meta, valid.layout.data, result, observed)
     try:

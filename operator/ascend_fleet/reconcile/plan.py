@@ -119,14 +119,15 @@ def plan(
     now: float,
     settings: ReconcileSettings,
     picker: PickerSettings | None = None,
+    routing_enabled: bool = True,
 ) -> Plan:
-    """Everything this pass should write for a valid AscendInference."""
+    """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``)."""
     result = Plan()
     owner = Owner.of(obj)
     spec = obj.spec
     rev = revision(spec, owner.name, layout)
     _plan_services(obj, layout, owner, observed, now, settings, result)
-    routing_problem = _plan_routing(obj, owner, observed, now, settings, picker, result)
+    routing_problem = _plan_routing(obj, owner, observed, now, settings, picker, result, routing_enabled)
     groups = replica_states(observed.pods)
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
     ppr, wanted = layout.pods_per_replica, layout.data
@@ -272,6 +273,17 @@ _ROUTING_OWNED = {
 }
 
 
+def _routing_off(obj: AscendInference) -> str | None:
+    """The Ready sentence for a fleet asking for routing from an operator installed without it."""
+    if obj.spec.routing.mode != "inferencePool":
+        return None
+    return (
+        "spec.routing.mode inferencePool is off in this installation: the operator runs with routing.enabled: "
+        "false (the chart's rbac.routing: false) and holds no permissions for routing objects; use mode service, "
+        "or reinstall with rbac.routing: true"
+    )
+
+
 def _plan_routing(
     obj: AscendInference,
     owner: Owner,
@@ -280,12 +292,17 @@ def _plan_routing(
     settings: ReconcileSettings,
     picker: PickerSettings | None,
     result: Plan,
+    enabled: bool = True,
 ) -> str | None:
     """Create, patch back and collect the routing objects of ``spec.routing``; the Ready sentence if it cannot.
+
+    Not ``enabled`` (the operator holds no routing permissions): nothing of routing is read or written.
 
     With a CRD of a needed kind missing, nothing of routing is created or deleted (the engines still are):
     the cluster needs that CRD first, and Ready says which.
     """
+    if not enabled:
+        return _routing_off(obj)
     desired = render_routing(obj.spec, owner, picker)
     needed = {o["kind"] for o in desired} & set(ROUTING_CRDS)
     missing = sorted(needed & observed.routing_missing)

@@ -13,6 +13,7 @@ from ..api.units import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..engines import facts_of
 from ..layout import Layout, plan
+from . import podgroup
 from .engine import EXPORTER_PORT, Rank, command, engine_env, exporter_enabled, leader_ports
 from .metadata import (
     Owner,
@@ -69,29 +70,24 @@ def render_replica(
     pod and the workers by rank (created in this order, so the group exists before its pods)."""
     layout = layout or plan(spec)
     rev = rev or revision(spec, owner.name, layout)
-    group = [render_pod_group(spec, owner, replica, layout)] if uses_volcano(spec) else []
-    return group + [
+    pods = [
         _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
         for rank in range(layout.pods_per_replica)
     ]
+    group = [render_pod_group(owner, replica, pods)] if uses_volcano(spec) else []
+    return group + pods
 
 
 def uses_volcano(spec: AscendInferenceSpec) -> bool:
     return spec.scheduling.scheduler_name == names.VOLCANO_SCHEDULER
 
 
-def render_pod_group(spec: AscendInferenceSpec, owner: Owner, replica: int, layout: Layout) -> dict:
-    """Volcano's PodGroup for one replica: all of its pods start together or none does (gang scheduling)."""
+def render_pod_group(owner: Owner, replica: int, pods: list[dict]) -> dict:
+    """Volcano's PodGroup for one replica's pods: they start together or none does (gang scheduling)."""
     labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
-    return {
-        "apiVersion": names.POD_GROUP_API_VERSION,
-        "kind": names.POD_GROUP_KIND,
-        "metadata": metadata(owner, pod_group_name(owner.name, replica), labels),
-        "spec": {
-            "minMember": layout.pods_per_replica,
-            "minResources": {spec.hardware.resource_name: str(layout.npus_per_replica)},
-        },
-    }
+    return podgroup.render_pod_group(
+        metadata(owner, pod_group_name(owner.name, replica), labels), pods, owner.queue
+    )
 
 
 def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:

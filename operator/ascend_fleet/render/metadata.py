@@ -20,11 +20,13 @@ class Owner:
     name: str
     namespace: str
     uid: str | None = None
+    queue: str | None = None  # Volcano queue of the PodGroups, from the object's queue-name annotation
 
     @classmethod
     def of(cls, obj: AscendInference) -> Owner:
         """The owner of an object's children."""
-        return cls(obj.name, obj.namespace, obj.metadata.get("uid"))
+        queue = (obj.metadata.get("annotations") or {}).get(names.ANNOTATION_VOLCANO_QUEUE)
+        return cls(obj.name, obj.namespace, obj.metadata.get("uid"), queue)
 
     def reference(self) -> list[dict]:
         """The children's ``ownerReferences`` (none offline, where there is no uid)."""
