@@ -7,7 +7,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api import names
 from ..api.units import parse_quantity
@@ -25,6 +25,9 @@ from .engine import (
     multi_node_mode,
 )
 from .template import merge_template
+
+if TYPE_CHECKING:  # routing imports this module; the type is only needed for annotations
+    from .routing import PickerSettings
 
 ENGINE_CONTAINER = "engine"
 # Default host resources per NPU of a pod (engine.resources overrides each key): tokenizers, the HTTP
@@ -367,8 +370,11 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
     }
 
 
-def render_all(obj: AscendInference) -> list[dict]:
-    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects."""
+def render_all(obj: AscendInference, picker: PickerSettings | None = None) -> list[dict]:
+    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects.
+
+    ``picker`` is the operator's endpoint picker setting (its image); without it, the built-in default.
+    """
     from .routing import render_routing  # routing builds on this module's metadata and selectors
 
     spec, owner = obj.spec, Owner.of(obj)
@@ -380,7 +386,7 @@ def render_all(obj: AscendInference) -> list[dict]:
     return [
         *render_services(spec, owner, layout),
         render_pdb(spec, owner, layout),
-        *render_routing(spec, owner),
+        *render_routing(spec, owner, picker),
         *replicas,
     ]
 
