@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp tune-client
+.PHONY: setup test test-engines lint actionlint crds demo prometheus bench images clean control-plane epp tune-client
 
 setup: $(STAMP)
 
@@ -32,7 +32,20 @@ $(TUNE_CLIENT)/.installed:
 	$(TUNE_CLIENT)/bin/pip install -q 'transformers==4.57.1' datasets pillow pybase64 tqdm numpy ipython aiohttp requests pydantic
 	touch $@
 
-lint: setup
+# The GitHub workflows through actionlint, built from its Go module at a pinned release into
+# ~/.cache/ascend-fleet/actionlint/<version>/ (once). Without Go: one line and no check, except under CI.
+ACTIONLINT_VERSION := 1.7.12
+ACTIONLINT_DIR := $(HOME)/.cache/ascend-fleet/actionlint/$(ACTIONLINT_VERSION)
+actionlint:
+	@if [ ! -x $(ACTIONLINT_DIR)/actionlint ] && ! command -v go >/dev/null 2>&1; then \
+	  if [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it to build actionlint for the workflow check."; exit 1; fi; \
+	  echo "No Go toolchain: the GitHub workflows are not checked by actionlint (CI checks them)."; \
+	else \
+	  [ -x $(ACTIONLINT_DIR)/actionlint ] || GOBIN=$(ACTIONLINT_DIR) go install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION); \
+	  $(ACTIONLINT_DIR)/actionlint .github/workflows/*.yml; \
+	fi
+
+lint: setup actionlint
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/lint-imports
