@@ -51,11 +51,15 @@ lint: setup actionlint
 	$(BIN)/lint-imports
 	$(BIN)/mypy operator/ascend_fleet
 
-# The end-to-end, chart and kubectl tests run on the real control plane (built first, once); without Go
-# they are skipped on a developer machine and fail under CI.
-test: lint
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane; \
-	else echo "No Go toolchain: the tests on the real control plane will be skipped (CI runs them)."; fi
+# The whole suite, with what its tests need installed first where this machine allows it: a real Prometheus
+# (Debian's package, as root), the real control plane and the endpoint picker (built from Go modules) and
+# SGLang's benchmark client. Where one cannot be installed, one line says so and its tests are skipped;
+# under CI (CI set) that is an error instead.
+test: lint tune-client
+	@$(MAKE) --no-print-directory prometheus || { [ -z "$$CI" ] && echo "So the tests that need Prometheus will be skipped."; }
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp; \
+	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane and the endpoint picker."; exit 1; \
+	else echo "No Go toolchain: the tests on the real control plane and the endpoint picker will be skipped (CI runs them)."; fi
 	$(BIN)/pytest
 
 # Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images,
