@@ -10,8 +10,9 @@ from typing import Any
 from ..api.catalog import Catalog
 from ..api.crd import crd_yaml
 from ..api.settings import OperatorSettings
-from ..render import InvalidSpec, render_all, validate
+from ..render import InvalidSpec, Valid, render_all, validate
 from ..render.routing import PickerSettings
+from ..render.validation import unknown_metrics
 from .documents import DocumentError, load
 from .inputs import add_input_arguments, input_paths, load_settings
 from .output import FORMATS, Checked, plan_table, structured, validate_table, yaml_stream
@@ -55,10 +56,23 @@ def _checked(
             result.problems = list(error.problems)
         else:
             result.warnings = list(result.valid.warnings)
+            if settings is None:
+                result.warnings += _outside_builtin_catalog(result.valid)
         for warning in result.warnings:
             print(f"{result.label}: warning: {warning}", file=sys.stderr)
         results.append(result)
     return results, loaded.skipped
+
+
+def _outside_builtin_catalog(valid: Valid) -> list[str]:
+    """Without --config, rules naming a metric the built-in catalog lacks: an operator with defaults refuses them."""
+    control = OperatorSettings().control
+    known = Catalog.build(control.catalog_preset, control.catalog).names()
+    return [
+        f"{line} (checked against the built-in catalog; pass --config with the operator's configuration "
+        "if it adds this metric)"
+        for line in unknown_metrics(valid.obj, known)
+    ]
 
 
 def _finish(results: list[Checked]) -> int:
