@@ -23,6 +23,7 @@ def load_example(path):
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_render_matches_golden_file(example, update_golden):
     rendered = yaml_stream(render_all(load_example(example)))
+    assert "&id0" not in rendered and "*id0" not in rendered, "YAML anchors make GitOps diffs unreadable"
     golden = GOLDEN / f"{example.stem}.yaml"
     if update_golden:
         golden.write_text(rendered)
