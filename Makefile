@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines lint actionlint crds demo prometheus bench images clean control-plane epp tune-client
+.PHONY: setup test test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp tune-client
 
 setup: $(STAMP)
 
@@ -55,12 +55,25 @@ lint: setup actionlint
 # (Debian's package, as root), the real control plane and the endpoint picker (built from Go modules) and
 # SGLang's benchmark client. Where one cannot be installed, one line says so and its tests are skipped;
 # under CI (CI set) that is an error instead.
-test: lint tune-client
+test: lint tune-client test-packages
 	@$(MAKE) --no-print-directory prometheus || { [ -z "$$CI" ] && echo "So the tests that need Prometheus will be skipped."; }
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp; \
 	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane and the endpoint picker."; exit 1; \
 	else echo "No Go toolchain: the tests on the real control plane and the endpoint picker will be skipped (CI runs them)."; fi
 	$(BIN)/pytest
+
+# Debian packages of the test tools besides Prometheus, by the command each provides: lua5.1 runs the Argo CD
+# health check of docs/gitops.md as Argo CD does (Lua 5.1).
+TEST_PACKAGES := lua5.1
+test-packages:
+	@for package in $(TEST_PACKAGES); do \
+	  command -v $$package >/dev/null 2>&1 && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing $$package (Debian package) for the tests ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$package >/dev/null; \
+	  elif [ -n "$$CI" ]; then echo "CI needs $$package: run it as root on Debian or install the package first."; exit 1; \
+	  else echo "$$package is not installed (sudo apt-get install $$package): the tests that need it will be skipped."; fi; \
+	done
 
 # Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images,
 # and checkov on the rendered pods. Their packages live in cached environments outside the checkout (so fresh

@@ -36,6 +36,7 @@ def test_make_test_installs_every_tool_of_the_suite_before_running_it(tmp_path):
         "actionlint .github/workflows/*.yml",  # lint first
         "mypy operator/ascend_fleet",
         "pip install -q --no-deps 'sglang==0.5.5'",  # SGLang's benchmark client for the tune tests
+        "$package is not installed",  # lua5.1 for the Argo CD health check, or one line saying why not
         "apt-get install -y -qq --no-install-recommends prometheus",  # Prometheus and promtool, as root
         "-m ascend_fleet.devcluster.controlplane --build",  # the real control plane
         "ensure_picker",  # the endpoint picker
@@ -50,6 +51,7 @@ def test_what_cannot_be_installed_is_a_skip_here_and_a_failure_under_ci(tmp_path
     steps = dry_run("test", tmp_path)
     assert '[ -z "$CI" ] && echo "So the tests that need Prometheus will be skipped."' in steps
     assert 'elif [ -n "$CI" ]; then echo "No Go toolchain: CI needs it' in steps
+    assert 'elif [ -n "$CI" ]; then echo "CI needs $package' in steps
 
 
 def test_ci_runs_make_test_and_the_engine_checks_only():
