@@ -233,3 +233,11 @@ def _containers(obj: dict) -> list[dict]:
     spec = obj.get("spec") or {}
     pod = spec if obj["kind"] == "Pod" else ((spec.get("template") or {}).get("spec") or {})
     return [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
+
+
+def test_an_ascend_inference_of_the_wrong_group_is_checked_not_skipped():
+    wrong = "apiVersion: v1\nkind: AscendInference\nmetadata: {name: x}\nspec: {}\n"
+    result = cli("validate", "-", stdin=wrong)
+    assert result.returncode == 2
+    assert "- (x): apiVersion is 'v1'; it must be 'inference.ascendfleet.io/v1alpha1'" in result.stderr
+    assert "skipped" not in result.stderr

@@ -72,10 +72,12 @@ def expand(paths: list[str], recursive: bool = False) -> list[str]:
 
 
 def is_ascend_inference(body: dict) -> bool:
-    """Whether a document is an AscendInference; one that names no kind is taken as one (validate says why not)."""
+    """Whether a document is meant as an AscendInference: its kind says so, or it names no kind at all.
+
+    Either way validate then checks apiVersion and kind, so a wrong group or a missing kind gets its sentence.
+    """
     kind = body.get("kind")
-    group = str(body.get("apiVersion") or names.API_VERSION).split("/")[0]
-    return (kind is None or kind == names.KIND) and group == names.API_VERSION.split("/")[0]
+    return kind is None or kind == names.KIND
 
 
 def describe(body: dict) -> str:
