@@ -43,7 +43,8 @@ def test_a_request_over_the_merged_limit_is_the_servers_refusal():
     assert problem.startswith(
         "spec.engine.resources.requests.memory: the request 300Gi is over the memory limit"
     )
-    assert 'must be less than or equal to memory limit of 48Gi"' in problem
+    server = 'spec.containers[0].resources.requests: Invalid value: "300Gi": must be less than or equal to memory limit of 48Gi'
+    assert f"the API server refuses the pod with '{server}'" in problem
     raised = doc(
         engine={
             "type": "vllm-ascend",
