@@ -155,3 +155,15 @@ def test_validate_without_config_warns_about_metrics_outside_the_built_in_catalo
     warned = [line for line in result.stderr.splitlines() if "unknown metric" in line]
     assert len(warned) == 1 and "spec.rules[0].metric: unknown metric 'ttft_p95'" in warned[0]
     assert "checked against the built-in catalog" in warned[0]
+
+
+def test_a_flag_generated_twice_is_refused():
+    """SGLang's maxBatchTokens and chunkedPrefill: false both render --chunked-prefill-size; the last one wins."""
+    body = doc(engine={"type": "sglang"}, batching={"maxBatchTokens": 4096, "chunkedPrefill": False})
+    (problem,) = problems(body)
+    assert problem == (
+        "spec.batching: maxBatchTokens and chunkedPrefill: false both set --chunked-prefill-size (4096 and -1); "
+        "sglang's parser keeps the last, so maxBatchTokens would be ignored; drop one of them"
+    )
+    assert validate(doc(engine={"type": "sglang"}, batching={"maxBatchTokens": 4096}))
+    assert validate(doc(engine={"type": "sglang"}, batching={"chunkedPrefill": False}))

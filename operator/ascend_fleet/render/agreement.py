@@ -38,7 +38,7 @@ def check_agreement(obj: AscendInference, layout: Layout) -> Agreement:
     """Every check of this module on one valid object, each a sentence with what fits instead."""
     pods, plain = _pods(obj, layout)
     problems = [*_requests_over_limits(obj, pods), *_port_collisions(obj, pods), *_long_arguments(obj, pods)]
-    problems += _batch_too_large(obj, pods)
+    problems += _batch_too_large(obj, pods) + _generated_twice(obj, pods)
     problems += _template_overrides(pods, plain) + _root_under_non_root(pods)
     return Agreement(problems + _broken_queries(obj), _root_warnings(obj, pods))
 
@@ -165,6 +165,38 @@ def _batch_too_large(obj: AscendInference, pods: list[dict]) -> list[str]:
         f"{limit}, so it fails out of memory before serving; engines batch tens to a few thousand sequences "
         "(ascend-fleet tune measures the best size)"
     ]
+
+
+def _generated_twice(obj: AscendInference, pods: list[dict]) -> list[str]:
+    """A flag the spec generates twice: the engine's parser keeps the last, so the first setting is lost."""
+    engine = _engine(pods[0])
+    argv = [*(engine.get("command") or []), *(engine.get("args") or [])]
+    user = obj.spec.engine.args
+    generated = argv[: len(argv) - len(user)] if user and argv[-len(user) :] == user else argv
+    values: dict[str, list[str]] = {}
+    for index, arg in enumerate(generated):
+        if not arg.startswith("--"):
+            continue
+        flag, _, inline = arg.partition("=")
+        following = generated[index + 1] if index + 1 < len(generated) else ""
+        value = inline or ("" if following.startswith("--") else following)
+        values.setdefault(flag, []).append(value)
+    problems = []
+    for flag, seen in values.items():
+        if len(seen) < 2:
+            continue
+        if flag == "--chunked-prefill-size":
+            problems.append(
+                f"spec.batching: maxBatchTokens and chunkedPrefill: false both set {flag} "
+                f"({' and '.join(seen)}); {obj.spec.engine.type}'s parser keeps the last, so maxBatchTokens "
+                "would be ignored; drop one of them"
+            )
+        else:
+            problems.append(
+                f"spec: the engine command would carry {flag} {len(seen)} times ({', '.join(seen)}); the "
+                f"engine's parser keeps the last, so the other settings would be lost"
+            )
+    return problems
 
 
 def _template_overrides(pods: list[dict], plain: list[dict]) -> list[str]:
