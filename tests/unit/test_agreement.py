@@ -167,3 +167,13 @@ def test_a_flag_generated_twice_is_refused():
     )
     assert validate(doc(engine={"type": "sglang"}, batching={"maxBatchTokens": 4096}))
     assert validate(doc(engine={"type": "sglang"}, batching={"chunkedPrefill": False}))
+
+
+@pytest.mark.parametrize("preset", ["ascend-fleet", "npu-exporter"])
+def test_the_parser_accepts_every_built_in_catalog_query(preset):
+    """The queries the control-loop tests run on a real Prometheus: the parser must not refuse valid PromQL."""
+    from ascend_fleet.api.catalog import PRESETS
+
+    rule = {"threshold": 2, "for": "5m", "action": "scale_up"}
+    rules = [{**rule, "query": expression} for expression in PRESETS[preset].values()]
+    assert len(rules) >= 5 and validate(doc(rules=rules)).obj.spec.rules[0].query == rules[0]["query"]
