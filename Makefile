@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp tune-client
+.PHONY: setup test test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp tune-client
 
 setup: $(STAMP)
 
@@ -32,18 +32,48 @@ $(TUNE_CLIENT)/.installed:
 	$(TUNE_CLIENT)/bin/pip install -q 'transformers==4.57.1' datasets pillow pybase64 tqdm numpy ipython aiohttp requests pydantic
 	touch $@
 
-lint: setup
+# The GitHub workflows through actionlint, built from its Go module at a pinned release into
+# ~/.cache/ascend-fleet/actionlint/<version>/ (once). Without Go: one line and no check, except under CI.
+ACTIONLINT_VERSION := 1.7.12
+ACTIONLINT_DIR := $(HOME)/.cache/ascend-fleet/actionlint/$(ACTIONLINT_VERSION)
+actionlint:
+	@if [ ! -x $(ACTIONLINT_DIR)/actionlint ] && ! command -v go >/dev/null 2>&1; then \
+	  if [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it to build actionlint for the workflow check."; exit 1; fi; \
+	  echo "No Go toolchain: the GitHub workflows are not checked by actionlint (CI checks them)."; \
+	else \
+	  [ -x $(ACTIONLINT_DIR)/actionlint ] || GOBIN=$(ACTIONLINT_DIR) go install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION); \
+	  $(ACTIONLINT_DIR)/actionlint .github/workflows/*.yml; \
+	fi
+
+lint: setup actionlint
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy operator/ascend_fleet
 
-# The end-to-end, chart and kubectl tests run on the real control plane (built first, once); without Go
-# they are skipped on a developer machine and fail under CI.
-test: lint
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane; \
-	else echo "No Go toolchain: the tests on the real control plane will be skipped (CI runs them)."; fi
+# The whole suite, with what its tests need installed first where this machine allows it: a real Prometheus
+# (Debian's package, as root), the real control plane and the endpoint picker (built from Go modules) and
+# SGLang's benchmark client. Where one cannot be installed, one line says so and its tests are skipped;
+# under CI (CI set) that is an error instead.
+test: lint tune-client test-packages
+	@$(MAKE) --no-print-directory prometheus || { [ -z "$$CI" ] && echo "So the tests that need Prometheus will be skipped."; }
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp; \
+	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane and the endpoint picker."; exit 1; \
+	else echo "No Go toolchain: the tests on the real control plane and the endpoint picker will be skipped (CI runs them)."; fi
 	$(BIN)/pytest
+
+# Debian packages of the test tools besides Prometheus, by the command each provides: lua5.1 runs the Argo CD
+# health check of docs/gitops.md as Argo CD does (Lua 5.1).
+TEST_PACKAGES := lua5.1
+test-packages:
+	@for package in $(TEST_PACKAGES); do \
+	  command -v $$package >/dev/null 2>&1 && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "Installing $$package (Debian package) for the tests ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$package >/dev/null; \
+	  elif [ -n "$$CI" ]; then echo "CI needs $$package: run it as root on Debian or install the package first."; exit 1; \
+	  else echo "$$package is not installed (sudo apt-get install $$package): the tests that need it will be skipped."; fi; \
+	done
 
 # Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images,
 # and checkov on the rendered pods. Their packages live in cached environments outside the checkout (so fresh

@@ -8,6 +8,7 @@ from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
+from ascend_fleet.cli.output import yaml_stream
 from ascend_fleet.render import InvalidSpec, Owner, render_all, render_pdb, render_replica, revision, validate
 from tests.support.paths import EXAMPLES, ROOT
 
@@ -21,7 +22,8 @@ def load_example(path):
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_render_matches_golden_file(example, update_golden):
-    rendered = yaml.safe_dump_all(render_all(load_example(example)), sort_keys=False, width=120)
+    rendered = yaml_stream(render_all(load_example(example)))
+    assert "&id0" not in rendered and "*id0" not in rendered, "YAML anchors make GitOps diffs unreadable"
     golden = GOLDEN / f"{example.stem}.yaml"
     if update_golden:
         golden.write_text(rendered)

@@ -7,44 +7,41 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from ..api.catalog import Catalog
 from ..api.crd import crd_yaml
 from ..api.settings import OperatorSettings
 from ..render import InvalidSpec, Valid, render_all, validate
-from .documents import Document, DocumentError, load
+from ..render.routing import PickerSettings
+from ..render.validation import unknown_metrics
+from .documents import DocumentError, load
+from .inputs import add_input_arguments, input_paths, load_settings
+from .output import FORMATS, Checked, plan_table, structured, validate_table, yaml_stream
 
 EXIT_OK, EXIT_INVALID = 0, 2
-
-
-def _settings(args: argparse.Namespace) -> OperatorSettings | None:
-    """The operator configuration named by --config, or None (the built-in defaults, no catalog check)."""
-    path = getattr(args, "config", None)
-    if not path:
-        return None
-    try:
-        return OperatorSettings.load(path, environ={})
-    except (OSError, ValueError) as error:
-        raise DocumentError(f"{path}: not a usable operator configuration: {error}") from None
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
 
 
 def _checked(
-    paths: list[str], namespace: str | None = None, settings: OperatorSettings | None = None
-) -> tuple[list[tuple[Document, Valid]], list[str]]:
-    """Validate every document as the operator would; return the good ones and every problem as lines.
+    args: argparse.Namespace, namespace: str | None = None, settings: OperatorSettings | None = None
+) -> tuple[list[Checked], list[str]]:
+    """Validate every AscendInference in the inputs as the operator would; return each result and the skipped lines.
 
     With the operator's settings, the configured default images are filled in and rules are checked
     against its catalog, so the output is what the operator creates.
     """
-    good, problems = [], []
+    loaded = load(input_paths(args), recursive=args.recursive)
+    for line in loaded.skipped:
+        print(line, file=sys.stderr)
+    if not loaded.documents:
+        raise DocumentError(f"{', '.join(input_paths(args))}: no AscendInference documents in the input")
     known = None
     if settings is not None:
         known = Catalog.build(settings.control.catalog_preset, settings.control.catalog).names()
-    for doc in load(paths):
+    results = []
+    for doc in loaded.documents:
         if namespace:
             doc.body.setdefault("metadata", {}).setdefault("namespace", namespace)
-        label = f"{doc.source} ({(doc.body.get('metadata') or {}).get('name', '?')})"
+        metadata = doc.body.get("metadata") or {}
         body = settings.with_default_image(doc.body) if settings is not None else doc.body
         options: dict[str, Any] = {}
         if settings is not None:
@@ -52,90 +49,98 @@ def _checked(
                 "max_window": settings.control.max_window,
                 "allow_host_path": settings.allow_host_path_models,
             }
+        result = Checked(doc.source, str(metadata.get("name", "?")), metadata.get("namespace"), None)
         try:
-            valid = validate(body, known_metrics=known, **options)
+            result.valid = validate(body, known_metrics=known, **options)
         except InvalidSpec as error:
-            problems += [f"{label}: {p}" for p in error.problems]
+            result.problems = list(error.problems)
         else:
-            good.append((doc, valid))
-            for warning in valid.warnings:
-                print(f"{label}: warning: {warning}", file=sys.stderr)
-    return good, problems
+            result.warnings = list(result.valid.warnings)
+            if settings is None:
+                result.warnings += _outside_builtin_catalog(result.valid)
+        for warning in result.warnings:
+            print(f"{result.label}: warning: {warning}", file=sys.stderr)
+        results.append(result)
+    return results, loaded.skipped
+
+
+def _outside_builtin_catalog(valid: Valid) -> list[str]:
+    """Without --config, rules naming a metric the built-in catalog lacks: an operator with defaults refuses them."""
+    control = OperatorSettings().control
+    known = Catalog.build(control.catalog_preset, control.catalog).names()
+    return [
+        f"{line} (checked against the built-in catalog; pass --config with the operator's configuration "
+        "if it adds this metric)"
+        for line in unknown_metrics(valid.obj, known)
+    ]
+
+
+def _finish(results: list[Checked]) -> int:
+    """Print every problem on stderr, one line each; exit 2 if there was any."""
+    problems = [f"{r.label}: {p}" for r in results for p in r.problems]
+    for line in problems:
+        print(line, file=sys.stderr)
+    return EXIT_INVALID if problems else EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    good, problems = _checked(args.files, settings=_settings(args))
-    for doc, valid in good:
-        print(f"{doc.source}: {valid.obj.name} is valid ({valid.layout.summary()})")
-    for line in problems:
-        print(line, file=sys.stderr)
-    return EXIT_INVALID if problems else EXIT_OK
+    """``validate``: one line per valid document, or the report as JSON/YAML; problems on stderr."""
+    results, skipped = _checked(args, settings=load_settings(args.config))
+    text = validate_table(results) if args.output == "table" else structured(results, skipped, args.output)
+    sys.stdout.write(text)
+    return _finish(results)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    good, problems = _checked(args.files)
-    header = (
-        "NAME",
-        "ENGINE",
-        "CHIP",
-        "TP",
-        "PP",
-        "DP",
-        "PODS/REPLICA",
-        "NPUS/POD",
-        "NPUS/REPLICA",
-        "TOTAL NPUS",
-    )
-    rows: list[tuple[object, ...]] = [header]
-    for _, valid in good:
-        spec, layout = valid.obj.spec, valid.layout
-        rows.append(
-            (
-                valid.obj.name,
-                spec.engine.type,
-                spec.hardware.chip,
-                layout.tensor,
-                layout.pipeline,
-                layout.data,
-                layout.pods_per_replica,
-                layout.npus_per_pod,
-                layout.npus_per_replica,
-                layout.total_npus,
-            )
-        )
-    if good:
-        widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
-        for row in rows:
-            print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-        print()
-        for _, valid in good:
-            print(f"{valid.obj.name}: {valid.layout.summary()}")
-    for line in problems:
-        print(line, file=sys.stderr)
-    return EXIT_INVALID if problems else EXIT_OK
+    """``plan``: the layout table of the valid documents, or the report as JSON/YAML."""
+    results, skipped = _checked(args)
+    text = plan_table(results) if args.output == "table" else structured(results, skipped, args.output)
+    sys.stdout.write(text)
+    return _finish(results)
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    good, problems = _checked(args.files, args.namespace, _settings(args))
-    if problems:
-        for line in problems:
-            print(line, file=sys.stderr)
-        return EXIT_INVALID
-    objects = [obj for _, valid in good for obj in render_all(valid.obj)]
-    sys.stdout.write(yaml.safe_dump_all(objects, sort_keys=False, width=120))
+    """``render``: every child object the operator would create, as one YAML stream without anchors."""
+    settings = load_settings(args.config)
+    results, _ = _checked(args, args.namespace, settings)
+    if any(r.problems for r in results):
+        return _finish(results)
+    picker = PickerSettings(image=settings.routing.picker_image) if settings is not None else None
+    objects = [obj for r in results if r.valid is not None for obj in render_all(r.valid.obj, picker)]
+    sys.stdout.write(yaml_stream(objects))
     return EXIT_OK
 
 
 def cmd_crd(args: argparse.Namespace) -> int:
+    """``crd``: the CustomResourceDefinition as checked in."""
     sys.stdout.write(crd_yaml())
     return EXIT_OK
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``completion SHELL``: the shell's completion script for every command and option, generated by shtab."""
+    import shtab
+
+    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ascend-fleet")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of ``ascend-fleet``."""
     parser = argparse.ArgumentParser(
         prog="ascend-fleet",
         description="Kubernetes operator for LLM inference fleets (vllm-ascend, SGLang) on Ascend NPUs.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
@@ -145,24 +150,27 @@ def build_parser() -> argparse.ArgumentParser:
         command.set_defaults(handler=handler)
         return command
 
-    files_help = "AscendInference YAML files (several documents each are fine; - reads stdin)"
     config_help = (
         "the operator's configuration file (the chart's config.yaml): its default images, catalog "
         "and hostPath setting apply, as in the cluster"
     )
+    output_help = "table (default) for people; json or yaml print one report (see the README's CLI table)"
     validate_cmd = add("validate", cmd_validate, "Check AscendInference files; exit 2 listing every problem.")
-    validate_cmd.add_argument("files", nargs="+", metavar="FILE", help=files_help)
+    add_input_arguments(validate_cmd)
     validate_cmd.add_argument("--config", metavar="FILE", help=config_help)
-    add("plan", cmd_plan, "Show how each AscendInference's layout maps onto pods and NPUs.").add_argument(
-        "files", nargs="+", metavar="FILE", help=files_help
-    )
+    validate_cmd.add_argument("-o", "--output", choices=FORMATS, default="table", help=output_help)
+    plan = add("plan", cmd_plan, "Show how each AscendInference's layout maps onto pods and NPUs.")
+    add_input_arguments(plan)
+    plan.add_argument("-o", "--output", choices=FORMATS, default="table", help=output_help)
     render = add(
         "render", cmd_render, "Print every child object as a YAML stream (for GitOps, like helm template)."
     )
-    render.add_argument("files", nargs="+", metavar="FILE", help=files_help)
+    add_input_arguments(render)
     render.add_argument("-n", "--namespace", help="namespace for documents that name none (default: default)")
     render.add_argument("--config", metavar="FILE", help=config_help)
     add("crd", cmd_crd, "Print the AscendInference CustomResourceDefinition.")
+    completion = add("completion", cmd_completion, "Print the shell completion script (bash, zsh or fish).")
+    completion.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
     _add_runtime_commands(sub)
     return parser
 
@@ -179,6 +187,7 @@ def _add_runtime_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; input errors are one line on stderr and exit 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

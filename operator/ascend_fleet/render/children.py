@@ -24,7 +24,7 @@ from .metadata import (
     pod_name,
     serving_selector,
 )
-from .routing import render_routing
+from .routing import PickerSettings, render_routing
 from .template import merge_template
 
 ENGINE_CONTAINER = "engine"
@@ -291,8 +291,11 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
     }
 
 
-def render_all(obj: AscendInference) -> list[dict]:
-    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects."""
+def render_all(obj: AscendInference, picker: PickerSettings | None = None) -> list[dict]:
+    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects.
+
+    ``picker`` is the operator's endpoint picker setting (its image); without it, the built-in default.
+    """
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
@@ -302,7 +305,7 @@ def render_all(obj: AscendInference) -> list[dict]:
     return [
         *render_services(spec, owner, layout),
         render_pdb(spec, owner, layout),
-        *render_routing(spec, owner),
+        *render_routing(spec, owner, picker),
         *replicas,
     ]
 

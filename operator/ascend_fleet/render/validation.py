@@ -17,6 +17,7 @@ from ..api.checks import MAX_WINDOW_SECONDS, name_problem, window_sentence
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan
+from .agreement import Agreement, check_agreement
 from .children import render_replica
 from .engine import arg_conflicts, exporter_enabled, version_problems
 from .metadata import Owner
@@ -78,9 +79,10 @@ def validate(
     if known_metrics is not None:
         problems += unknown_metrics(obj, known_metrics)
     problems += long_windows(obj, max_window)
-    if problems:
-        raise InvalidSpec(problems)
-    return Valid(obj, layout, warnings=spec_warnings(obj.spec))
+    agreement = check_agreement(obj, layout) if not problems else Agreement()
+    if problems or agreement.problems:
+        raise InvalidSpec(problems + agreement.problems)
+    return Valid(obj, layout, warnings=spec_warnings(obj.spec) + agreement.warnings)
 
 
 def image_problems(spec: AscendInferenceSpec) -> list[str]:

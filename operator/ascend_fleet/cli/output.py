@@ -1,0 +1,130 @@
+"""What ``validate``, ``plan`` and ``render`` print: tables for people, JSON and YAML for scripts.
+
+``-o json`` and ``-o yaml`` print one report object (the shape is in the README's CLI table)::
+
+    {"items": [{"source", "name", "namespace", "valid", "layout", "warnings", "problems"}], "skipped": [...]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from ..render import Valid
+
+FORMATS = ("table", "json", "yaml")
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """A safe dumper that writes a repeated object out again instead of as an anchor and alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def yaml_stream(objects: Iterable[Any]) -> str:
+    """Kubernetes objects as one YAML stream without anchors (``&id001``), so GitOps diffs stay readable."""
+    return yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, width=120)
+
+
+@dataclass
+class Checked:
+    """One AscendInference document as validate sees it: valid (with its layout) or its problems."""
+
+    source: str
+    name: str
+    namespace: str | None
+    valid: Valid | None
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``source (name)``, the prefix of every line about this document."""
+        return f"{self.source} ({self.name})"
+
+
+def layout_fields(valid: Valid) -> dict[str, Any]:
+    """The layout of a valid document as the report's ``layout`` object."""
+    spec, layout = valid.obj.spec, valid.layout
+    return {
+        "engine": spec.engine.type,
+        "chip": spec.hardware.chip,
+        "tensor": layout.tensor,
+        "pipeline": layout.pipeline,
+        "data": layout.data,
+        "podsPerReplica": layout.pods_per_replica,
+        "npusPerPod": layout.npus_per_pod,
+        "npusPerReplica": layout.npus_per_replica,
+        "totalNpus": layout.total_npus,
+        "summary": layout.summary(),
+    }
+
+
+def report(results: list[Checked], skipped: list[str]) -> dict[str, Any]:
+    """The machine-readable report of ``validate`` and ``plan``: one item per AscendInference document."""
+    items = [
+        {
+            "source": r.source,
+            "name": r.name,
+            "namespace": r.namespace,
+            "valid": r.valid is not None,
+            "layout": layout_fields(r.valid) if r.valid is not None else None,
+            "warnings": r.warnings,
+            "problems": r.problems,
+        }
+        for r in results
+    ]
+    return {"items": items, "skipped": skipped}
+
+
+def structured(results: list[Checked], skipped: list[str], fmt: str) -> str:
+    """The report as JSON or YAML text."""
+    data = report(results, skipped)
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return yaml.dump(data, Dumper=_NoAliasDumper, sort_keys=False, width=120)
+
+
+PLAN_COLUMNS = (
+    ("NAME", None),
+    ("ENGINE", "engine"),
+    ("CHIP", "chip"),
+    ("TP", "tensor"),
+    ("PP", "pipeline"),
+    ("DP", "data"),
+    ("PODS/REPLICA", "podsPerReplica"),
+    ("NPUS/POD", "npusPerPod"),
+    ("NPUS/REPLICA", "npusPerReplica"),
+    ("TOTAL NPUS", "totalNpus"),
+)
+
+
+def plan_table(results: list[Checked]) -> str:
+    """The layout table of the valid documents, then one summary line each (empty when none is valid)."""
+    good = [r for r in results if r.valid is not None]
+    if not good:
+        return ""
+    rows: list[tuple[object, ...]] = [tuple(title for title, _ in PLAN_COLUMNS)]
+    for result in good:
+        assert result.valid is not None  # filtered above; tells the type checker
+        fields = layout_fields(result.valid)
+        rows.append(tuple(result.name if key is None else fields[key] for _, key in PLAN_COLUMNS))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(PLAN_COLUMNS))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.append("")
+    lines += [f"{r.name}: {r.valid.layout.summary()}" for r in good if r.valid is not None]
+    return "\n".join(lines) + "\n"
+
+
+def validate_table(results: list[Checked]) -> str:
+    """One ``is valid`` line per valid document (the problems go to stderr)."""
+    return "".join(
+        f"{r.source}: {r.name} is valid ({r.valid.layout.summary()})\n"
+        for r in results
+        if r.valid is not None
+    )

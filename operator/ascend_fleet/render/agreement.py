@@ -1,0 +1,280 @@
+"""What the API server, the kubelet or the engine would refuse later, said before anything is created.
+
+Each check looks at the pods as they would be created (replica 0, after ``spec.template`` is merged) or at
+the rules, and says what the server or the engine says, and what to write instead. Problems refuse the
+object; warnings are legal but dangerous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import promql_parser
+
+from ..api import names
+from ..api.units import parse_quantity
+from ..api.v1alpha1 import AscendInference
+from ..layout import Layout
+from .children import render_replica
+from .engine import EXPORTER_PORT
+from .metadata import Owner
+
+# Linux's MAX_ARG_STRLEN (32 pages of 4 KiB): execve refuses any single argument or environment string longer.
+MAX_ARG_BYTES = 32 * 4096
+# The engines keep a token-id buffer of at least one 32-bit id per sequence of the batch in host memory.
+TOKEN_ID_BYTES = 4
+SHM_PATH = "/dev/shm"
+
+
+@dataclass
+class Agreement:
+    """What the server or the engine would refuse (problems), and what it accepts but is dangerous (warnings)."""
+
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_agreement(obj: AscendInference, layout: Layout) -> Agreement:
+    """Every check of this module on one valid object, each a sentence with what fits instead."""
+    pods, plain = _pods(obj, layout)
+    problems = [*_requests_over_limits(obj, pods), *_port_collisions(obj, pods), *_long_arguments(obj, pods)]
+    problems += _batch_too_large(obj, pods) + _generated_twice(obj, pods)
+    problems += _template_overrides(pods, plain) + _root_under_non_root(pods)
+    return Agreement(problems + _broken_queries(obj), _root_warnings(obj, pods))
+
+
+def _root_warnings(obj: AscendInference, pods: list[dict]) -> list[str]:
+    """A template that makes the pods run as root: the server accepts it, but it defeats the non-root context."""
+    if obj.spec.template is None:
+        return []
+    context = pods[0]["spec"].get("securityContext") or {}
+    if context.get("runAsNonRoot") is False or (
+        context.get("runAsUser") == 0 and not context.get("runAsNonRoot")
+    ):
+        return [
+            "spec.template.spec.securityContext: runs the engine pods as root, which the operator's non-root "
+            "context (uid 1000, runAsNonRoot) prevents; the Ascend driver grants its devices to uid 1000 "
+            "(HwHiAiUser) and a root engine can write every file of the node volumes it mounts"
+        ]
+    return []
+
+
+def _pods(obj: AscendInference, layout: Layout) -> tuple[list[dict], list[dict]]:
+    """Replica 0's pods as created, and as they would be without the template (what the operator sets)."""
+    owner = Owner(obj.name or "x", obj.namespace)
+    pods = [o for o in render_replica(obj.spec, owner, 0, layout) if o["kind"] == "Pod"]
+    if obj.spec.template is None:
+        return pods, pods
+    plain_spec = obj.spec.model_copy(update={"template": None})
+    return pods, [o for o in render_replica(plain_spec, owner, 0, layout) if o["kind"] == "Pod"]
+
+
+def _amount(value: Any) -> float | None:
+    """A CPU or memory quantity as a number (``500m`` is milli), or None when it is not one."""
+    text = str(value).strip()
+    try:
+        return float(text[:-1]) / 1000 if text.endswith("m") else parse_quantity(text)
+    except ValueError:
+        return None
+
+
+def _requests_over_limits(obj: AscendInference, pods: list[dict]) -> list[str]:
+    problems = []
+    for index, container in enumerate(pods[0]["spec"]["containers"]):
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        for resource, request in (resources.get("requests") or {}).items():
+            limit = limits.get(resource)
+            wanted, allowed = _amount(request), _amount(limit)
+            if limit is None or wanted is None or allowed is None or wanted <= allowed:
+                continue
+            where = _resource_field(obj, container["name"], resource)
+            problems.append(
+                f"{where}: the request {request} is over the {resource} limit of {limit} after the merge "
+                f"(the API server refuses the pod with 'spec.containers[{index}].resources.requests: Invalid "
+                f'value: "{request}": must be less than or equal to {resource} limit of {limit}\'); '
+                f"set resources.limits.{resource} to at least {request}, or request less"
+            )
+    return problems
+
+
+def _resource_field(obj: AscendInference, container: str, resource: str) -> str:
+    requests = dict(obj.spec.engine.resources or {}).get("requests") or {}
+    if container == "engine" and resource in requests:
+        return f"spec.engine.resources.requests.{resource}"
+    return f"spec.template.spec.containers[{container}].resources.requests.{resource}"
+
+
+def _port_collisions(obj: AscendInference, pods: list[dict]) -> list[str]:
+    """Containers of a pod share its network: two ports on one number cannot both be bound."""
+    problems = []
+    seen: dict[tuple[int, str], str] = {}
+    for container in pods[0]["spec"]["containers"]:
+        for port in container.get("ports") or []:
+            key = (port["containerPort"], port.get("protocol", "TCP"))
+            name = f"{port.get('name', '?')!r} of container {container['name']!r}"
+            if key in seen:
+                where = (
+                    "spec.engine.port" if key[0] == obj.spec.engine.port else "spec.template.spec.containers"
+                )
+                problems.append(
+                    f"{where}: port {key[0]} is both {seen[key]} and {name} in the same pod; the second to bind "
+                    f"it fails with 'Address already in use' (the exporter's metrics port is {EXPORTER_PORT}); "
+                    "choose another port"
+                )
+            seen.setdefault(key, name)
+    if not problems and obj.spec.engine.exporter and obj.spec.engine.port == EXPORTER_PORT:
+        problems.append(
+            f"spec.engine.port: {EXPORTER_PORT} is the exporter's metrics port, which the project's engine images "
+            "(the chart's defaults) open in the same pod; the second to bind it fails with 'Address already in "
+            "use'; choose another port, or set engine.exporter: false"
+        )
+    return problems
+
+
+def _long_arguments(obj: AscendInference, pods: list[dict]) -> list[str]:
+    problems = []
+    engine = next(c for c in pods[0]["spec"]["containers"] if c["name"] == "engine")
+    strings = [*(engine.get("command") or []), *(engine.get("args") or [])]
+    strings += [f"{e['name']}={e.get('value', '')}" for e in engine.get("env") or []]
+    for text in strings:
+        size = len(text.encode())
+        if size <= MAX_ARG_BYTES:
+            continue
+        user = [i for i, arg in enumerate(obj.spec.engine.args) if arg == text]
+        where = f"spec.engine.args[{user[0]}]" if user else f"spec.engine (the argument {text[:40]!r}...)"
+        problems.append(
+            f"{where}: {size} bytes in one argument; Linux refuses any argument or environment string over "
+            f"{MAX_ARG_BYTES} bytes (MAX_ARG_STRLEN), so the engine would never start ('argument list too "
+            "long'); put long content in a file (a ConfigMap volume) and pass its path"
+        )
+    return problems
+
+
+def _batch_too_large(obj: AscendInference, pods: list[dict]) -> list[str]:
+    size = obj.spec.batching.max_batch_size
+    limit = ((pods[0]["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get("memory")
+    if size is None or limit is None or (allowed := _amount(limit)) is None:
+        return []
+    need = size * TOKEN_ID_BYTES * (obj.spec.model.max_model_len or 1)
+    if need <= allowed:
+        return []
+    return [
+        f"spec.batching.maxBatchSize: {size} sequences cannot fit: the engine allocates a token buffer for every "
+        f"sequence of the batch at start ({need / 2**30:.0f} GiB at least here), over the pod's memory limit of "
+        f"{limit}, so it fails out of memory before serving; engines batch tens to a few thousand sequences "
+        "(ascend-fleet tune measures the best size)"
+    ]
+
+
+def _generated_twice(obj: AscendInference, pods: list[dict]) -> list[str]:
+    """A flag the spec generates twice: the engine's parser keeps the last, so the first setting is lost."""
+    engine = _engine(pods[0])
+    argv = [*(engine.get("command") or []), *(engine.get("args") or [])]
+    user = obj.spec.engine.args
+    generated = argv[: len(argv) - len(user)] if user and argv[-len(user) :] == user else argv
+    values: dict[str, list[str]] = {}
+    for index, arg in enumerate(generated):
+        if not arg.startswith("--"):
+            continue
+        flag, _, inline = arg.partition("=")
+        following = generated[index + 1] if index + 1 < len(generated) else ""
+        value = inline or ("" if following.startswith("--") else following)
+        values.setdefault(flag, []).append(value)
+    problems = []
+    for flag, seen in values.items():
+        if len(seen) < 2:
+            continue
+        if flag == "--chunked-prefill-size":
+            problems.append(
+                f"spec.batching: maxBatchTokens and chunkedPrefill: false both set {flag} "
+                f"({' and '.join(seen)}); {obj.spec.engine.type}'s parser keeps the last, so maxBatchTokens "
+                "would be ignored; drop one of them"
+            )
+        else:
+            problems.append(
+                f"spec: the engine command would carry {flag} {len(seen)} times ({', '.join(seen)}); the "
+                f"engine's parser keeps the last, so the other settings would be lost"
+            )
+    return problems
+
+
+def _template_overrides(pods: list[dict], plain: list[dict]) -> list[str]:
+    """What the template replaced of what the operator sets for gang scheduling, shared memory and HCCL."""
+    if pods is plain:
+        return []
+    pod, base = pods[0], plain[0]
+    problems = []
+    group = names.ANNOTATION_POD_GROUP
+    want = (base["metadata"].get("annotations") or {}).get(group)
+    got = (pod["metadata"].get("annotations") or {}).get(group)
+    if want is not None and got != want:
+        problems.append(
+            f"spec.template.metadata.annotations: {group}={got!r} replaces the operator's {want!r}; Volcano "
+            "would schedule the pods outside the replica's PodGroup, so the gang would start partly"
+        )
+    if (
+        base["spec"].get("schedulerName")
+        and pod["spec"].get("schedulerName") != base["spec"]["schedulerName"]
+    ):
+        problems.append(
+            f"spec.template.spec.schedulerName: {pod['spec'].get('schedulerName')!r} replaces "
+            f"{base['spec']['schedulerName']!r}, which gang-schedules each replica (spec.scheduling); set "
+            "spec.scheduling instead of the scheduler"
+        )
+    problems += _engine_overrides(_engine(pod), _engine(base))
+    return problems
+
+
+def _engine(pod: dict) -> dict:
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
+
+
+def _engine_overrides(engine: dict, base: dict) -> list[str]:
+    problems = []
+    mounts = {m["mountPath"]: m for m in engine.get("volumeMounts") or []}
+    base_mounts = {m["mountPath"]: m for m in base.get("volumeMounts") or []}
+    if SHM_PATH in base_mounts and mounts.get(SHM_PATH) != base_mounts[SHM_PATH]:
+        problems.append(
+            f"spec.template.spec.containers[engine].volumeMounts: {SHM_PATH} is mounted from "
+            f"{mounts.get(SHM_PATH, {}).get('name')!r} instead of the operator's in-memory volume "
+            "(spec.engine.shmSize); the engines' collective communication needs it; set spec.engine.shmSize"
+        )
+    env = {e["name"]: e for e in engine.get("env") or []}
+    base_env = {e["name"]: e for e in base.get("env") or []}
+    if "POD_IP" in base_env and env.get("POD_IP") != base_env["POD_IP"]:
+        problems.append(
+            "spec.template.spec.containers[engine].env: POD_IP replaces the operator's status.podIP field "
+            "reference; HCCL_IF_IP=$(POD_IP) makes HCCL bind to it, so ranks would listen on the wrong address; "
+            "remove POD_IP from the template"
+        )
+    return problems
+
+
+def _root_under_non_root(pods: list[dict]) -> list[str]:
+    """runAsNonRoot with runAsUser 0: the API server accepts it and the kubelet then never starts the container."""
+    context = pods[0]["spec"].get("securityContext") or {}
+    if context.get("runAsNonRoot") and context.get("runAsUser") == 0:
+        return [
+            "spec.template.spec.securityContext.runAsUser: 0 under the operator's runAsNonRoot: the kubelet "
+            'refuses to start the engine ("container\'s runAsUser breaks non-root policy"); remove runAsUser '
+            "from the template, or run as the images' uid 1000"
+        ]
+    return []
+
+
+def _broken_queries(obj: AscendInference) -> list[str]:
+    """A rule's raw PromQL through a real PromQL parser: Prometheus would refuse it at every evaluation."""
+    problems = []
+    for index, rule in enumerate(obj.spec.rules):
+        if rule.query is None:
+            continue
+        try:
+            promql_parser.parse(rule.query)
+        except ValueError as error:
+            problems.append(
+                f"spec.rules[{index}].query: not valid PromQL ({error}); Prometheus answers every evaluation "
+                "with a bad_data error, so the rule would never act"
+            )
+    return problems

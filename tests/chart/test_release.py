@@ -1,0 +1,92 @@
+"""The release: what a ``v*`` tag publishes is what the chart installs by default, on the Kubernetes it is tested on."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import yaml
+
+from ascend_fleet.api.images import default_image
+from tests.chart import helm
+from tests.support.paths import ROOT
+
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+DEFAULT_CHIP = "ascend910b"
+
+
+def package_version() -> str:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def chart() -> dict:
+    return yaml.safe_load((helm.CHART / "Chart.yaml").read_text())
+
+
+def workflow() -> dict:
+    data = yaml.safe_load(WORKFLOW.read_text())
+    data["on"] = data.pop(True, data.get("on"))  # YAML 1.1 reads the key `on` as a boolean
+    return data
+
+
+def test_kube_version_is_the_release_the_tests_run_on():
+    go_mod = (ROOT / "tools" / "controlplane" / "go.mod").read_text()
+    found = re.search(r"^\s*k8s\.io/kubernetes v(\d+)\.(\d+)\.\d+$", go_mod, re.MULTILINE)
+    assert found, "tools/controlplane/go.mod names no k8s.io/kubernetes release"
+    assert chart()["kubeVersion"] == f">={found[1]}.{found[2]}.0-0"
+
+
+def test_chart_version_and_default_image_tags_are_the_package_version():
+    """Empty tags default to appVersion (tests/chart/test_install.py checks the rendered images)."""
+    version = package_version()
+    assert chart()["version"] == version and chart()["appVersion"] == version
+    values = helm.default_values()
+    assert values["operator"]["image"]["tag"] in ("", version)
+    for key, image in values["engineImages"].items():
+        assert image["tag"] in ("", version), key
+
+
+def default_images() -> dict[str, str]:
+    """Every image the chart's values name by default, as repository:<version><suffix>, by the chip it serves."""
+    values = helm.default_values()
+    images = {"operator": values["operator"]["image"]["repository"] + ":{version}"}
+    for key, image in values["engineImages"].items():
+        images[key] = image["repository"] + ":{version}" + image.get("suffix", "")
+    return images
+
+
+def test_release_builds_every_image_the_chart_names():
+    flow = workflow()
+    registry = flow["env"]["REGISTRY"]
+    job = flow["jobs"]["images"]
+    built = {
+        f"{registry}/{entry['image']}:{{version}}{entry['suffix']}": entry
+        for entry in job["strategy"]["matrix"]["include"]
+    }
+    assert set(built) == set(default_images().values())
+    build = next(
+        step for step in job["steps"] if str(step.get("uses", "")).startswith("docker/build-push-action")
+    )
+    assert set(build["with"]["platforms"].split(",")) == {"linux/arm64", "linux/amd64"}
+    assert build["with"]["push"] is True
+    for key, image in default_images().items():
+        entry = built[image]
+        assert (ROOT / "images" / entry["image"] / "Dockerfile").is_file()
+        if key == "operator":
+            continue
+        engine, _, chip = key.partition("/")
+        base = default_image(engine, chip or DEFAULT_CHIP)
+        arg = "VLLM_ASCEND_IMAGE" if engine == "vllm-ascend" else "SGLANG_IMAGE"
+        assert entry["build-args"] == f"{arg}={base}", f"{image} must extend {base}"
+
+
+def test_release_runs_on_version_tags_and_publishes_the_chart_and_crds():
+    flow = workflow()
+    assert flow["on"] == {"push": {"tags": ["v*"]}}
+    scripts = "\n".join(step.get("run", "") for job in flow["jobs"].values() for step in job["steps"])
+    assert "helm package charts/ascend-fleet" in scripts
+    assert re.search(r'helm push "dist/ascend-fleet-\$VERSION\.tgz" "\$CHART_REGISTRY"', scripts)
+    assert flow["env"]["CHART_REGISTRY"].startswith("oci://")
+    assert re.search(r"gh release create .*\n.*\n\s+crds/\*\.yaml", scripts)
+    # The tag must be the package's and the chart's version, or the chart would name images nobody pushed.
+    assert 'if [ "$version" != "$package" ]' in scripts
