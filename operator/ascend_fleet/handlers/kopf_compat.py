@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.metadata
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -81,11 +82,10 @@ def check_version(version: str) -> None:
 
 def supported(version: str) -> bool:
     """Whether ``version`` (``1.45.2``, ``1.45.0rc1``) is inside :data:`SUPPORTED_KOPF` (pure)."""
-    parts = version.split(".")
-    try:
-        major, minor = int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x")
-    except (IndexError, ValueError):
+    match = re.match(r"^(\d+)\.(\d+)", version)
+    if match is None:
         return False
+    major, minor = int(match.group(1)), int(match.group(2))
     low, high = SUPPORTED_KOPF
     return low <= (major, minor) < high
 
@@ -161,9 +161,9 @@ def notify_on_change_only(toggle_set: Any) -> bool:
     """
     if getattr(toggle_set, _PATCHED, False):
         return True
-    if probe_toggle_set(toggle_set):
-        return False
     toggle_class = _toggle_class(toggle_set)
+    if toggle_class is None or probe_toggle_set(toggle_set):
+        return False
 
     async def make_toggle(self, __val: bool = False, *, name: str | None = None):
         toggle = toggle_class(__val, name=name, condition=self._condition)
