@@ -6,7 +6,10 @@ fields, so a misspelt one fails here instead of being dropped.
 
 from __future__ import annotations
 
-from ..api.v1alpha1 import AscendInference, AscendInferenceStatus
+from dataclasses import dataclass
+from typing import Any
+
+from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition, GroupRestart, LayoutStatus
 from ..layout import Layout
 from ..render import leader_selector
 from ..status import ObservedReplica, set_condition
@@ -33,61 +36,125 @@ def derive_status(
 ) -> dict:
     """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing."""
     wanted, ppr = layout.data, layout.pods_per_replica
-    previous = stored_status(obj)
     generation = obj.metadata.get("generation")
     existing = [g for g in groups.values() if any(not p.deleting for p in g.pods)]
-    ready = sum(1 for i in range(wanted) if i in groups and groups[i].ready(ppr))
-    updated = sum(1 for i in range(wanted) if i in groups and groups[i].at_revision(rev))
-    extra = sum(1 for g in existing if g.index >= wanted)
-    draining = sum(1 for g in existing if g.draining)
-    failing = sorted(r["replica"] for r in restarts if r["replica"] < wanted and r["count"] > 1)
+    counts = ReplicaCounts(
+        wanted=wanted,
+        present=len([g for g in existing if g.index < wanted]),
+        ready=sum(1 for i in range(wanted) if i in groups and groups[i].ready(ppr)),
+        updated=sum(1 for i in range(wanted) if i in groups and groups[i].at_revision(rev)),
+        extra=sum(1 for g in existing if g.index >= wanted),
+        draining=sum(1 for g in existing if g.draining),
+    )
+    conditions = _conditions(
+        stored_status(obj).get("conditions", []),
+        counts,
+        rev,
+        restarts,
+        now,
+        generation,
+        refused,
+        routing_problem,
+    )
+    status = AscendInferenceStatus(
+        **kept_fields(obj.status),
+        observed_generation=generation,
+        replicas=len(existing),
+        ready_replicas=counts.ready,
+        updated_replicas=counts.updated,
+        selector=",".join(f"{k}={v}" for k, v in leader_selector(obj.name).items()),
+        revision=rev,
+        layout=LayoutStatus(
+            npus_per_replica=layout.npus_per_replica,
+            pods_per_replica=ppr,
+            npus_per_pod=layout.npus_per_pod,
+            total_npus=layout.total_npus,
+        ),
+        conditions=[Condition.model_validate(c) for c in conditions],
+        group_restarts=[
+            GroupRestart(replica=r["replica"], count=r["count"], last_time=r["lastTime"])
+            for r in sorted(restarts, key=lambda r: r["replica"])
+        ],
+    )
+    return wire_status(status)
 
-    conditions = previous.get("conditions", [])
+
+# The status fields a reconcile pass derives; every other stored field (the control loop's actions, the
+# tuning record) is carried over as stored.
+DERIVED_FIELDS = frozenset(
+    {
+        "observed_generation",
+        "replicas",
+        "ready_replicas",
+        "updated_replicas",
+        "selector",
+        "revision",
+        "layout",
+        "conditions",
+        "group_restarts",
+    }
+)
+
+
+def kept_fields(
+    stored: AscendInferenceStatus | None, derived: frozenset[str] = DERIVED_FIELDS
+) -> dict[str, Any]:
+    """The stored status fields a pass does not derive, by field name, to carry into the new status."""
+    if stored is None:
+        return {}
+    return {name: getattr(stored, name) for name in stored.model_fields_set - derived}
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """What a pass counted among the object's replicas (indexes below ``wanted`` unless said otherwise)."""
+
+    wanted: int
+    present: int  # with at least one pod not being deleted
+    ready: int
+    updated: int  # every pod at the current revision
+    extra: int  # present at an index the spec no longer wants
+    draining: int  # any index
+
+
+def _conditions(
+    conditions: list[dict],
+    counts: ReplicaCounts,
+    rev: str,
+    restarts: list[dict],
+    now: float,
+    generation: int | None,
+    refused: dict[tuple[str, str], Refusal] | None,
+    routing_problem: str | None,
+) -> list[dict]:
+    """Ready, Progressing and Degraded from this pass's counts; other condition types are kept."""
+    wanted, ready, extra = counts.wanted, counts.ready, counts.extra
+    readiness = f"{ready} of {wanted} replicas ready"
     if refused:
         refusals = sorted(refused.values(), key=lambda r: (r.reason != NAME_CONFLICT, r.kind, r.name))
-        conditions = set_condition(
-            conditions,
-            "Ready",
-            False,
-            refusals[0].reason,
-            f"{ready} of {wanted} replicas ready; " + "; ".join(r.sentence() for r in refusals),
-            now,
-            generation,
-        )
+        sentence = "; ".join(r.sentence() for r in refusals)
+        ready_condition = (False, refusals[0].reason, f"{readiness}; {sentence}")
     elif routing_problem:
-        conditions = set_condition(
-            conditions,
-            "Ready",
-            False,
-            ROUTING_UNAVAILABLE,
-            f"{ready} of {wanted} replicas ready; {routing_problem}",
-            now,
-            generation,
-        )
+        ready_condition = (False, ROUTING_UNAVAILABLE, f"{readiness}; {routing_problem}")
+    elif ready >= wanted:
+        ready_condition = (True, "AllReplicasReady", readiness)
     else:
-        conditions = set_condition(
-            conditions,
-            "Ready",
-            ready >= wanted,
-            "AllReplicasReady" if ready >= wanted else "ReplicasNotReady",
-            f"{ready} of {wanted} replicas ready",
-            now,
-            generation,
-        )
+        ready_condition = (False, "ReplicasNotReady", readiness)
+    conditions = set_condition(conditions, "Ready", *ready_condition, now, generation)
     restarting = any(r["replica"] < wanted for r in restarts)
-    progressing, reason = _progress(
-        wanted, len([g for g in existing if g.index < wanted]), ready, updated, extra, draining, restarting
-    )
+    progressing, reason = _progress(counts, restarting)
+    at_revision = f"{counts.updated} of {wanted} replicas at revision {rev}"
     conditions = set_condition(
         conditions,
         "Progressing",
         progressing,
         reason,
-        f"{updated} of {wanted} replicas at revision {rev}" + (f", {extra} scaling in" if extra else ""),
+        at_revision + (f", {extra} scaling in" if extra else ""),
         now,
         generation,
     )
-    conditions = set_condition(
+    failing = sorted(r["replica"] for r in restarts if r["replica"] < wanted and r["count"] > 1)
+    return set_condition(
         conditions,
         "Degraded",
         bool(failing),
@@ -96,26 +163,6 @@ def derive_status(
         now,
         generation,
     )
-    status = AscendInferenceStatus.model_validate(
-        {
-            **previous,
-            "observedGeneration": generation,
-            "replicas": len(existing),
-            "readyReplicas": ready,
-            "updatedReplicas": updated,
-            "selector": ",".join(f"{k}={v}" for k, v in leader_selector(obj.name).items()),
-            "revision": rev,
-            "layout": {
-                "npusPerReplica": layout.npus_per_replica,
-                "podsPerReplica": ppr,
-                "npusPerPod": layout.npus_per_pod,
-                "totalNpus": layout.total_npus,
-            },
-            "conditions": conditions,
-            "groupRestarts": sorted(restarts, key=lambda r: r["replica"]),
-        }
-    )
-    return wire_status(status)
 
 
 def wire_status(status: AscendInferenceStatus) -> dict:
@@ -134,9 +181,10 @@ def canonical_status(stored: dict | None) -> dict:
         return {}
 
 
-def _progress(
-    wanted: int, present: int, ready: int, updated: int, extra: int, draining: int, restarting: bool
-) -> tuple[bool, str]:
+def _progress(counts: ReplicaCounts, restarting: bool) -> tuple[bool, str]:
+    """Whether the object is still progressing, and the reason."""
+    wanted, present, ready, updated = counts.wanted, counts.present, counts.ready, counts.updated
+    extra, draining = counts.extra, counts.draining
     # A replica that is not ready yet is "Starting" unless the operator has restarted a gang or is
     # draining one: a new object's pods read as starting, not as recovering from a failure.
     if extra:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..api import names
 from ..api.settings import ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
-from ..api.v1alpha1 import AscendInference, AscendInferenceStatus
+from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition
 from ..layout import Layout
 from ..render import (
     Owner,
@@ -29,7 +29,7 @@ from ..render.routing import PickerSettings
 from ..status import ObservedReplica, observed_replicas, set_condition
 from ..status.conditions import get_condition
 from .drift import drifted, managed_spec
-from .fleet_status import derive_status, stored_status, wire_status
+from .fleet_status import derive_status, kept_fields, stored_status, wire_status
 from .routing import ROUTING_UNAVAILABLE, plan_routing
 from .timing import REQUEUE_AFTER_WRITE_SECONDS, ROLLOUT_BLOCKED_SECONDS
 from .writes import Delete, Event, Observed, PassPlan, Patch
@@ -295,6 +295,10 @@ def _restore_serving(group: ObservedReplica, result: PassPlan) -> None:
         )
 
 
+# An invalid spec's pass derives only these; the rest of the stored status stays as it was.
+INVALID_SPEC_FIELDS = frozenset({"conditions", "observed_generation"})
+
+
 def plan_invalid(obj: dict, problems: list[str], now: float) -> PassPlan:
     """An invalid spec: say what is wrong in Ready=False/InvalidSpec and touch no children."""
     result = PassPlan()
@@ -306,13 +310,16 @@ def plan_invalid(obj: dict, problems: list[str], now: float) -> PassPlan:
     conditions = set_condition(conditions, "Ready", False, "InvalidSpec", message, now, generation)
     if not before or before.get("reason") != "InvalidSpec" or before.get("message") != message:
         result.events.append(Event("Warning", "InvalidSpec", message, with_status=True))
-    status = {**previous, "conditions": conditions}
-    if generation is not None:
-        status["observedGeneration"] = generation
     try:
-        result.status = wire_status(AscendInferenceStatus.model_validate(status))
+        stored = AscendInferenceStatus.model_validate(previous)
     except ValueError:  # the stored status itself is unreadable: keep only what this pass knows
-        result.status = wire_status(
-            AscendInferenceStatus.model_validate({"conditions": conditions, "observedGeneration": generation})
-        )
+        stored = AscendInferenceStatus()
+    if generation is None:
+        generation = stored.observed_generation
+    status = AscendInferenceStatus(
+        **kept_fields(stored, INVALID_SPEC_FIELDS),
+        conditions=[Condition.model_validate(c) for c in conditions],
+        observed_generation=generation,
+    )
+    result.status = wire_status(status)
     return result
