@@ -13,7 +13,7 @@ from ..api.times import parse_rfc3339, rfc3339
 from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..render import Valid
 from ..status import ObservedReplica, observed_replicas, pod_condition
-from .evaluate import FLEET, Decision, FleetState, PastAction, ReplicaInfo
+from .evaluate import FLEET, ControlDecision, FleetState, PastAction, ReplicaInfo
 
 
 def fleet_state(valid: Valid, pods: Iterable[dict]) -> FleetState:
@@ -81,7 +81,7 @@ def past_actions(obj: AscendInference) -> tuple[PastAction, ...]:
     return tuple(sorted(result, key=lambda a: a.time, reverse=True))
 
 
-def action_record(decision: Decision, now: float) -> dict:
+def action_record(decision: ControlDecision, now: float) -> dict:
     """The status.actions entry for a decision, in wire form (through the status model)."""
     return ActionRecord(
         time=rfc3339(now),

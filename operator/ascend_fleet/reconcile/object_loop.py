@@ -157,16 +157,13 @@ class ObjectLoop:
             )
             self.refusals = current(self.refusals, generation, owned | set(observed.routing))
             observed.refused = dict(self.refusals)
-        return await asyncio.to_thread(
-            self.reconcile_pass,
-            self.kube,
-            snapshot,
-            observed,
-            self.settings,
-            self.clock.now(),
-            outcome,
-            self.hold_status_until,
-        )
+        hold_until = self.hold_status_until
+
+        def reconcile() -> PassResult:  # the clock is read in the worker, when the pass starts
+            now = self.clock.now()
+            return self.reconcile_pass(self.kube, snapshot, observed, self.settings, now, outcome, hold_until)
+
+        return await asyncio.to_thread(reconcile)
 
     async def _after_error(
         self,

@@ -73,9 +73,8 @@ def plan_pass(
         if group is None or not group.pods:
             _create_replica(obj, layout, owner, index, rev, restarts, observed, now, settings, result)
         elif any(p.deleting for p in group.pods):
-            result.later(
-                REQUEUE_AFTER_WRITE_SECONDS
-            )  # wait for the old gang to be gone before its names are reused
+            # Wait for the old gang to be gone before its names are reused.
+            result.later(REQUEUE_AFTER_WRITE_SECONDS)
         elif group.failed or not group.complete(ppr):
             _restart_gang(group, restarts, now, settings, result)
         elif group.draining:
@@ -99,21 +98,7 @@ def plan_pass(
             _forget_stable_restarts(group, ppr, restarts, now, settings)
             _restore_serving(group, result)
 
-    for group in sorted(outdated, key=lambda g: g.index, reverse=True)[: max(budget, 0)]:
-        leader = group.leader
-        assert leader is not None  # outdated groups are ready(): every rank is there, 0 included
-        result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339_ms(now), "rollout")))
-        result.events.append(
-            Event(
-                "Normal",
-                "RolloutStep",
-                f"replica {group.index}: draining for revision {rev} ({spec.disruption.drain_seconds}s)",
-            )
-        )
-        result.later(spec.disruption.drain_seconds or REQUEUE_AFTER_WRITE_SECONDS)
-    if outdated and budget <= 0:
-        result.later(ROLLOUT_BLOCKED_SECONDS)
-
+    _roll_out(outdated, budget, rev, spec.disruption.drain_seconds, now, result)
     _collect_pod_groups(obj, groups, result)
     result.status = derive_status(
         obj, layout, groups, rev, list(restarts.values()), now, observed.refused, routing_problem
@@ -125,6 +110,26 @@ def plan_pass(
     if result.writes_children:
         result.later(REQUEUE_AFTER_WRITE_SECONDS)
     return result
+
+
+def _roll_out(
+    outdated: list[ObservedReplica], budget: int, rev: str, drain_seconds: int, now: float, result: PassPlan
+) -> None:
+    """Drain the highest outdated ready replicas, as many as ``maxUnavailable`` leaves room for."""
+    for group in sorted(outdated, key=lambda g: g.index, reverse=True)[: max(budget, 0)]:
+        leader = group.leader
+        assert leader is not None  # outdated groups are ready(): every rank is there, 0 included
+        result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339_ms(now), "rollout")))
+        result.events.append(
+            Event(
+                "Normal",
+                "RolloutStep",
+                f"replica {group.index}: draining for revision {rev} ({drain_seconds}s)",
+            )
+        )
+        result.later(drain_seconds or REQUEUE_AFTER_WRITE_SECONDS)
+    if outdated and budget <= 0:
+        result.later(ROLLOUT_BLOCKED_SECONDS)
 
 
 def _collect_pod_groups(obj: AscendInference, groups: dict[int, ObservedReplica], result: PassPlan) -> None:
