@@ -22,6 +22,8 @@ _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 QUANTITY_PATTERN = rf"^[+-]?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"
 SIZE_PATTERN = rf"^{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"  # no sign: sizes are >= 0
 _QUANTITY = re.compile(QUANTITY_PATTERN)
+
+
 def parse_quantity(text: object) -> Decimal:
     """The value of a quantity (``16Gi``, ``500m``, ``1e3``, ``2``); ValueError if the server would refuse it.
 
