@@ -17,7 +17,7 @@ from ..status import observed_replicas
 from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation
-from .fleet_status import canonical_status
+from .fleet_status import OTHER_WRITERS_KEYS, canonical_status
 from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, owned_by
 from .plan import creation_event, plan_invalid, plan_pass
 from .refusals import CHILD_REJECTED, NAME_CONFLICT
@@ -262,8 +262,6 @@ def _record(kube: Kube, body: dict, events: list) -> None:
         kube.event(body, event.type, event.reason, event.message)
 
 
-# Status fields other writers own.
-NOT_OWN_STATUS = ("actions", "tuning")
 # Condition types this reconciler writes; the control loop owns MetricsAvailable (and status.actions).
 OWN_CONDITIONS = frozenset({"Ready", "Progressing", "Degraded"})
 
@@ -279,7 +277,7 @@ def _write_status(kube: Kube, body: dict, result: PassPlan) -> dict | None:
         return None
     # status.actions belongs to the control loop and status.tuning to `ascend-fleet tune`: a merge patch
     # without their keys keeps what is stored (a retry on a fresh object must not restore a stale copy).
-    status = {k: v for k, v in result.status.items() if k not in NOT_OWN_STATUS}
+    status = {k: v for k, v in result.status.items() if k not in OTHER_WRITERS_KEYS}
     meta = body["metadata"]
     try:
         return _patch_status(kube, meta, status, meta.get("resourceVersion"))

@@ -79,20 +79,13 @@ def derive_status(
     return wire_status(status)
 
 
-# The status fields a reconcile pass derives; every other stored field (the control loop's actions, the
-# tuning record) is carried over as stored.
-DERIVED_FIELDS = frozenset(
-    {
-        "observed_generation",
-        "replicas",
-        "ready_replicas",
-        "updated_replicas",
-        "selector",
-        "revision",
-        "layout",
-        "conditions",
-        "group_restarts",
-    }
+# Status fields other writers own: status.actions is the control loop's, status.tuning `ascend-fleet tune`'s.
+OTHER_WRITERS_FIELDS = frozenset({"actions", "tuning"})
+# Every other status field a reconcile pass derives afresh.
+DERIVED_FIELDS = frozenset(AscendInferenceStatus.model_fields) - OTHER_WRITERS_FIELDS
+# The other writers' fields as the API spells them (a status merge patch leaves them out).
+OTHER_WRITERS_KEYS = frozenset(
+    AscendInferenceStatus.model_fields[name].alias or name for name in OTHER_WRITERS_FIELDS
 )
 
 
