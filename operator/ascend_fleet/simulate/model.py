@@ -29,8 +29,8 @@ from .metrics import MetricStore, Scrape
 from .traces import HOUR, Trace
 
 STARTING, SERVING, DRAINING = "starting", "serving", "draining"
-RoutingMode = Literal["service", "pool", "classes"]
-ROUTINGS: tuple[RoutingMode, ...] = ("service", "pool", "classes")
+RoutingChoice = Literal["service", "pool", "classes"]
+ROUTINGS: tuple[RoutingChoice, ...] = ("service", "pool", "classes")
 # The seeds' length classes (prompt tokens above which a request is medium, long): short ones go first.
 CLASS_BOUNDS = (512, 2048)
 # Event kinds, in the order they run when they fall on the same instant as each other.
@@ -99,7 +99,7 @@ class FleetConfig:
     drain_seconds: float = 30.0
     scrape_interval: float = 15.0
     metric_retention: float = 3600.0
-    routing: RoutingMode = "pool"
+    routing: RoutingChoice = "pool"
     """How requests reach replicas: ``service`` picks one at random (a ClusterIP Service); ``pool`` the one with
     the fewest outstanding requests (the endpoint picker); ``classes`` as ``pool``, and each replica's queue
     serves short prompts before medium before long (the picker's priority bands, the seeds' classes)."""
