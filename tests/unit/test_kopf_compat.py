@@ -1,11 +1,15 @@
 """The one seam where the operator changes kopf: applied once, and only to a kopf it knows."""
 
+import asyncio
+
 import kopf
 import pytest
 from kopf._cogs.aiokits import aiotoggles
 
+from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.handlers import kopf_compat
 from ascend_fleet.handlers.kopf_compat import UnsupportedKopf
+from ascend_fleet.handlers.operator import OPERATOR_RESTARTS, OperatorContext, RunOptions, run_operator
 
 
 def registry_with_a_daemon() -> kopf.OperatorRegistry:
@@ -76,3 +80,11 @@ def test_a_registry_without_the_spawning_handlers_it_marks_is_refused():
     assert kopf_compat.probe_registry(OtherRegistry()) == ["OperatorRegistry._spawning._handlers"]
     with pytest.raises(UnsupportedKopf, match="_spawning._handlers"):
         kopf_compat.install(OtherRegistry())  # type: ignore[arg-type]
+
+
+def test_the_operator_stops_on_an_unknown_kopf_instead_of_starting_it_again(monkeypatch):
+    monkeypatch.setattr(kopf_compat, "installed_kopf", lambda: "1.99.0")
+    ctx = OperatorContext(settings=OperatorSettings(), kube=None)  # type: ignore[arg-type]  # never reached
+    with pytest.raises(UnsupportedKopf, match="kopf 1.99.0 is installed"):
+        asyncio.run(asyncio.wait_for(run_operator(ctx, RunOptions()), 10))
+    assert OPERATOR_RESTARTS == []

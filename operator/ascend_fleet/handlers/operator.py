@@ -269,8 +269,8 @@ async def run_operator(ctx: OperatorContext, options: RunOptions, stop_flag=None
                 ready_flag=ready_flag,
             )
             return
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, kopf_compat.UnsupportedKopf):
+            raise  # a kopf the operator does not know stays unknown: starting again would not help
         except Exception as error:  # kopf's and aiohttp's errors: anything but a stop
             if _stopped(stop_flag):
                 return
