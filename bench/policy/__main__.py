@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ascend_fleet.simulate.model import ROUTINGS, simulate
-from ascend_fleet.simulate.plot import PlotUnavailable, write_png
+from ascend_fleet.simulate.plot import PlotUnavailable, write_runs_png
 from ascend_fleet.simulate.report import LOSE, WIN, Summary, outcome, summarize, table, verdict
 from ascend_fleet.simulate.run import fleet_config, load_spec, make_policy, run_all
 from ascend_fleet.simulate.traces import BUILT_IN, HOUR, generate
@@ -46,7 +46,7 @@ def run_trace(name: str, hours: float, seed: int, spec_path: str | None, png_dir
     png = ""
     if png_dir:
         try:
-            png = str(write_png(results, Path(png_dir) / f"policy-{name}.png", f"{name}, seed {seed}"))
+            png = str(write_runs_png(results, Path(png_dir) / f"policy-{name}.png", f"{name}, seed {seed}"))
         except PlotUnavailable as error:
             png = f"no PNG: {error}"
     # The rules policy once more under each routing: a Service, the endpoint picker, the picker's classes.

@@ -1,4 +1,4 @@
-"""kopf's start-up barrier alone, as shipped and as the operator patches it (``handlers/toggles.py``).
+"""kopf's start-up barrier alone, as shipped and as the operator patches it (``handlers/kopf_compat.py``).
 
     python -m bench.reconcile.barrier [--objects 1000,2000,4000]
 
@@ -15,7 +15,7 @@ import time
 
 from kopf._cogs.aiokits import aiotoggles
 
-from ascend_fleet.handlers.toggles import SHIPPED, notify_on_change_only
+from ascend_fleet.handlers.kopf_compat import SHIPPED, notify_on_change_only
 
 
 class CountingCondition(asyncio.Condition):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ascend_fleet.api.v1alpha1 import Autoscaling, Rule
-from ascend_fleet.control.evaluate import FleetState, PastAction, Policy, ReplicaInfo
+from ascend_fleet.control.evaluate import EvaluationSettings, FleetState, PastAction, ReplicaInfo
 from ascend_fleet.control.queries import Observations, rule_queries
 
 NS, NAME = "team-a", "qwen"
-POLICY = Policy(step=1.0, interval=1.0, min_samples_fraction=0.8)
+POLICY = EvaluationSettings(step=1.0, interval=1.0, min_samples_fraction=0.8)
 NOW = 1_700_000_000.0
 LONG_AGO = NOW - 3600
 
@@ -51,7 +51,7 @@ def answer(
     replica: int | None = None,
     namespace: str = NS,
     name: str = NAME,
-    policy: Policy = POLICY,
+    policy: EvaluationSettings = POLICY,
 ) -> Observations:
     """Record what Prometheus would answer for one rule and one object (or replica)."""
     extreme, count = rule_queries(r, policy.catalog, policy.step)
@@ -60,7 +60,7 @@ def answer(
     return observations
 
 
-def empty_answers(*rules: Rule, policy: Policy = POLICY) -> Observations:
+def empty_answers(*rules: Rule, policy: EvaluationSettings = POLICY) -> Observations:
     """Prometheus answered every query of ``rules``, with no series at all."""
     observations = Observations()
     for r in rules:

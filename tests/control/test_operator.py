@@ -28,6 +28,7 @@ from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
+from ascend_fleet.status import pod_ready
 from tests.support.paths import CRD_FILE
 from tests.support.rbac import HARNESS, record_operator_requests
 
@@ -182,11 +183,7 @@ def leaders(env: Env, namespace: str, name: str) -> dict[int, dict]:
 
 
 def serving(pod: dict) -> bool:
-    ready = any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for c in (pod.get("status") or {}).get("conditions", [])
-    )
-    return ready and pod["metadata"]["labels"].get(names.LABEL_SERVING) == "true"
+    return pod_ready(pod) and pod["metadata"]["labels"].get(names.LABEL_SERVING) == "true"
 
 
 def ready_and_scraped(env: Env, namespace: str, name: str, count: int) -> None:

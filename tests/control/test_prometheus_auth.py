@@ -24,7 +24,7 @@ import yaml
 
 from ascend_fleet.api.settings import PrometheusSettings
 from ascend_fleet.control.prometheus import Prometheus
-from ascend_fleet.control.queries import Observations, Query, Window
+from ascend_fleet.control.queries import Observations, Query, QueryWindow
 from ascend_fleet.devcluster.prometheus import free_port
 
 pytestmark = pytest.mark.prometheus
@@ -32,7 +32,7 @@ USER, PASSWORD, TENANT, TOKEN = "fleet", "s3cret-password", "team-a", "token-of-
 STEP = 1.0
 # Labelled like a catalog entry, so the answer maps to one object; `up` of the self-scrape keeps it fresh.
 QUERY = Query(
-    Window(
+    QueryWindow(
         'label_replace(label_replace(vector(0.5), "namespace", "ns", "", ""), "inference", "f", "", "")',
         2,
         "fleet",
@@ -269,7 +269,7 @@ def test_missing_password_file_says_which(secure_prometheus):
 
 def test_rejected_query_reports_prometheus_error_type(secure_prometheus):
     url, home = secure_prometheus
-    broken = Query(Window("sum(", 2, "fleet"), "min")
+    broken = Query(QueryWindow("sum(", 2, "fleet"), "min")
     client = Prometheus.from_settings(
         PrometheusSettings.model_validate(
             {"url": url, "basicAuth": basic_auth(home), "caFile": str(home / "ca.crt")}

@@ -11,9 +11,9 @@ from prometheus_client.exposition import start_http_server
 
 from ascend_fleet.api.catalog import PRESETS, Catalog
 from ascend_fleet.api.v1alpha1 import Rule
-from ascend_fleet.control.evaluate import Policy
+from ascend_fleet.control.evaluate import EvaluationSettings
 from ascend_fleet.control.prometheus import Prometheus
-from ascend_fleet.control.queries import Observations, Query, Window, rule_queries
+from ascend_fleet.control.queries import Observations, Query, QueryWindow, rule_queries
 from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.prometheus import PrometheusServer, free_port
 from ascend_fleet.devcluster.scenario import Scenario
@@ -22,7 +22,7 @@ from .helpers import NAME, NS
 
 pytestmark = pytest.mark.prometheus
 STEP = 1.0
-POLICY = Policy(step=STEP, interval=1.0)
+POLICY = EvaluationSettings(step=STEP, interval=1.0)
 
 
 def engine_pod(replica: int, ip: str, engine: str = "vllm") -> dict:
@@ -86,7 +86,7 @@ def engines(prometheus, scenario):
 def test_every_catalog_entry_is_promql_prometheus_accepts(prometheus, preset):
     catalog = Catalog.build(preset)
     queries = [
-        Query(Window(expression, 5, scope), stat)
+        Query(QueryWindow(expression, 5, scope), stat)
         for expression in catalog.entries.values()
         for scope in ("fleet", "replica")
         for stat in ("min", "max", "count")
@@ -111,8 +111,8 @@ def test_engine_queue_metrics_of_both_engines_map_to_replicas(engines, scenario,
 
 def test_a_bad_raw_query_fails_alone_and_a_stopped_prometheus_is_unavailable(prometheus_binary, tmp_path):
     with PrometheusServer(binary=prometheus_binary, directory=tmp_path) as server:
-        good = Query(Window("up", 2, "fleet"), "count")
-        bad = Query(Window("sum(", 2, "fleet"), "count")
+        good = Query(QueryWindow("up", 2, "fleet"), "count")
+        bad = Query(QueryWindow("sum(", 2, "fleet"), "count")
         observations = observe(server, [good, bad])
         assert good not in observations.failures
         assert observations.failures[bad].reason == "QueryFailed"
@@ -159,8 +159,8 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
         "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
     }
     catalog = Catalog.build("npu-exporter")
-    utilization = Query(Window(catalog.expression("npu_utilization"), 1, "replica"), "max")
-    hbm = Query(Window(catalog.expression("hbm_usage"), 1, "replica"), "max")
+    utilization = Query(QueryWindow(catalog.expression("npu_utilization"), 1, "replica"), "max")
+    hbm = Query(QueryWindow(catalog.expression("hbm_usage"), 1, "replica"), "max")
     with PrometheusServer(binary=prometheus_binary, directory=tmp_path, extra_scrape_configs=[job]) as server:
 
         def joined():
@@ -213,10 +213,10 @@ def test_sglang_queue_totals_are_not_summed_with_their_per_priority_series(prome
         "static_configs": [{"targets": [f"127.0.0.1:{port}"]}],
     }
     catalog = Catalog.build()
-    depth = Query(Window(catalog.expression("queue_depth"), 1, "replica"), "max")
-    busy = Query(Window(catalog.expression("running_requests"), 1, "replica"), "max")
+    depth = Query(QueryWindow(catalog.expression("queue_depth"), 1, "replica"), "max")
+    busy = Query(QueryWindow(catalog.expression("running_requests"), 1, "replica"), "max")
     summed = Query(
-        Window("sum by (namespace, inference, replica) (sglang:num_queue_reqs)", 1, "replica"), "max"
+        QueryWindow("sum by (namespace, inference, replica) (sglang:num_queue_reqs)", 1, "replica"), "max"
     )
     try:
         with PrometheusServer(

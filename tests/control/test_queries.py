@@ -7,7 +7,7 @@ import pytest
 from ascend_fleet.api.catalog import Catalog
 from ascend_fleet.control.queries import (
     Query,
-    Window,
+    QueryWindow,
     duration,
     expected_samples,
     parse_vector,
@@ -22,7 +22,7 @@ UTILIZATION = CATALOG.expression("npu_utilization")
 
 
 def test_fleet_scope_above_is_the_minimum_of_the_fleet_average_over_the_window():
-    query = Query(Window(UTILIZATION, 300, "fleet"), "min")
+    query = Query(QueryWindow(UTILIZATION, 300, "fleet"), "min")
     assert query.promql(15) == (
         f"min_over_time((avg by (namespace, inference) ({UTILIZATION}) "
         "and on () (time() - max(timestamp(up)) < 45))[315s:15s])"
@@ -30,7 +30,7 @@ def test_fleet_scope_above_is_the_minimum_of_the_fleet_average_over_the_window()
 
 
 def test_replica_scope_below_is_the_maximum_per_replica():
-    query = Query(Window("x", 2.5, "replica"), "max")
+    query = Query(QueryWindow("x", 2.5, "replica"), "max")
     assert query.promql(0.5) == (
         "max_over_time((avg by (namespace, inference, replica) (x) "
         "and on () (time() - max(timestamp(up)) < 1.5))[3s:500ms])"

@@ -6,7 +6,7 @@ import copy
 
 from ascend_fleet.api.times import rfc3339
 from ascend_fleet.api.v1alpha1 import ActionRecord, Autoscaling
-from ascend_fleet.control.evaluate import Decision
+from ascend_fleet.control.evaluate import ControlDecision
 from ascend_fleet.control.state import action_record, fleet_state, updated_actions
 from ascend_fleet.render import Owner, drain_patch, render_replica, validate
 
@@ -81,7 +81,7 @@ def test_a_replica_without_a_ready_time_counts_as_serving_long_ago():
 
 
 def test_action_records_are_the_status_shape():
-    decision = Decision(
+    decision = ControlDecision(
         "team-a",
         "qwen",
         "rule",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.control.evaluate import Decision, Evaluation, FleetState, MetricsStatus
+from ascend_fleet.control.evaluate import ControlDecision, Evaluation, FleetState, MetricsStatus
 from ascend_fleet.control.loop import ControlLoop
 from ascend_fleet.control.prometheus import Prometheus
 from tests.e2e.fleet import example, wait_for
@@ -106,7 +106,7 @@ def test_every_status_the_operator_writes_is_stored_unpruned(
     loop = ControlLoop(settings, operator.kube, prometheus=Prometheus("http://127.0.0.1:9"))
     body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **fleet.get("qwen-1-5b")}
     state = FleetState(namespace=fleet.namespace, name="qwen-1-5b", replicas=2)
-    decision = Decision(
+    decision = ControlDecision(
         fleet.namespace,
         "qwen-1-5b",
         "npu_utilization > 85% for 1m",
@@ -115,7 +115,7 @@ def test_every_status_the_operator_writes_is_stored_unpruned(
         "notify",
         "fleet",
     )
-    dry = Decision(
+    dry = ControlDecision(
         fleet.namespace,
         "qwen-1-5b",
         "npu_utilization > 85% for 1m",

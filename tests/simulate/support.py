@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ascend_fleet.simulate.model import Decision, FleetView
+from ascend_fleet.simulate.model import FleetView, TickDecision
 from ascend_fleet.simulate.traces import Trace
 
 REFERENCE_PROMPT = 512
@@ -33,7 +33,7 @@ class Script:
     name: str = "script"
     seen: list[FleetView] = field(default_factory=list)
 
-    def decide(self, view: FleetView) -> Decision:
+    def decide(self, view: FleetView) -> TickDecision:
         self.seen.append(view)
         due = [n for t, n in sorted(self.steps.items()) if view.now >= t]
-        return Decision(replicas=due[-1] if due else None)
+        return TickDecision(replicas=due[-1] if due else None)

@@ -24,7 +24,7 @@ def test_the_rules_policy_imports_the_operators_evaluation_module():
 
 
 def test_every_rules_decision_comes_from_the_operators_decide(monkeypatch):
-    answers: list[list[evaluate.Decision]] = []
+    answers: list[list[evaluate.ControlDecision]] = []
     real = evaluate.decide
 
     def spy(fleets, observations, now, policy=None):

@@ -1,6 +1,6 @@
 """Which object a reconcile pass acts on while the watch has not delivered its own status write."""
 
-from ascend_fleet.handlers.operator import acting_view
+from ascend_fleet.reconcile.object_loop import acting_view
 
 
 def obj(version: str, ready: int, generation: int = 1) -> dict:

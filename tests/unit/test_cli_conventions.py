@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ascend_fleet.api.settings import OperatorSettings, ReconcileSettings
-from ascend_fleet.reconcile.plan import Observed, plan
+from ascend_fleet.reconcile.plan import Observed, plan_pass
 from ascend_fleet.render import validate
 from ascend_fleet.render.routing import PickerSettings
 from tests.support.paths import EXAMPLES, ROOT
@@ -191,7 +191,7 @@ def operator_creates(body: dict, settings: OperatorSettings) -> list[dict]:
     picker = PickerSettings(image=settings.routing.picker_image)
     observed, created = Observed(), []
     for _ in range(5):
-        creates = plan(valid.obj, valid.layout, observed, 0.0, ReconcileSettings(), picker).creates
+        creates = plan_pass(valid.obj, valid.layout, observed, 0.0, ReconcileSettings(), picker).creates
         if not creates:
             break
         created += creates

@@ -4,7 +4,7 @@ import asyncio
 
 from bench.reconcile.barrier import barrier, toggle_set_copy
 
-from ascend_fleet.handlers.toggles import needs_wakeup, notify_on_change_only
+from ascend_fleet.handlers.kopf_compat import needs_wakeup, notify_on_change_only
 
 
 def test_the_decision():

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from ascend_fleet.cli.main import build_parser
 from ascend_fleet.cli.runtime import watch_namespaces
-from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE, Observed, plan
+from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE, Observed, plan_pass
 from tests.unit.test_reconcile_routing import CLASSES, NOW, SETTINGS, kinds, make, ready
 
 
 def test_routing_off_creates_no_routing_object_and_says_why():
     valid = make(classes=CLASSES)
-    result = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS, routing_enabled=False)
+    result = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS, routing_enabled=False)
     assert kinds(result.creates) == ["PodDisruptionBudget", "Service", "Service"]  # the engines' own only
     assert not result.deletes and not result.patches
     condition = ready(result)
@@ -22,8 +22,8 @@ def test_routing_off_creates_no_routing_object_and_says_why():
 
 def test_routing_off_leaves_a_service_mode_fleet_as_it_was():
     valid = make(mode="service")
-    off = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS, routing_enabled=False)
-    on = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
+    off = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS, routing_enabled=False)
+    on = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
     assert kinds(off.creates) == kinds(on.creates)
     assert ready(off) == ready(on)
 

@@ -15,7 +15,8 @@ from ascend_fleet.reconcile.expectations import (
     Expectations,
     children_by_name,
 )
-from ascend_fleet.reconcile.plan import canonical_status, creation_event
+from ascend_fleet.reconcile.fleet_status import canonical_status
+from ascend_fleet.reconcile.plan import creation_event
 from ascend_fleet.reconcile.refusals import CHILD_REJECTED, NAME_CONFLICT, Refusal, current, refused_again
 
 KEY = ("default", "llm")

@@ -9,7 +9,8 @@ import pytest
 from ascend_fleet.api import names
 from ascend_fleet.api.settings import ReconcileSettings
 from ascend_fleet.api.times import rfc3339, rfc3339_ms
-from ascend_fleet.reconcile.plan import Observed, backoff_delay, plan, plan_invalid
+from ascend_fleet.reconcile.plan import backoff_delay, plan_invalid, plan_pass
+from ascend_fleet.reconcile.writes import Observed
 from ascend_fleet.render import render_pdb, render_replica, render_services, validate
 
 NOW = 1_800_000_000.0
@@ -66,7 +67,7 @@ def fleet(valid, replicas=None, **pod_state):
 
 def test_empty_cluster_creates_every_child():
     valid = make(data=2, tensor=8, pipeline=2)
-    result = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
     kinds = sorted(o["kind"] for o in result.creates)
     assert kinds == ["Pod"] * 4 + ["PodDisruptionBudget", "Service", "Service"]
     assert result.status["layout"] == {
@@ -81,10 +82,10 @@ def test_empty_cluster_creates_every_child():
 
 def test_converged_fleet_plans_no_writes_and_a_stable_status():
     valid = make()
-    first = plan(valid.obj, valid.layout, fleet(valid), NOW, SETTINGS)
+    first = plan_pass(valid.obj, valid.layout, fleet(valid), NOW, SETTINGS)
     assert not first.writes_children and not first.events
     settled = make(status=first.status)
-    second = plan(settled.obj, settled.layout, fleet(settled), NOW + 60, SETTINGS)
+    second = plan_pass(settled.obj, settled.layout, fleet(settled), NOW + 60, SETTINGS)
     assert not second.writes_children and not second.events
     assert second.status == first.status  # lastTransitionTime did not move: nothing to write
     assert first.status["readyReplicas"] == 2 and first.status["updatedReplicas"] == 2
@@ -95,7 +96,7 @@ def test_failed_rank_recreates_the_whole_gang():
     valid = make(data=1, tensor=8, pipeline=2)
     observed = fleet(valid)
     observed.pods[1] = running(observed.pods[1], ready=False, restarts=1)
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert sorted(d.name for d in result.deletes) == ["llm-0", "llm-0-1"]
     assert [e.reason for e in result.events] == ["ReplicaRestart"]
     assert result.status["groupRestarts"] == [{"replica": 0, "count": 1, "lastTime": rfc3339_ms(NOW)}]
@@ -105,7 +106,7 @@ def test_missing_rank_recreates_the_whole_gang():
     valid = make(data=1, tensor=8, pipeline=2)
     observed = fleet(valid)
     del observed.pods[1]
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert [d.name for d in result.deletes] == ["llm-0"]
 
 
@@ -116,13 +117,13 @@ def progressing(result):
 
 def test_new_pods_read_as_starting_and_a_restarted_gang_as_recovering():
     valid = make(data=2, tensor=8, pipeline=2)
-    starting = plan(valid.obj, valid.layout, fleet(valid, ready=False), NOW, SETTINGS)
+    starting = plan_pass(valid.obj, valid.layout, fleet(valid, ready=False), NOW, SETTINGS)
     assert progressing(starting) == ("True", "Starting")
     restarted = {"groupRestarts": [{"replica": 1, "count": 1, "lastTime": rfc3339_ms(NOW)}]}
     valid = make(data=2, tensor=8, pipeline=2, status=restarted)
-    recovering = plan(valid.obj, valid.layout, fleet(valid, ready=False), NOW + 1, SETTINGS)
+    recovering = plan_pass(valid.obj, valid.layout, fleet(valid, ready=False), NOW + 1, SETTINGS)
     assert progressing(recovering) == ("True", "Recovering")
-    converged = plan(valid.obj, valid.layout, fleet(valid), NOW + 1, SETTINGS)
+    converged = plan_pass(valid.obj, valid.layout, fleet(valid), NOW + 1, SETTINGS)
     assert progressing(converged) == ("False", "Converged")
 
 
@@ -130,12 +131,12 @@ def test_recreation_waits_for_the_backoff():
     restarted = {"groupRestarts": [{"replica": 0, "count": 3, "lastTime": rfc3339(NOW)}]}
     valid = make(data=1, status=restarted)
     services_only = fleet(valid, replicas=[])
-    early = plan(valid.obj, valid.layout, services_only, NOW + 10, SETTINGS)
+    early = plan_pass(valid.obj, valid.layout, services_only, NOW + 10, SETTINGS)
     assert not [o for o in early.creates if o["kind"] == "Pod"]
     assert early.requeue_after == pytest.approx(50)  # third failure: 60 s after the last
     degraded = next(c for c in early.status["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True"
-    late = plan(valid.obj, valid.layout, services_only, NOW + 61, SETTINGS)
+    late = plan_pass(valid.obj, valid.layout, services_only, NOW + 61, SETTINGS)
     assert [o["metadata"]["name"] for o in late.creates if o["kind"] == "Pod"] == ["llm-0"]
 
 
@@ -146,7 +147,7 @@ def test_backoff_doubles_to_the_cap():
 def test_scale_in_drains_the_highest_replica_first_then_deletes():
     valid = make(data=1)
     observed = fleet(valid, replicas=[0, 1])
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert [p.name for p in result.patches] == ["llm-1"]
     assert result.patches[0].body["metadata"]["labels"] == {names.LABEL_SERVING: "false"}
     assert not result.deletes
@@ -156,15 +157,15 @@ def test_scale_in_drains_the_highest_replica_first_then_deletes():
         names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW),
         names.ANNOTATION_DRAIN_REASON: "scale-in",
     }
-    waiting = plan(valid.obj, valid.layout, drained, NOW + 10, SETTINGS)
+    waiting = plan_pass(valid.obj, valid.layout, drained, NOW + 10, SETTINGS)
     assert not waiting.deletes and waiting.requeue_after == pytest.approx(20)
-    done = plan(valid.obj, valid.layout, drained, NOW + 31, SETTINGS)
+    done = plan_pass(valid.obj, valid.layout, drained, NOW + 31, SETTINGS)
     assert [d.name for d in done.deletes] == ["llm-1"]
 
 
 def test_volcano_pod_groups_come_with_their_gang_and_go_with_it():
     valid = make(data=2, tensor=8, pipeline=2, scheduler="volcano")
-    created = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS).creates
+    created = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS).creates
     kinds = [o["kind"] for o in created if o["kind"] in ("PodGroup", "Pod")]
     assert kinds == ["PodGroup", "Pod", "Pod"] * 2
     smaller = make(data=1, tensor=8, pipeline=2, scheduler="volcano", drain=0)
@@ -174,7 +175,7 @@ def test_volcano_pod_groups_come_with_their_gang_and_go_with_it():
         names.ANNOTATION_DRAIN_STARTED: rfc3339(NOW - 5),
         names.ANNOTATION_DRAIN_REASON: "scale-in",
     }
-    done = plan(smaller.obj, smaller.layout, observed, NOW, SETTINGS)
+    done = plan_pass(smaller.obj, smaller.layout, observed, NOW, SETTINGS)
     assert [(d.kind, d.name) for d in done.deletes] == [
         ("Pod", "llm-1"),
         ("Pod", "llm-1-1"),
@@ -183,7 +184,7 @@ def test_volcano_pod_groups_come_with_their_gang_and_go_with_it():
     plain = make(data=1, tensor=8, pipeline=2, drain=0)
     assert all(
         d.kind == "Pod"
-        for d in plan(plain.obj, plain.layout, fleet(plain, replicas=[0, 1]), NOW, SETTINGS).deletes
+        for d in plan_pass(plain.obj, plain.layout, fleet(plain, replicas=[0, 1]), NOW, SETTINGS).deletes
     )
 
 
@@ -191,11 +192,11 @@ def test_rollout_respects_max_unavailable():
     old = make(data=3)
     observed = fleet(old)
     new = make(data=3, image="engine:v2")
-    result = plan(new.obj, new.layout, observed, NOW, SETTINGS)
+    result = plan_pass(new.obj, new.layout, observed, NOW, SETTINGS)
     assert [p.name for p in result.patches] == ["llm-2"]  # highest index first, one at a time
     assert [e.reason for e in result.events] == ["RolloutStep"]
     wide = make(data=3, image="engine:v2", max_unavailable=2)
-    patches = plan(wide.obj, wide.layout, observed, NOW, SETTINGS).patches
+    patches = plan_pass(wide.obj, wide.layout, observed, NOW, SETTINGS).patches
     assert [p.name for p in patches if p.kind == "Pod"] == ["llm-2", "llm-1"]
 
 
@@ -204,7 +205,7 @@ def test_rollout_waits_while_a_replica_is_out_of_service():
     observed = fleet(old)
     observed.pods[0] = running(observed.pods[0], ready=False)
     new = make(data=3, image="engine:v2")
-    result = plan(new.obj, new.layout, observed, NOW, SETTINGS)
+    result = plan_pass(new.obj, new.layout, observed, NOW, SETTINGS)
     # replica 0 is not serving: it is replaced at once; the budget is spent, the others wait
     assert [d.name for d in result.deletes] == ["llm-0"]
     assert not result.patches
@@ -227,7 +228,7 @@ def test_drifted_service_is_patched_back():
     valid = make()
     observed = fleet(valid)
     observed.services["llm"]["spec"]["selector"] = {"app": "something-else"}
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert [(p.kind, p.name) for p in result.patches] == [("Service", "llm")]
 
 
@@ -235,10 +236,10 @@ def test_a_scale_updates_the_pdb():
     before = make(data=2, tensor=8, pipeline=2)  # 2 replicas x 2 pods
     observed = fleet(before)
     after = make(data=3, tensor=8, pipeline=2)
-    result = plan(after.obj, after.layout, observed, NOW, SETTINGS)
+    result = plan_pass(after.obj, after.layout, observed, NOW, SETTINGS)
     (patch,) = [p for p in result.patches if p.kind == "PodDisruptionBudget"]
     assert patch.body["spec"] == {"minAvailable": 5, "selector": {"matchLabels": {names.LABEL_NAME: "llm"}}}
-    steady = plan(before.obj, before.layout, observed, NOW, SETTINGS)
+    steady = plan_pass(before.obj, before.layout, observed, NOW, SETTINGS)
     assert not [p for p in steady.patches if p.kind == "PodDisruptionBudget"]
 
 
@@ -248,7 +249,7 @@ def test_a_pdb_with_max_unavailable_is_replaced_by_min_available():
     observed.pdb = {**observed.pdb, "spec": {"maxUnavailable": 1, **observed.pdb["spec"]}}
     (patch,) = [
         p
-        for p in plan(valid.obj, valid.layout, observed, NOW, SETTINGS).patches
+        for p in plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS).patches
         if p.kind == "PodDisruptionBudget"
     ]
     # A merge patch: null removes the field, which the API server refuses beside minAvailable.

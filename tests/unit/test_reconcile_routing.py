@@ -6,7 +6,9 @@ import copy
 
 from ascend_fleet.api import names
 from ascend_fleet.api.settings import ReconcileSettings
-from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE, Observed, plan
+from ascend_fleet.reconcile.plan import plan_pass
+from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
+from ascend_fleet.reconcile.writes import Observed
 from ascend_fleet.render import Owner, render_pdb, render_services, validate
 from ascend_fleet.render.routing import PickerSettings, picker_name, render_routing
 
@@ -79,7 +81,7 @@ def ready(result) -> dict:
 
 def test_the_pickers_service_comes_first_then_every_routing_object():
     valid = make()
-    first = plan(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
+    first = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
     assert kinds(first.creates) == ["PodDisruptionBudget", "Service", "Service", "Service"]
     assert picker_name("llm") in {o["metadata"]["name"] for o in first.creates}
 
@@ -87,7 +89,7 @@ def test_the_pickers_service_comes_first_then_every_routing_object():
     observed.services[picker_name("llm")] = served(
         next(o for o in render_routing(valid.obj.spec, Owner.of(valid.obj)) if o["kind"] == "Service")
     )
-    second = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    second = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert kinds(second.creates) == [
         "ConfigMap",
         "Deployment",
@@ -107,7 +109,7 @@ def test_the_pickers_service_comes_first_then_every_routing_object():
 
 def test_converged_routing_plans_no_writes_despite_server_defaults():
     valid = make(classes=CLASSES, gateway="edge")
-    result = plan(valid.obj, valid.layout, existing(valid), NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, existing(valid), NOW, SETTINGS)
     assert not result.writes_children, (result.creates, result.patches, result.deletes)
     assert ready(result)["reason"] != ROUTING_UNAVAILABLE
 
@@ -123,7 +125,7 @@ def test_drifted_routing_objects_are_patched_back():
     objective = observed.routing[("InferenceObjective", "llm-long")]
     objective["spec"]["priority"] = 9
     observed.routing[("Role", "llm-epp")]["rules"] = []
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     patches = {(p.kind, p.name): p.body for p in result.patches}
     assert set(patches) == {
         ("ConfigMap", "llm-epp"),
@@ -146,7 +148,7 @@ def test_drifted_routing_objects_are_patched_back():
 def test_a_new_picker_image_rolls_the_deployment():
     valid = make()
     observed = existing(valid)
-    result = plan(
+    result = plan_pass(
         valid.obj, valid.layout, observed, NOW, SETTINGS, PickerSettings(image="registry.example/epp:v9")
     )
     (patch,) = result.patches
@@ -158,7 +160,7 @@ def test_back_to_service_collects_every_routing_object_the_service_last():
     routed = make(classes=CLASSES, gateway="edge")
     observed = existing(routed)
     valid = make(mode="service")
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     deleted = [(d.kind, d.name) for d in result.deletes]
     assert deleted[0] == ("HTTPRoute", "llm")
     assert deleted[-1] == ("Service", "llm-epp")
@@ -172,7 +174,7 @@ def test_back_to_service_collects_every_routing_object_the_service_last():
 def test_a_removed_class_loses_its_objective_only():
     observed = existing(make(classes=CLASSES))
     valid = make(classes=CLASSES[1:])
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert [(d.kind, d.name) for d in result.deletes] == [("InferenceObjective", "llm-long")]
     # ... and the picker's configuration loses its band.
     assert [(p.kind, p.name) for p in result.patches] == [("ConfigMap", "llm-epp")]
@@ -182,17 +184,17 @@ def test_objects_on_their_way_out_are_not_deleted_again_nor_recreated_yet():
     valid = make(classes=CLASSES)
     observed = existing(valid)
     observed.routing[("InferencePool", "llm")]["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert not result.writes_children
     assert result.requeue_after is not None
-    service = plan(make(mode="service").obj, valid.layout, observed, NOW, SETTINGS)
+    service = plan_pass(make(mode="service").obj, valid.layout, observed, NOW, SETTINGS)
     assert ("InferencePool", "llm") not in {(d.kind, d.name) for d in service.deletes}
 
 
 def test_missing_crds_make_ready_false_and_create_no_routing_object():
     valid = make()
     observed = Observed(routing_missing=frozenset({"InferencePool", "InferenceObjective", "HTTPRoute"}))
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert kinds(result.creates) == ["PodDisruptionBudget", "Service", "Service"]  # the engines' own only
     condition = ready(result)
     assert (condition["status"], condition["reason"]) == ("False", ROUTING_UNAVAILABLE)
@@ -204,13 +206,13 @@ def test_missing_crds_make_ready_false_and_create_no_routing_object():
     again = make(status=result.status)
     assert not [
         e
-        for e in plan(again.obj, again.layout, observed, NOW, SETTINGS).events
+        for e in plan_pass(again.obj, again.layout, observed, NOW, SETTINGS).events
         if e.reason == ROUTING_UNAVAILABLE
     ]
     # Without routing.gateway the Gateway API's CRD is not needed, so it is not named.
     assert "httproutes" not in condition["message"]
     gateway = make(gateway="edge")
-    result = plan(
+    result = plan_pass(
         gateway.obj, gateway.layout, Observed(routing_missing=frozenset({"HTTPRoute"})), NOW, SETTINGS
     )
     assert ready(result)["reason"] == ROUTING_UNAVAILABLE
@@ -221,7 +223,7 @@ def test_service_mode_without_crds_is_ready_as_before():
     valid = make(mode="service")
     observed = existing(valid)
     observed.routing_missing = frozenset({"InferencePool", "InferenceObjective", "HTTPRoute"})
-    result = plan(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
     assert not result.writes_children
     assert (ready(result)["status"], ready(result)["reason"]) == ("True", "AllReplicasReady")
 

@@ -79,6 +79,7 @@ def reasons_in_code() -> set[str]:
     trees = [ast.parse(path.read_text()) for path in SOURCES]
     known = constants(trees)
     found = {value for name, values in known.items() if name.startswith("REASON_") for value in values}
+    starred: set[str] = set()
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
@@ -88,10 +89,27 @@ def reasons_in_code() -> set[str]:
                 for index in REASON_ARGUMENTS.get(name, ()):
                     if index < len(node.args):
                         found |= set(resolve(node.args[index], known))
+                if name == "set_condition":  # ``set_condition(conditions, type, *(status, reason, message))``
+                    starred |= {
+                        arg.value.id
+                        for arg in node.args
+                        if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name)
+                    }
             elif isinstance(node, ast.FunctionDef) and node.name == "_progress":
                 for ret in ast.walk(node):
                     if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple):
                         found |= set(resolve(ret.value.elts[1], known))
+    for tree in trees:  # the (status, reason, message) tuples those calls spread
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id in starred
+                and isinstance(node.value, ast.Tuple)
+                and len(node.value.elts) > 1
+            ):
+                found |= set(resolve(node.value.elts[1], known))
     return {word for word in found if re.fullmatch(r"[A-Z][A-Za-z]+", word)}
 
 

@@ -1,5 +1,11 @@
+import ast
+from decimal import Decimal
+from pathlib import Path
+
 import pytest
 
+import ascend_fleet
+from ascend_fleet.api.k8s import parse_quantity
 from ascend_fleet.api.units import format_duration, format_threshold, parse_duration, parse_threshold
 
 
@@ -50,3 +56,37 @@ def test_bad_thresholds(bad):
 def test_threshold_display():
     assert format_threshold(0.85) == "85%"
     assert format_threshold(12) == "12"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("16Gi", Decimal(16 * 2**30)),
+        ("512M", Decimal(512 * 10**6)),
+        ("500m", Decimal("0.5")),
+        ("1e3", Decimal(1000)),
+        ("2", Decimal(2)),
+        (1073741824, Decimal(2**30)),
+    ],
+)
+def test_quantities_as_the_server_reads_them(text, value):
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["1K", "NaN", "16 Gi", "16gi", True, None])
+def test_quantities_the_server_refuses_are_refused(text):
+    with pytest.raises(ValueError, match="is not a quantity"):
+        parse_quantity(text)
+
+
+def test_pure_code_takes_only_the_quantity_module_from_the_kubernetes_client():
+    """The import contracts let api/k8s.py import ``kubernetes``; this pins it to the quantity module."""
+    package = Path(ascend_fleet.__file__).parent
+    imported = set()
+    for path in (package / "api").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kubernetes"):
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names if a.name.startswith("kubernetes"))
+    assert imported == {"kubernetes.utils.quantity"}

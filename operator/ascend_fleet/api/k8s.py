@@ -13,6 +13,7 @@ import re
 from decimal import Decimal
 from typing import Annotated, Any
 
+from kubernetes.utils.quantity import parse_quantity as kubernetes_quantity
 from pydantic import AfterValidator, WithJsonSchema
 
 # resource.Quantity's grammar: a signed decimal number, then a binary (Ki..Ei), decimal (n, u, m, k, M..E)
@@ -21,26 +22,20 @@ _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
 QUANTITY_PATTERN = rf"^[+-]?{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"
 SIZE_PATTERN = rf"^{_NUMBER}(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?{_NUMBER}))?$"  # no sign: sizes are >= 0
 _QUANTITY = re.compile(QUANTITY_PATTERN)
-_SUFFIX: dict[str, int | Decimal] = {
-    "": 1, "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3, "M": 10**6,
-    "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-}  # fmt: skip
 
 
 def parse_quantity(text: object) -> Decimal:
-    """The value of a quantity (``16Gi``, ``500m``, ``1e3``, ``2``); ValueError if the server would refuse it."""
+    """The value of a quantity (``16Gi``, ``500m``, ``1e3``, ``2``); ValueError if the server would refuse it.
+
+    The grammar is checked here (the Kubernetes client's parser also takes forms the server refuses, such
+    as ``1K`` or ``NaN``); the arithmetic is the client's.
+    """
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ValueError(f"{text!r} is not a quantity; write e.g. 16Gi, 500m or 2")
     text = str(text)
     if not _QUANTITY.match(text):
         raise ValueError(f"{text!r} is not a quantity; write e.g. 16Gi, 500m or 2")
-    match = re.match(rf"^([+-]?{_NUMBER})(.*)$", text)
-    assert match is not None
-    number, suffix = Decimal(match.group(1)), match.group(6)
-    if suffix[:1] in ("e", "E"):
-        return number * Decimal(10) ** Decimal(suffix[1:])
-    return number * Decimal(_SUFFIX[suffix])
+    return kubernetes_quantity(text)
 
 
 def check_size(value: str) -> str:

@@ -83,26 +83,3 @@ def format_threshold(value: float) -> str:
     if 0.0 <= value <= 1.0:
         return f"{value * 100:g}%"
     return f"{value:g}"
-
-
-_QUANTITY_SUFFIXES = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-}
-
-
-def parse_quantity(value: str) -> float:
-    """A Kubernetes memory quantity (``16Gi``, ``512M``, ``1073741824``) in bytes."""
-    text = str(value).strip()
-    for suffix, factor in sorted(_QUANTITY_SUFFIXES.items(), key=lambda item: -len(item[0])):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor
-    return float(text)

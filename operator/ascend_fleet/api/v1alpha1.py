@@ -862,9 +862,7 @@ class TuningRecord(Model):
 
 
 class AscendInferenceStatus(Model):
-    """What the operator observed and did."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    """What the operator observed and did (unknown fields are refused, as in every status model)."""
 
     observed_generation: int | None = Field(
         default=None, description="metadata.generation the status was computed from."

@@ -64,7 +64,7 @@ def replica_target(index: int) -> str:
 
 
 @dataclass(frozen=True)
-class Policy:
+class EvaluationSettings:
     """Operator-wide evaluation settings."""
 
     catalog: Catalog = field(default_factory=Catalog.build)
@@ -73,7 +73,7 @@ class Policy:
     min_samples_fraction: float = 0.8
 
     @classmethod
-    def from_settings(cls, control: ControlSettings) -> Policy:
+    def from_settings(cls, control: ControlSettings) -> EvaluationSettings:
         return cls(
             catalog=Catalog.build(control.catalog_preset, control.catalog),
             step=float(control.step),
@@ -152,7 +152,7 @@ class FleetState:
 
 
 @dataclass(frozen=True)
-class Decision:
+class ControlDecision:
     """One thing the control loop does (or, in dry run, would do) to one object."""
 
     namespace: str
@@ -198,7 +198,7 @@ class Evaluation:
     """What one object gets from one cycle."""
 
     fleet: FleetState
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[ControlDecision] = field(default_factory=list)
     metrics: MetricsStatus = field(default_factory=lambda: MetricsStatus(True, REASON_NO_RULES, "no rules"))
     notes: list[str] = field(default_factory=list)  # rules that held but did not act, and why
 
@@ -217,18 +217,21 @@ class _Held:
 
 
 def decide(
-    fleets: Iterable[FleetState], observations: Observations, now: float, policy: Policy | None = None
-) -> list[Decision]:
+    fleets: Iterable[FleetState],
+    observations: Observations,
+    now: float,
+    policy: EvaluationSettings | None = None,
+) -> list[ControlDecision]:
     """Every decision for every object in one cycle."""
-    policy = policy or Policy()
+    policy = policy or EvaluationSettings()
     return [d for fleet in fleets for d in evaluate(fleet, observations, now, policy).decisions]
 
 
 def evaluate(
-    fleet: FleetState, observations: Observations, now: float, policy: Policy | None = None
+    fleet: FleetState, observations: Observations, now: float, policy: EvaluationSettings | None = None
 ) -> Evaluation:
     """Check one object's rules against the answers and turn those that held into decisions."""
-    policy = policy or Policy()
+    policy = policy or EvaluationSettings()
     result = Evaluation(fleet)
     if not fleet.rules:
         return result
@@ -263,7 +266,7 @@ def _check_rule(
     rule: Rule,
     observations: Observations,
     now: float,
-    policy: Policy,
+    policy: EvaluationSettings,
     problems: list[tuple[str, str]],
 ) -> list[_Held]:
     queries = rule_queries(rule, policy.catalog, policy.step)
@@ -349,8 +352,8 @@ def _metrics_status(fleet: FleetState, problems: list[tuple[str, str]]) -> Metri
     return MetricsStatus(False, reason, text + "; rules without data do not act")
 
 
-def _decision(fleet: FleetState, held: _Held, action: Action, **extra) -> Decision:
-    return Decision(
+def _decision(fleet: FleetState, held: _Held, action: Action, **extra) -> ControlDecision:
+    return ControlDecision(
         fleet.namespace,
         fleet.name,
         held.rule.display_name(),
@@ -442,7 +445,9 @@ def _severity(h: _Held) -> float:
     return distance / abs(threshold)
 
 
-def _notify(fleet: FleetState, held: list[_Held], now: float, policy: Policy, result: Evaluation) -> None:
+def _notify(
+    fleet: FleetState, held: list[_Held], now: float, policy: EvaluationSettings, result: Evaluation
+) -> None:
     for h in held:
         if h.rule.action != "notify":
             continue
@@ -453,6 +458,6 @@ def _notify(fleet: FleetState, held: list[_Held], now: float, policy: Policy, re
             result.decisions.append(_decision(fleet, h, "notify"))
 
 
-def queries_for(fleets: Sequence[FleetState], policy: Policy) -> list[Query]:
+def queries_for(fleets: Sequence[FleetState], policy: EvaluationSettings) -> list[Query]:
     """The distinct queries a cycle needs to evaluate ``fleets``: one per window and statistic, not per object."""
     return plan_queries((rule for fleet in fleets for rule in fleet.rules), policy.catalog, policy.step)

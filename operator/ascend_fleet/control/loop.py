@@ -36,7 +36,15 @@ from ..status import set_condition
 from ..status.conditions import get_condition
 from ..status.fleet import slim_pod
 from ..telemetry import DECISIONS, RULE_EVALUATION
-from .evaluate import Decision, Evaluation, FleetState, MetricsStatus, Policy, evaluate, queries_for
+from .evaluate import (
+    ControlDecision,
+    Evaluation,
+    EvaluationSettings,
+    FleetState,
+    MetricsStatus,
+    evaluate,
+    queries_for,
+)
 from .prometheus import Prometheus
 from .queries import Observations
 from .state import action_record, object_state, updated_actions, with_pods
@@ -63,7 +71,7 @@ class CycleReport:
     objects: int = 0
     queries: int = 0
     failed_queries: int = 0
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[ControlDecision] = field(default_factory=list)
     writes: int = 0
     seconds: float = 0.0
     read_seconds: float = 0.0  # reading objects and pods (from the cache, or by listing)
@@ -130,7 +138,7 @@ class ControlLoop:
         self.settings, self.kube, self.prometheus = settings, kube, prometheus
         self.namespaces = list(namespaces)
         self.clock = clock
-        self.policy = Policy.from_settings(settings.control)
+        self.policy = EvaluationSettings.from_settings(settings.control)
         self.source: Source = source if source is not None else ListSource(kube, namespaces)
         self.source_is_default = source is None  # the operator's wiring then swaps in its watch cache
         self.on_cycle = on_cycle
@@ -195,7 +203,7 @@ class ControlLoop:
         ]
         slots = asyncio.Semaphore(PARALLEL_WRITES)
 
-        async def write(body: dict, ev: Evaluation) -> list[Decision]:
+        async def write(body: dict, ev: Evaluation) -> list[ControlDecision]:
             async with slots:
                 return await asyncio.to_thread(self._write, body, ev, now)
 
@@ -253,7 +261,7 @@ class ControlLoop:
 
     # ----- writing -----
 
-    def _write(self, listed: dict, ev: Evaluation, now: float) -> list[Decision]:
+    def _write(self, listed: dict, ev: Evaluation, now: float) -> list[ControlDecision]:
         """Record the decisions and the condition, then act; returns the decisions carried out."""
         fleet = ev.fleet
         for _ in range(WRITE_ATTEMPTS):
@@ -290,7 +298,9 @@ class ControlLoop:
         log.info("status of %s/%s kept changing; trying again next cycle", fleet.namespace, fleet.name)
         return []
 
-    def _status_patch(self, fresh: dict, ev: Evaluation, decisions: list[Decision], now: float) -> dict:
+    def _status_patch(
+        self, fresh: dict, ev: Evaluation, decisions: list[ControlDecision], now: float
+    ) -> dict:
         """The status fields the control loop owns, when they differ from what is stored."""
         status = fresh.get("status") or {}
         patch: dict = {}
@@ -329,7 +339,7 @@ class ControlLoop:
         elif metrics.available and was_false:
             self.kube.event(body, "Normal", CONDITION, f"metrics are available again: {metrics.message}")
 
-    def _act(self, fresh: dict, written: dict, decision: Decision, now: float) -> bool:
+    def _act(self, fresh: dict, written: dict, decision: ControlDecision, now: float) -> bool:
         """Carry out one recorded decision; False (with a Warning Event) when it could not be done."""
         DECISIONS.labels(decision.action, str(decision.dry_run).lower()).inc()
         reason = EVENT_REASONS[decision.action]

@@ -47,7 +47,7 @@ _GROUPING: dict[str, str] = {"fleet": "namespace, inference", "replica": "namesp
 
 
 @dataclass(frozen=True, order=True)
-class Window:
+class QueryWindow:
     """What one family of queries is about: an expression over a window, at fleet or replica level."""
 
     expression: str
@@ -59,7 +59,7 @@ class Window:
 class Query:
     """One PromQL instant query of a cycle."""
 
-    window: Window
+    window: QueryWindow
     stat: Stat
 
     def promql(self, step: float) -> str:
@@ -94,7 +94,7 @@ def rule_expression(rule: Rule, catalog: Catalog) -> str | None:
     return catalog.expression(rule.metric or "")
 
 
-def rule_window(rule: Rule, catalog: Catalog, step: float) -> Window | None:
+def rule_window(rule: Rule, catalog: Catalog, step: float) -> QueryWindow | None:
     """The window a rule reads; None when its metric is not in the catalog.
 
     A window shorter than one step still takes one sample, so ``for: 0s`` means "right now".
@@ -102,7 +102,7 @@ def rule_window(rule: Rule, catalog: Catalog, step: float) -> Window | None:
     expression = rule_expression(rule, catalog)
     if expression is None:
         return None
-    return Window(expression, max(float(rule.for_), step), rule.scope or "fleet")
+    return QueryWindow(expression, max(float(rule.for_), step), rule.scope or "fleet")
 
 
 def rule_queries(rule: Rule, catalog: Catalog, step: float) -> tuple[Query, Query] | None:

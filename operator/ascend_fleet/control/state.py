@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from ..api.times import parse_rfc3339, rfc3339
 from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..render import Valid
-from ..status import ReplicaState, replica_states
-from .evaluate import FLEET, Decision, FleetState, PastAction, ReplicaInfo
+from ..status import ObservedReplica, observed_replicas, pod_condition
+from .evaluate import FLEET, ControlDecision, FleetState, PastAction, ReplicaInfo
 
 
 def fleet_state(valid: Valid, pods: Iterable[dict]) -> FleetState:
@@ -48,17 +48,18 @@ def with_pods(state: FleetState, pods_per_replica: int, pods: Iterable[dict]) ->
             serving_since=_serving_since(group, by_name),
             leader=group.leader.name if group.leader else None,
         )
-        for index, group in replica_states(pods).items()
+        for index, group in observed_replicas(pods).items()
     }
     return dataclasses.replace(state, replica_states=replicas)
 
 
-def _serving_since(group: ReplicaState, pods: Mapping[str | None, dict]) -> float | None:
+def _serving_since(group: ObservedReplica, pods: Mapping[str | None, dict]) -> float | None:
     """When the replica's last pod became Ready (its metrics start then), else when it started."""
     times = []
     for state in group.pods:
-        status = pods.get(state.name, {}).get("status") or {}
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+        pod = pods.get(state.name, {})
+        status = pod.get("status") or {}
+        ready = pod_condition(pod, "Ready")
         when = parse_rfc3339((ready or {}).get("lastTransitionTime")) or parse_rfc3339(
             status.get("startTime")
         )
@@ -80,7 +81,7 @@ def past_actions(obj: AscendInference) -> tuple[PastAction, ...]:
     return tuple(sorted(result, key=lambda a: a.time, reverse=True))
 
 
-def action_record(decision: Decision, now: float) -> dict:
+def action_record(decision: ControlDecision, now: float) -> dict:
     """The status.actions entry for a decision, in wire form (through the status model)."""
     return ActionRecord(
         time=rfc3339(now),

@@ -1,10 +1,8 @@
 """The kopf operator: indexes of children, one reconciler daemon per AscendInference, the control loop.
 
-Everything here is wiring. Decisions are made by ``reconcile`` and ``control``; the daemon only
-decides *when* to run a pass: on any change to the object or its children (via the wake-up flags),
-when the previous pass asked to look again (drain and backoff timers), and at least every
-``reconcile.resyncInterval`` -- but never while a write of an earlier pass is still missing from the
-watch cache (:mod:`..reconcile.expectations`).
+Everything here is wiring. Decisions are made by ``reconcile`` and ``control``; when a pass runs is
+the per-object loop's decision (:mod:`..reconcile.object_loop`), which each daemon runs with the
+object's wake-up flag. kopf's own behaviour is changed in one place only (:mod:`.kopf_compat`).
 
 The kopf indexes are the operator's watch cache: engine pods (slimmed), Services, PDBs and the
 AscendInferences themselves. The reconcilers and the control loop read them; nothing lists.
@@ -13,12 +11,9 @@ AscendInferences themselves. The reconcilers and the control loop read them; not
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
-import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -26,24 +21,16 @@ import kopf
 
 from ..api import names
 from ..api.settings import OperatorSettings
-from ..kube import Kube, KubeError
-from ..reconcile.apply import Outcome, observe_routing, reconcile_once
-from ..reconcile.expectations import Expectations, children_by_name
-from ..reconcile.observe import observed_children, owned_by, wants_routing_list
-from ..reconcile.refusals import Refusal, current, refused_again
-from ..render.routing import picker_name
+from ..kube import Kube
+from ..reconcile.expectations import Expectations
+from ..reconcile.object_loop import ObjectLoop
+from ..reconcile.timing import API_RETRY_DELAYS, RESTART_BACKOFF
 from ..status.fleet import slim_pod
-from .toggles import notify_on_change_only
+from . import kopf_compat
 from .wakeups import Wakeups
 
 log = logging.getLogger(__name__)
-ERROR_BACKOFF = (1.0, 30.0)  # first retry and cap after an API error during a pass
-SETTLE_SECONDS = 0.5  # after our own writes, let the watch deliver them before the next pass
-RESTART_BACKOFF = (1.0, 30.0)  # first restart of kopf after it stopped on an error, and the cap
 OPERATOR_RESTARTS: list[str] = []  # why kopf had to be started again
-# After creating children, a status that only says "pods still starting" waits this long (or until
-# Ready): one status write for the whole start-up instead of one per pod that comes up.
-STATUS_HOLD_SECONDS = 5.0
 
 
 @dataclass
@@ -76,16 +63,27 @@ class RetryForever:
             yield self.delays[-1]
 
 
-def _values(index: kopf.Index, key: tuple[str, str]) -> Iterable[dict]:
+def _values(index: kopf.Index, key: tuple[str, str]) -> list[dict]:
     return list(index.get(key, []))
+
+
+CHILD_FILTER = {names.LABEL_NAME: kopf.PRESENT}  # the children kopf watches: those with the name label
 
 
 def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     """A fresh registry with every handler, so several operators can run side by side in tests."""
-    notify_on_change_only()  # kopf's start-up barrier, linear instead of quadratic in the fleet (toggles.py)
     registry = kopf.OperatorRegistry()
-    child_filter = {names.LABEL_NAME: kopf.PRESENT}
+    _register_settings(registry, ctx)
+    _register_indexes(registry)
+    for hook in ctx.extra_startup:
+        hook(registry)
+    if ctx.reconcile:
+        _register_reconcilers(registry, ctx)
+    kopf_compat.install(registry)
+    return registry
 
+
+def _register_settings(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_) -> None:
         # Keep kopf's bookkeeping under the project's own API group, not kopf.zalando.org.
@@ -99,11 +97,16 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
             1, round(ctx.settings.reconcile.watch_timeout)
         )  # whole seconds
         # Retry API errors and outages for as long as they last: the operator never gives up on the API.
-        settings.networking.error_backoffs = RetryForever((1, 2, 5, 10))
+        settings.networking.error_backoffs = RetryForever(API_RETRY_DELAYS)
 
     @kopf.on.login(registry=registry)
     def login(**_) -> kopf.ConnectionInfo:
         return connection_info(ctx.kube)
+
+
+def _register_indexes(registry: kopf.OperatorRegistry) -> None:
+    """The watch cache: engine pods (slimmed), Services, PDBs and the AscendInferences."""
+    child_filter = CHILD_FILTER
 
     @kopf.index("pods", labels=child_filter, registry=registry, id="engine_pods")
     async def engine_pods(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_) -> dict:
@@ -123,10 +126,10 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     async def engine_pdbs(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
-    for hook in ctx.extra_startup:
-        hook(registry)
-    if not ctx.reconcile:
-        return registry
+
+def _register_reconcilers(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
+    """Wake-ups on every change, and one reconciler daemon per AscendInference."""
+    child_filter = CHILD_FILTER
 
     # kopf's callback protocols type ``namespace`` as optional for every resource; these are namespaced.
     @kopf.on.event("pods", labels=child_filter, registry=registry)
@@ -163,170 +166,44 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
         **_,
     ) -> None:
         await run_reconciler(
-            ctx, stopped, body, namespace, name, engine_pods, engine_services, engine_pdbs, logger
+            ctx, stopped, body, namespace, name, (engine_pods, engine_services, engine_pdbs), logger
         )
-
-    _daemons_without_finalizer(registry)
-    return registry
-
-
-def _daemons_without_finalizer(registry: kopf.OperatorRegistry) -> None:
-    """Let AscendInferences be deleted without a finalizer.
-
-    kopf puts a finalizer on every object that has a daemon, so that it can stop the daemon before
-    the object goes: one PATCH on create and one on delete per object, and an object that cannot be
-    deleted while the operator is down. Neither is needed here: the children carry ownerReferences
-    (the garbage collector removes them), and the daemon ends itself on the object's DELETED event.
-    kopf has no public switch for this, so the registered daemon handlers are marked; if kopf's
-    registry ever changes shape, the finalizer simply stays.
-    """
-    handlers = getattr(getattr(registry, "_spawning", None), "_handlers", None)
-    if not isinstance(handlers, list):
-        return
-    handlers[:] = [
-        dataclasses.replace(h, requires_finalizer=False)
-        if dataclasses.is_dataclass(h) and not isinstance(h, type) and getattr(h, "requires_finalizer", None)
-        else h
-        for h in handlers
-    ]
 
 
 async def run_reconciler(
-    ctx: OperatorContext, stopped, body, namespace, name, pods, services, pdbs, logger
+    ctx: OperatorContext,
+    stopped: kopf.DaemonStopped,
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    indexes: tuple[kopf.Index, kopf.Index, kopf.Index],
+    logger: kopf.Logger,
 ) -> None:
-    """The per-object loop: pass, then wait for a wake-up, a timer or the resync interval.
+    """Run the object's :class:`ObjectLoop` until kopf stops its daemon or the object's DELETED arrives.
 
-    It is a coroutine on kopf's loop and runs each pass (blocking HTTP) in a worker thread only for the
+    A coroutine on kopf's loop that runs each pass (blocking HTTP) in a worker thread only for the
     pass's duration: a sync daemon would hold one of kopf's executor threads for the object's lifetime,
     and a few dozen objects would starve every other handler.
     """
-    flag = ctx.wakeups.flag(namespace, name)
     key = (namespace, name)
-    resync = ctx.settings.reconcile.resync_interval
-    error_delay = ERROR_BACKOFF[0]
-    written: dict | None = None  # our last status write, until the watch has delivered it
-    refusals: dict[tuple[str, str], Refusal] = {}  # refused creates of this object, for backoff and status
-    hold_status_until: float | None = None
     uid = body.get("metadata", {}).get("uid", "")
+    pods, services, pdbs = indexes
+    loop = ObjectLoop(
+        kube=ctx.kube,
+        settings=ctx.settings,
+        expectations=ctx.expectations,
+        namespace=namespace,
+        name=name,
+        uid=uid,
+        read_object=lambda: _snapshot(body),
+        read_children=lambda: (_values(pods, key), _values(services, key), _values(pdbs, key)),
+        logger=logger,
+    )
     try:
-        while not stopped and uid not in ctx.gone:
-            flag.clear()
-            snapshot, written = acting_view(_snapshot(body), written)
-            candidates = (_values(pods, key), _values(services, key), _values(pdbs, key))
-            # Writes of an earlier pass the cache does not show yet: deciding now would repeat them.
-            if ctx.expectations.pending(key, children_by_name(*candidates), time.time()):
-                await _wait(
-                    stopped,
-                    flag,
-                    min(ctx.expectations.wait_hint(key, time.time()) or resync, resync),
-                    settle=0.0,
-                )
-                continue
-            observed = observed_children(uid, *candidates)
-            generation = snapshot["metadata"].get("generation")
-            owned = {k for k, child in children_by_name(*candidates).items() if owned_by(child, uid)}
-            refusals = current(refusals, generation, owned)
-            observed.refused = dict(refusals)
-            outcome = Outcome()
-            try:
-                picker_service = observed.services.get(picker_name(name))
-                mode = ((snapshot.get("spec") or {}).get("routing") or {}).get("mode", "service")
-                if ctx.settings.routing.enabled and wants_routing_list(mode, picker_service, uid):
-                    observed.routing, observed.routing_missing = await asyncio.to_thread(
-                        observe_routing, ctx.kube, namespace, name, uid
-                    )
-                    refusals = current(refusals, generation, owned | set(observed.routing))
-                    observed.refused = dict(refusals)
-                result = await asyncio.to_thread(
-                    reconcile_once,
-                    ctx.kube,
-                    snapshot,
-                    observed,
-                    ctx.settings,
-                    None,
-                    outcome,
-                    hold_status_until,
-                )
-            except KubeError as error:
-                if outcome.expectations:  # some writes landed: the API answers, only this request failed
-                    error_delay = ERROR_BACKOFF[0]
-                logger.warning(
-                    "reconcile of %s/%s failed, retrying in %gs: %s", namespace, name, error_delay, error
-                )
-                ctx.expectations.expect(key, outcome.expectations)
-                _note_refusals(refusals, outcome, generation)
-                await _wait(stopped, flag, error_delay, settle=error_delay)
-                error_delay = min(error_delay * 2, ERROR_BACKOFF[1])
-                continue
-            error_delay = ERROR_BACKOFF[0]
-            ctx.expectations.expect(key, outcome.expectations)
-            _note_refusals(refusals, outcome, generation)
-            if outcome.created:
-                hold_status_until = time.time() + STATUS_HOLD_SECONDS
-            if result.written is not None:
-                written = result.written
-            wait = min(result.requeue_after or resync, resync)
-            await _wait(stopped, flag, wait, settle=SETTLE_SECONDS if result.wrote else 0.0)
+        await loop.run(lambda: bool(stopped) or uid in ctx.gone, ctx.wakeups.flag(namespace, name))
     finally:
         ctx.wakeups.forget(namespace, name)
-        ctx.expectations.forget(key)
         ctx.gone.discard(uid)
-
-
-def _note_refusals(
-    refusals: dict[tuple[str, str], Refusal], outcome: Outcome, generation: int | None
-) -> None:
-    """Count this pass's refused creates (for their backoff) and forget the ones that were created."""
-    now = time.time()
-    for refused in outcome.refused:
-        key = (refused.kind, refused.name)
-        refusals[key] = refused_again(
-            refusals.get(key), refused.kind, refused.name, refused.reason, refused.message, now, generation
-        )
-    for obj in outcome.created:
-        refusals.pop((obj["kind"], obj["metadata"]["name"]), None)
-
-
-def acting_view(snapshot: dict, written: dict | None) -> tuple[dict, dict | None]:
-    """The object a pass acts on, and our last status write if the watch has still not delivered it (pure).
-
-    Until the watch shows our own status write, the pass acts on the object that write returned: newer
-    than the watch's in every field, its resourceVersion included. The status write that follows is
-    guarded by that version; guarded by the watch's older one it was refused with a conflict (then a GET
-    and a retry: 0.5 to 1.6 % of objects at 4,000 in ``bench/reconcile``, whenever a pod turned Ready before
-    the watch caught up).
-    """
-    if written is None or _caught_up(snapshot, written):
-        return snapshot, None
-    return copy.deepcopy(written), written
-
-
-def _caught_up(current: dict, written: dict) -> bool:
-    """Whether ``current`` is at least as new as ``written``.
-
-    resourceVersions are opaque by contract, but etcd (and the local API) issue increasing integers;
-    where they are not integers, only an exact match counts.
-    """
-    have, want = current["metadata"].get("resourceVersion"), written["metadata"].get("resourceVersion")
-    try:
-        return int(have) >= int(want)
-    except (TypeError, ValueError):
-        return have == want
-
-
-async def _wait(stopped, flag: asyncio.Event, seconds: float, settle: float) -> None:
-    """Sleep up to ``seconds``; a wake-up ends it early, but never before ``settle`` has passed."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    if settle > 0:
-        await asyncio.sleep(min(settle, seconds))
-    while not stopped:
-        remaining = deadline - loop.time()
-        if remaining <= 0 or flag.is_set():
-            return
-        # Short slices, so a stop request is noticed promptly too.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(flag.wait(), min(remaining, 0.5))
 
 
 def _snapshot(body) -> dict:
@@ -392,8 +269,8 @@ async def run_operator(ctx: OperatorContext, options: RunOptions, stop_flag=None
                 ready_flag=ready_flag,
             )
             return
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, kopf_compat.UnsupportedKopf):
+            raise  # a kopf the operator does not know stays unknown: starting again would not help
         except Exception as error:  # kopf's and aiohttp's errors: anything but a stop
             if _stopped(stop_flag):
                 return

@@ -13,16 +13,18 @@ from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, validate
 from ..render.routing import PickerSettings
-from ..status import replica_states
+from ..status import observed_replicas
 from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation
+from .fleet_status import OTHER_WRITERS_KEYS, canonical_status
 from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, owned_by
-from .plan import Event, Observed, Plan, canonical_status, creation_event, plan, plan_invalid
+from .plan import creation_event, plan_invalid, plan_pass
 from .refusals import CHILD_REJECTED, NAME_CONFLICT
+from .timing import SETTLE_AFTER_CONFLICT
+from .writes import Event, Observed, PassPlan
 
 log = logging.getLogger(__name__)
-SETTLE_AFTER_CONFLICT = 0.5  # seconds; the watch delivers the newer object by then
 
 
 class StatusConflict(Exception):
@@ -40,7 +42,7 @@ class Refused:
 
 
 @dataclass
-class Outcome:
+class PassOutcome:
     """What a pass's writes did, filled in as they happen (kept even when a later write raises)."""
 
     expectations: list[Expectation] = field(default_factory=list)
@@ -55,7 +57,7 @@ class PassResult:
     requeue_after: float | None
     wrote: bool
     written: dict | None = None  # the object returned by our status write, if any
-    outcome: Outcome = field(default_factory=Outcome)
+    outcome: PassOutcome = field(default_factory=PassOutcome)
 
 
 def with_default_image(body: dict, settings: OperatorSettings) -> dict:
@@ -69,7 +71,7 @@ def reconcile_once(
     observed: Observed,
     settings: OperatorSettings,
     now: float | None = None,
-    outcome: Outcome | None = None,
+    outcome: PassOutcome | None = None,
     hold_status_until: float | None = None,
 ) -> PassResult:
     """Bring one AscendInference's children to its spec and report what was done.
@@ -80,7 +82,7 @@ def reconcile_once(
     is not written yet (see :func:`status_can_wait`).
     """
     now = time.time() if now is None else now
-    outcome = Outcome() if outcome is None else outcome
+    outcome = PassOutcome() if outcome is None else outcome
     meta = body["metadata"]
     try:
         valid = validate(
@@ -94,7 +96,7 @@ def reconcile_once(
         kind = "invalid"
     else:
         picker = PickerSettings(image=settings.routing.picker_image)
-        result = plan(
+        result = plan_pass(
             valid.obj, valid.layout, observed, now, settings.reconcile, picker, settings.routing.enabled
         )
         kind = "changed" if result.writes_children else "converged"
@@ -127,7 +129,7 @@ def _catalog_names(preset: str, overrides: tuple[tuple[str, str], ...]) -> froze
     return Catalog.build(preset, dict(overrides)).names()
 
 
-def _apply(kube: Kube, body: dict, result: Plan, outcome: Outcome, hold: bool = False) -> dict | None:
+def _apply(kube: Kube, body: dict, result: PassPlan, outcome: PassOutcome, hold: bool = False) -> dict | None:
     namespace = body["metadata"]["namespace"]
     events = list(result.events)
     _create(kube, body, result.creates, outcome, events)
@@ -197,7 +199,7 @@ def status_can_wait(stored: dict, new: dict, created: bool, urgent: bool) -> boo
     )
 
 
-def _create(kube: Kube, body: dict, creates: list[dict], outcome: Outcome, events: list[Event]) -> None:
+def _create(kube: Kube, body: dict, creates: list[dict], outcome: PassOutcome, events: list[Event]) -> None:
     """Create the children; a refused one becomes a Refused record and a Warning Event, never a retry here.
 
     AlreadyExists means either our own earlier create (its response lost, or the cache behind): then
@@ -262,13 +264,11 @@ def _record(kube: Kube, body: dict, events: list) -> None:
         kube.event(body, event.type, event.reason, event.message)
 
 
-# Status fields other writers own.
-NOT_OWN_STATUS = ("actions", "tuning")
 # Condition types this reconciler writes; the control loop owns MetricsAvailable (and status.actions).
 OWN_CONDITIONS = frozenset({"Ready", "Progressing", "Degraded"})
 
 
-def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
+def _write_status(kube: Kube, body: dict, result: PassPlan) -> dict | None:
     """Write the pass's status, guarded by the resourceVersion it was computed from.
 
     On a conflict (the control loop wrote in between) the write is retried once on the fresh object,
@@ -279,7 +279,7 @@ def _write_status(kube: Kube, body: dict, result: Plan) -> dict | None:
         return None
     # status.actions belongs to the control loop and status.tuning to `ascend-fleet tune`: a merge patch
     # without their keys keeps what is stored (a retry on a fresh object must not restore a stale copy).
-    status = {k: v for k, v in result.status.items() if k not in NOT_OWN_STATUS}
+    status = {k: v for k, v in result.status.items() if k not in OTHER_WRITERS_KEYS}
     meta = body["metadata"]
     try:
         return _patch_status(kube, meta, status, meta.get("resourceVersion"))
@@ -307,11 +307,11 @@ def _patch_status(kube: Kube, meta: dict, status: dict, version: str | None) -> 
     return kube.patch(names.KIND, meta["namespace"], meta["name"], patch, "status")
 
 
-def _export_gauges(meta: dict, desired: int, result: Plan, observed: Observed) -> None:
+def _export_gauges(meta: dict, desired: int, result: PassPlan, observed: Observed) -> None:
     labels = (meta.get("namespace", ""), meta.get("name", ""))
     REPLICAS.labels(*labels, "desired").set(desired)
     REPLICAS.labels(*labels, "ready").set(result.status.get("readyReplicas", 0))
-    draining = sum(1 for group in replica_states(observed.pods).values() if group.draining)
+    draining = sum(1 for group in observed_replicas(observed.pods).values() if group.draining)
     REPLICAS.labels(*labels, "draining").set(draining)
 
 

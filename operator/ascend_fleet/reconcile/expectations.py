@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-TTL_SECONDS = 60.0
+from .timing import EXPECTATIONS_TTL_SECONDS
+
 # The kinds the operator's watch cache holds (children_by_name): only their writes can be seen arriving. A
 # write to another kind (a Volcano PodGroup) is not waited for; its create is idempotent (AlreadyExists).
 CACHED_KINDS = ("Pod", "Service", "PodDisruptionBudget")
@@ -64,7 +65,7 @@ def _at_least(have: str | None, want: str | None) -> bool:
 class Expectations:
     """Pending expectations of every object, keyed by (namespace, name) of the AscendInference."""
 
-    ttl: float = TTL_SECONDS
+    ttl: float = EXPECTATIONS_TTL_SECONDS
     _pending: dict[tuple[str, str], list[Expectation]] = field(default_factory=dict)
 
     def expect(self, key: tuple[str, str], writes: Iterable[Expectation]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .plan import Observed
+from .writes import Observed
 
 
 def owned_by(obj: dict, uid: str) -> bool:

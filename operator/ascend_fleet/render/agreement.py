@@ -13,7 +13,7 @@ from typing import Any
 import promql_parser
 
 from ..api import names
-from ..api.units import parse_quantity
+from ..api.k8s import parse_quantity
 from ..api.v1alpha1 import AscendInference
 from ..layout import Layout
 from .children import render_replica
@@ -72,9 +72,8 @@ def _pods(obj: AscendInference, layout: Layout) -> tuple[list[dict], list[dict]]
 
 def _amount(value: Any) -> float | None:
     """A CPU or memory quantity as a number (``500m`` is milli), or None when it is not one."""
-    text = str(value).strip()
     try:
-        return float(text[:-1]) / 1000 if text.endswith("m") else parse_quantity(text)
+        return float(parse_quantity(str(value).strip()))  # the server's grammar; 500m is 0.5
     except ValueError:
         return None
 

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from ..api import names
-from ..api.units import parse_quantity
+from ..api.k8s import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..engines import facts_of
 from ..layout import Layout, plan
@@ -146,7 +146,7 @@ def default_resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
     node; CPU has no limit, since throttling a serving engine costs latency for nothing.
     """
     try:
-        shm_gi = parse_quantity(spec.engine.shm_size) / 2**30
+        shm_gi = float(parse_quantity(spec.engine.shm_size)) / 2**30
     except ValueError:  # a malformed size is the spec check's to report, not the renderer's
         shm_gi = 0.0
     memory = f"{math.ceil(MEMORY_PER_NPU_GI * layout.npus_per_pod + shm_gi)}Gi"

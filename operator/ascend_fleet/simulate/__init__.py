@@ -7,7 +7,7 @@ Pure Python; matplotlib only for the optional PNG. See docs/simulator.md.
 """
 
 from .curve import BatchCurve
-from .model import Decision, EngineModel, FleetConfig, FleetView, Policy, Result, simulate
+from .model import EngineModel, FleetConfig, FleetPolicy, FleetView, Result, TickDecision, simulate
 from .policies import HpaPolicy, StaticPolicy
 from .report import Summary, summarize, table, verdict
 from .rules import RulesPolicy
@@ -18,12 +18,12 @@ __all__ = [
     "BUILT_IN",
     "POLICIES",
     "BatchCurve",
-    "Decision",
+    "TickDecision",
     "EngineModel",
     "FleetConfig",
     "FleetView",
     "HpaPolicy",
-    "Policy",
+    "FleetPolicy",
     "Result",
     "RulesPolicy",
     "StaticPolicy",

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from .curve import parse_curve
 from .model import EngineModel
-from .plot import PlotUnavailable, write_png
+from .plot import PlotUnavailable, write_runs_png
 from .report import summarize, table, verdict
 from .run import POLICIES, SpecError, load_spec, run_all
 from .traces import BUILT_IN, HOUR, trace_by_name
@@ -93,7 +93,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(sentence)
     if args.png:
         try:
-            print(f"wrote {write_png(results, args.png, f'{trace.name}, seed {args.seed}')}")
+            print(f"wrote {write_runs_png(results, args.png, f'{trace.name}, seed {args.seed}')}")
         except PlotUnavailable as error:
             print(f"no PNG: {error}", file=sys.stderr)
     return EXIT_OK

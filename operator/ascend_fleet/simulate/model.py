@@ -29,8 +29,8 @@ from .metrics import MetricStore, Scrape
 from .traces import HOUR, Trace
 
 STARTING, SERVING, DRAINING = "starting", "serving", "draining"
-Routing = Literal["service", "pool", "classes"]
-ROUTINGS: tuple[Routing, ...] = ("service", "pool", "classes")
+RoutingChoice = Literal["service", "pool", "classes"]
+ROUTINGS: tuple[RoutingChoice, ...] = ("service", "pool", "classes")
 # The seeds' length classes (prompt tokens above which a request is medium, long): short ones go first.
 CLASS_BOUNDS = (512, 2048)
 # Event kinds, in the order they run when they fall on the same instant as each other.
@@ -99,7 +99,7 @@ class FleetConfig:
     drain_seconds: float = 30.0
     scrape_interval: float = 15.0
     metric_retention: float = 3600.0
-    routing: Routing = "pool"
+    routing: RoutingChoice = "pool"
     """How requests reach replicas: ``service`` picks one at random (a ClusterIP Service); ``pool`` the one with
     the fewest outstanding requests (the endpoint picker); ``classes`` as ``pool``, and each replica's queue
     serves short prompts before medium before long (the picker's priority bands, the seeds' classes)."""
@@ -131,20 +131,20 @@ class FleetView:
 
 
 @dataclass(frozen=True)
-class Decision:
+class TickDecision:
     """A policy's answer at a tick: a new replica count (or None to keep it) and replicas to restart."""
 
     replicas: int | None = None
     restart: tuple[int, ...] = ()
 
 
-class Policy(Protocol):
+class FleetPolicy(Protocol):
     """Steers the fleet: asked for a decision every ``interval`` seconds."""
 
     name: str
     interval: float
 
-    def decide(self, view: FleetView) -> Decision: ...
+    def decide(self, view: FleetView) -> TickDecision: ...
 
 
 @dataclass(frozen=True)
@@ -244,13 +244,13 @@ class _Replica:
         self.restart = False  # recreate this index once the drain ends
 
 
-def simulate(config: FleetConfig, trace: Trace, policy: Policy) -> Result:
+def simulate(config: FleetConfig, trace: Trace, policy: FleetPolicy) -> Result:
     """Run ``trace`` through a fleet steered by ``policy`` and return what happened."""
     return _Simulation(config, trace, policy).run()
 
 
 class _Simulation:
-    def __init__(self, config: FleetConfig, trace: Trace, policy: Policy) -> None:
+    def __init__(self, config: FleetConfig, trace: Trace, policy: FleetPolicy) -> None:
         self.config, self.trace, self.policy = config, trace, policy
         engine = config.engine
         self.max_batch = engine.max_batch

@@ -1,6 +1,6 @@
 """The runs over time as a PNG: replicas, utilization, fragmentation and latency, one line per policy.
 
-matplotlib is optional (the ``plot`` extra); without it :func:`write_png` raises :class:`PlotUnavailable`
+matplotlib is optional (the ``plot`` extra); without it :func:`write_runs_png` raises :class:`PlotUnavailable`
 with a message that says how to get it.
 """
 
@@ -10,16 +10,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .model import Result
-from .report import SLOW_SECONDS, latency_series
+from .report import SLOW_FIRST_TOKEN_SECONDS, latency_series
 
-INSTALL_HINT = "the PNG needs matplotlib: pip install matplotlib (or the project's 'plot' extra)"
+MATPLOTLIB_HINT = "the PNG needs matplotlib: pip install matplotlib (or the project's 'plot' extra)"
 
 
 class PlotUnavailable(RuntimeError):
     """matplotlib is not installed."""
 
 
-def write_png(results: Sequence[Result], path: str | Path, title: str = "") -> Path:
+def write_runs_png(results: Sequence[Result], path: str | Path, title: str = "") -> Path:
     """Draw every run on four shared-time panels and save them to ``path``."""
     try:
         import matplotlib
@@ -27,7 +27,7 @@ def write_png(results: Sequence[Result], path: str | Path, title: str = "") -> P
         matplotlib.use("Agg")  # files only: never needs a display
         import matplotlib.pyplot as plt
     except ImportError:
-        raise PlotUnavailable(INSTALL_HINT) from None
+        raise PlotUnavailable(MATPLOTLIB_HINT) from None
 
     figure, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
     replicas, utilization, fragmentation, latency = axes
@@ -44,7 +44,7 @@ def write_png(results: Sequence[Result], path: str | Path, title: str = "") -> P
     fragmentation.set_ylabel("fragmentation\n(worst replica)")
     latency.set_ylabel("TTFT p99 (s),\n5 min buckets")
     latency.set_yscale("log")
-    latency.axhline(SLOW_SECONDS, color="grey", linestyle=":", linewidth=0.8)
+    latency.axhline(SLOW_FIRST_TOKEN_SECONDS, color="grey", linestyle=":", linewidth=0.8)
     latency.set_xlabel("hours")
     replicas.legend(loc="upper left", ncol=len(results), fontsize="small")
     if title:

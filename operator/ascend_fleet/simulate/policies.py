@@ -9,7 +9,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from .model import SERVING, STARTING, Decision, FleetView
+from .model import SERVING, STARTING, FleetView, TickDecision
 
 
 @dataclass
@@ -20,8 +20,8 @@ class StaticPolicy:
     interval: float = 60.0
     name: str = "static"
 
-    def decide(self, view: FleetView) -> Decision:
-        return Decision(replicas=self.replicas)
+    def decide(self, view: FleetView) -> TickDecision:
+        return TickDecision(replicas=self.replicas)
 
 
 @dataclass
@@ -41,11 +41,11 @@ class HpaPolicy:
     name: str = "hpa"
     _history: deque[tuple[float, int]] = field(default_factory=deque, init=False, repr=False)
 
-    def decide(self, view: FleetView) -> Decision:
+    def decide(self, view: FleetView) -> TickDecision:
         current = view.desired
         ready, missing = _utilizations(view)
         if not ready:
-            return Decision()  # no metrics at all: the HPA does nothing
+            return TickDecision()  # no metrics at all: the HPA does nothing
         recommended = hpa_replicas(current, ready, missing, self.target, self.tolerance)
         self._history.append((view.now, recommended))
         while self._history and self._history[0][0] < view.now - self.stabilization:
@@ -55,7 +55,7 @@ class HpaPolicy:
         else:
             recommended = min(recommended, max(current + 4, 2 * current))
         bounds = view.config
-        return Decision(replicas=min(max(recommended, bounds.min_replicas), bounds.max_replicas))
+        return TickDecision(replicas=min(max(recommended, bounds.min_replicas), bounds.max_replicas))
 
 
 def desired_replicas(current: int, utilization: float, target: float, tolerance: float) -> int:

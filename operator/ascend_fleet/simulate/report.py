@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from .model import Result
 
-SLOW_SECONDS = 1.0
+SLOW_FIRST_TOKEN_SECONDS = 1.0
 BUCKET_SECONDS = 300.0
 
 
@@ -60,7 +60,7 @@ def summarize(result: Result) -> Summary:
     e2e = sorted(result.end_to_end[i] for i in done)
     total = len(result.first_token)
     completed = len(done)
-    fast = sum(1 for i in done if result.first_token[i] <= SLOW_SECONDS)
+    fast = sum(1 for i in done if result.first_token[i] <= SLOW_FIRST_TOKEN_SECONDS)
     tokens = sum(result.output_tokens[i] for i in done)
     duration = result.duration or 1.0
     return Summary(
@@ -220,7 +220,7 @@ def latency_series(
         count[b] += 1
         if value == value:
             first[b].append(value)
-            slow[b] += value > SLOW_SECONDS
+            slow[b] += value > SLOW_FIRST_TOKEN_SECONDS
         else:
             slow[b] += 1
     hours = [b * bucket / 3600.0 for b in range(buckets)]

@@ -21,7 +21,7 @@ from ..api.v1alpha1 import AscendInferenceSpec, Rule
 from ..control import evaluate
 from ..control.queries import Observations, Query
 from .metrics import METRICS, MetricStore
-from .model import DRAINING, SERVING, Decision, FleetView
+from .model import DRAINING, SERVING, FleetView, TickDecision
 
 NAMESPACE = "simulated"
 
@@ -43,11 +43,11 @@ class RulesPolicy:
     restarts: bool = True
     settings: ControlSettings = field(default_factory=ControlSettings)
     inference: str = "simulated"
-    decisions: list[evaluate.Decision] = field(default_factory=list, init=False, repr=False)
+    decisions: list[evaluate.ControlDecision] = field(default_factory=list, init=False, repr=False)
     _actions: list[evaluate.PastAction] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.evaluation = evaluate.Policy.from_settings(self.settings)
+        self.evaluation = evaluate.EvaluationSettings.from_settings(self.settings)
         self.interval = float(self.evaluation.interval)
         self.rules: tuple[Rule, ...] = tuple(
             r for r in self.spec.rules if self.restarts or r.action != "restart_service"
@@ -68,7 +68,7 @@ class RulesPolicy:
             + self.interval
         )
 
-    def decide(self, view: FleetView) -> Decision:
+    def decide(self, view: FleetView) -> TickDecision:
         states = {
             r.index: evaluate.ReplicaInfo(
                 index=r.index,
@@ -84,7 +84,7 @@ class RulesPolicy:
         self.decisions.extend(decisions)
         self._remember(decisions, view.now)
         if self.spec.autoscaling.dry_run:
-            return Decision()
+            return TickDecision()
         replicas = None
         restart = []
         for d in decisions:
@@ -92,7 +92,7 @@ class RulesPolicy:
                 replicas = d.replicas_to
             elif d.action == "restart_service" and d.replica is not None:
                 restart.append(d.replica)
-        return Decision(replicas=replicas, restart=tuple(restart))
+        return TickDecision(replicas=replicas, restart=tuple(restart))
 
     # ----- what the operator would read -----
 
@@ -108,7 +108,7 @@ class RulesPolicy:
             actions=tuple(self._actions),
         )
 
-    def _remember(self, decisions: list[evaluate.Decision], now: float) -> None:
+    def _remember(self, decisions: list[evaluate.ControlDecision], now: float) -> None:
         """Newest first, as status.actions; old entries go once no cooldown can need them."""
         new = [evaluate.PastAction(now, d.rule, d.action, d.target, d.dry_run) for d in decisions]
         self._actions = [*new, *(a for a in self._actions if now - a.time <= self._memory)]

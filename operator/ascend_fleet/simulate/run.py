@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from ..api.settings import ControlSettings
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..layout import LayoutError, plan
-from .model import EngineModel, FleetConfig, Policy, Result, simulate
+from .model import EngineModel, FleetConfig, FleetPolicy, Result, simulate
 from .policies import HpaPolicy, StaticPolicy
 from .rules import RulesPolicy
 from .traces import Trace
@@ -109,7 +109,7 @@ def make_policy(
     replicas: int | None = None,
     hpa_target: float = 0.70,
     settings: ControlSettings | None = None,
-) -> tuple[Policy, FleetConfig]:
+) -> tuple[FleetPolicy, FleetConfig]:
     """A policy by name and the fleet it starts with (a static fleet starts at its own size)."""
     settings = settings or ControlSettings()
     if name == "static":

@@ -1,6 +1,14 @@
 """Pure status derivation: conditions in the standard shape and the fleet's counts."""
 
 from .conditions import CONDITION_TYPES, set_condition
-from .fleet import PodState, ReplicaState, replica_states
+from .fleet import ObservedPod, ObservedReplica, observed_replicas, pod_condition, pod_ready
 
-__all__ = ["CONDITION_TYPES", "PodState", "ReplicaState", "replica_states", "set_condition"]
+__all__ = [
+    "CONDITION_TYPES",
+    "ObservedPod",
+    "ObservedReplica",
+    "observed_replicas",
+    "pod_condition",
+    "pod_ready",
+    "set_condition",
+]

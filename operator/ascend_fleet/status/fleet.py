@@ -10,7 +10,7 @@ from ..api.times import parse_rfc3339
 
 
 @dataclass(frozen=True)
-class PodState:
+class ObservedPod:
     """The facts about one engine pod that reconciling needs."""
 
     name: str
@@ -26,7 +26,7 @@ class PodState:
     deleting: bool
 
     @classmethod
-    def from_pod(cls, pod: dict) -> PodState | None:
+    def from_pod(cls, pod: dict) -> ObservedPod | None:
         """None for a pod without parseable replica/rank labels (not one of ours to reason about)."""
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -42,7 +42,7 @@ class PodState:
             rank=rank,
             revision=labels.get(names.LABEL_REVISION, ""),
             phase=status.get("phase", "Pending"),
-            ready=_condition_true(status, "Ready"),
+            ready=pod_ready(pod),
             failed=_failed(status),
             serving=labels.get(names.LABEL_SERVING) == "true",
             drain_started=parse_rfc3339(annotations.get(names.ANNOTATION_DRAIN_STARTED)),
@@ -51,8 +51,15 @@ class PodState:
         )
 
 
-def _condition_true(status: dict, type_: str) -> bool:
-    return any(c.get("type") == type_ and c.get("status") == "True" for c in status.get("conditions") or [])
+def pod_condition(pod: dict, type_: str) -> dict | None:
+    """The pod's condition of ``type_`` (``Ready``, ``PodScheduled``, ...), None if it has none."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
+def pod_ready(pod: dict) -> bool:
+    """Whether the pod's Ready condition is True: the kubelet's verdict that it serves."""
+    return (pod_condition(pod, "Ready") or {}).get("status") == "True"
 
 
 def _failed(status: dict) -> bool:
@@ -67,17 +74,17 @@ def _failed(status: dict) -> bool:
 
 
 @dataclass
-class ReplicaState:
-    """One data-parallel group as observed."""
+class ObservedReplica:
+    """One replica (a data-parallel gang of pods, rank 0 its leader) as its pods show it."""
 
     index: int
-    pods: list[PodState] = field(default_factory=list)
+    pods: list[ObservedPod] = field(default_factory=list)
 
     def complete(self, pods_per_replica: int) -> bool:
         return {p.rank for p in self.pods if not p.deleting} == set(range(pods_per_replica))
 
     @property
-    def leader(self) -> PodState | None:
+    def leader(self) -> ObservedPod | None:
         return next((p for p in self.pods if p.rank == 0), None)
 
     @property
@@ -115,11 +122,11 @@ class ReplicaState:
         return bool(self.pods) and self.revisions() == {revision}
 
 
-def replica_states(pods: list[dict]) -> dict[int, ReplicaState]:
-    """Group pods by replica index."""
-    groups: dict[int, ReplicaState] = defaultdict(lambda: ReplicaState(-1))
+def observed_replicas(pods: list[dict]) -> dict[int, ObservedReplica]:
+    """The replicas the pods make up, by replica index (pods without replica/rank labels are skipped)."""
+    groups: dict[int, ObservedReplica] = defaultdict(lambda: ObservedReplica(-1))
     for pod in pods:
-        state = PodState.from_pod(pod)
+        state = ObservedPod.from_pod(pod)
         if state is None:
             continue
         group = groups[state.replica]

@@ -19,7 +19,7 @@ from ..api import names
 from ..api.v1alpha1 import AscendInference, TuningRecord
 from ..kube import Kube
 from ..kube.client import NotFound
-from ..status import PodState
+from ..status import ObservedPod
 from .patch import status_patch
 
 
@@ -101,7 +101,7 @@ class Fleet:
         deadline = time.monotonic() + timeout
         while True:
             for pod in self.kube.list("Pod", self.namespace, selector):
-                state = PodState.from_pod(pod)
+                state = ObservedPod.from_pod(pod)
                 ip = (pod.get("status") or {}).get("podIP")
                 if state and ip and state.ready and state.serving and not state.deleting:
                     url = f"http://{ip}:{port}"

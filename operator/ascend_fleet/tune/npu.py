@@ -6,7 +6,7 @@ import asyncio
 
 from ..api.catalog import Catalog
 from ..control.prometheus import Prometheus
-from ..control.queries import Query, Window
+from ..control.queries import Query, QueryWindow
 
 STEP_SECONDS = 1.0
 
@@ -24,7 +24,7 @@ def mean_utilization(
     """The mean of ``expression`` from ``start`` to ``end``: of one replica's series when ``replica``
     (namespace, name, index) is given, else of all series; None without data or when Prometheus fails."""
     seconds = max(STEP_SECONDS, float(round(end - start)))
-    query = Query(Window(expression, seconds, "replica" if replica else "fleet"), "avg")
+    query = Query(QueryWindow(expression, seconds, "replica" if replica else "fleet"), "avg")
     observations = asyncio.run(Prometheus(url).observe([query], STEP_SECONDS, end))
     series = observations.series.get(query, {})
     if replica is not None:
