@@ -34,11 +34,7 @@ def test_helm_install_runs_an_operator_pod_that_reconciles_as_the_charts_service
 ):
     release = f"op-{uuid.uuid4().hex[:6]}"
     home = f"{release}-system"
-    kube._call(
-        "POST",
-        "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": home}},
-    )
+    kube.create_namespace(home)
     engines = SimulatedEngines(Scenario.constant(0.0))
     local = LocalPods(kube, real.cluster.control_plane, pickers=False)
     real.kubelet.add_listener(engines)
@@ -75,7 +71,7 @@ def test_helm_install_runs_an_operator_pod_that_reconciles_as_the_charts_service
         real.kubelet.remove_listener(engines)
         local.close()
         engines.close()
-        kube._call("DELETE", f"/api/v1/namespaces/{home}")
+        kube.delete_namespace(home)
 
 
 def pod_creators(audit_log, namespace: str) -> set[str]:

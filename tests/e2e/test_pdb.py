@@ -26,15 +26,7 @@ def pdb_status(fleet) -> dict:
 
 
 def evict(fleet, pod: str) -> None:
-    fleet.kube._call(
-        "POST",
-        f"/api/v1/namespaces/{fleet.namespace}/pods/{pod}/eviction",
-        body={
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod, "namespace": fleet.namespace},
-        },
-    )
+    fleet.kube.evict(fleet.namespace, pod)
 
 
 def test_two_replicas_of_four_pods_allow_one_eviction(real, fleet):

@@ -49,22 +49,15 @@ def objects(namespace: str, **spec) -> list[dict]:
 @pytest.fixture
 def restricted_namespace(real_cluster):
     name = f"restricted-{uuid.uuid4().hex[:6]}"
-    real_cluster.kube._call(
-        "POST",
-        "/api/v1/namespaces",
-        body={
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
-        },
-    )
+    real_cluster.kube.create_namespace(name, labels={"pod-security.kubernetes.io/enforce": "restricted"})
     yield name
-    real_cluster.kube._call("DELETE", f"/api/v1/namespaces/{name}")
+    real_cluster.kube.delete_namespace(name)
 
 
 def dry_run_create(kube, pod: dict) -> dict:
-    path = kube._path("Pod", pod["metadata"]["namespace"])
-    return kube._call("POST", path, body=pod, query=[("dryRun", "All"), ("fieldValidation", "Strict")])
+    created = kube.create(pod, exist_ok=False, dry_run=True, strict=True)
+    assert created is not None
+    return created
 
 
 @pytest.mark.parametrize(
