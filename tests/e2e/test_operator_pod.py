@@ -15,8 +15,9 @@ from ascend_fleet.api import names
 from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.localpods import LocalPods, operator_container
 from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.kube import wait_for
 from tests.chart import helm
-from tests.e2e.fleet import example, wait_for
+from tests.e2e.fleet import example
 from tests.support.rbac import audit_events
 
 pytestmark = pytest.mark.e2e

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.kube import KubeError
-from tests.e2e.fleet import example, wait_for
+from ascend_fleet.kube import KubeError, wait_for
+from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
 

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from ascend_fleet.api import names
-from tests.e2e.fleet import example, wait_for
+from ascend_fleet.kube import wait_for
+from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
 
