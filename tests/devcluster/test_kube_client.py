@@ -4,6 +4,7 @@ dry-run creates and the request hook."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,11 +22,13 @@ def requests() -> list[Request]:
 
 
 @pytest.fixture(scope="module")
-def kube(dev_cluster: DevCluster, requests: list[Request]) -> Kube:
-    client = Kube(api_client(dev_cluster.url), on_request=requests.append)
-    client.create(crd())
-    client.wait_served(names.KIND)
-    return client
+def kube(requests: list[Request]) -> Iterator[Kube]:
+    # A cluster of its own: the session's cluster must not have the project's CRD (test_printing applies it).
+    with DevCluster(start_seconds=0.1, ready_seconds=0.1) as cluster:
+        client = Kube(api_client(cluster.url), on_request=requests.append)
+        client.create(crd())
+        client.wait_served(names.KIND)
+        yield client
 
 
 @pytest.fixture()
