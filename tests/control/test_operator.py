@@ -28,6 +28,7 @@ from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, scaled, wait_for
+from tests.support.documents import inference as inference_document
 from tests.support.paths import CRD_FILE
 from tests.support.rbac import HARNESS, record_operator_requests
 
@@ -100,27 +101,22 @@ def operator(env: Env, namespace: str, **control) -> Iterator[None]:
 
 
 def inference(env: Env, namespace: str, name: str, replicas: int, rules: list[dict], **autoscaling) -> None:
+    defaults = {
+        "minReplicas": 1,
+        "maxReplicas": 8,
+        "scaleUpCooldown": "60s",
+        "scaleDownCooldown": "60s",
+        "restartCooldown": "60s",
+    }
     env.kube.create(
-        {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "model": {"name": name, "path": "/models/m"},
-                "engine": {"type": "vllm-ascend"},
-                "parallelism": {"tensor": 1, "pipeline": 1, "data": replicas},
-                "rules": rules,
-                "autoscaling": {
-                    "minReplicas": 1,
-                    "maxReplicas": 8,
-                    "scaleUpCooldown": "60s",
-                    "scaleDownCooldown": "60s",
-                    "restartCooldown": "60s",
-                    **autoscaling,
-                },
-                "disruption": {"maxUnavailable": 1, "drainSeconds": 1},
-            },
-        }
+        inference_document(name, name, "/models/m")
+        .namespace(namespace)
+        .engine("vllm-ascend")
+        .parallelism(tensor=1, pipeline=1, data=replicas)
+        .rules(rules)
+        .section("autoscaling", **(defaults | autoscaling))
+        .section("disruption", maxUnavailable=1, drainSeconds=1)
+        .build()
     )
 
 

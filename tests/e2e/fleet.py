@@ -5,20 +5,16 @@ from __future__ import annotations
 import copy
 from typing import TypeVar
 
-import yaml
-
 from ascend_fleet.api import names
 from ascend_fleet.kube import Kube, wait_for
-from tests.support.paths import ROOT
+from tests.support.documents import example as example_document
 
 T = TypeVar("T")
 
 
 def example(name: str, **spec_changes) -> dict:
-    doc = yaml.safe_load((ROOT / "examples" / name).read_text())
-    for key, value in spec_changes.items():
-        doc["spec"][key] = value
-    return doc
+    """The example file ``name`` with whole spec sections replaced."""
+    return example_document(name).spec(**spec_changes).build()
 
 
 class Fleet:

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from ascend_fleet.api import names
 from ascend_fleet.kube import KubeError
 from ascend_fleet.render import render_all, validate
+from tests.support.documents import inference
 
 pytestmark = pytest.mark.e2e
 
@@ -36,13 +36,9 @@ TEMPLATE = {
 
 
 def objects(namespace: str, **spec) -> list[dict]:
-    body = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "vllm-ascend"}, **spec}
-    doc = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": f"e{uuid.uuid4().hex[:6]}", "namespace": namespace},
-        "spec": body,
-    }
+    doc = (
+        inference(f"e{uuid.uuid4().hex[:6]}").namespace(namespace).engine("vllm-ascend").spec(**spec).build()
+    )
     return [o for o in render_all(validate(doc).obj) if o["kind"] == "Pod"]
 
 

@@ -42,6 +42,7 @@ from ascend_fleet.render.routing import (
     picker_config,
     picker_name,
 )
+from tests.support.documents import inference as inference_document
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -66,18 +67,15 @@ def binaries():
 
 
 def inference(namespace: str) -> AscendInference:
-    doc = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "model": {"name": "qwen", "path": "/models/qwen"},
-            "engine": {"type": "vllm-ascend"},
-            "parallelism": {"data": 2},
-            "batching": {"maxBatchSize": SLOTS},
-            "routing": {"mode": "inferencePool", "classes": CLASSES},
-        },
-    }
+    doc = (
+        inference_document(NAME, "qwen")
+        .namespace(namespace)
+        .engine("vllm-ascend")
+        .parallelism(data=2)
+        .section("batching", maxBatchSize=SLOTS)
+        .routing("inferencePool", classes=CLASSES)
+        .build()
+    )
     return validate(doc).obj
 
 
