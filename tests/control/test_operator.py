@@ -262,17 +262,18 @@ def test_fragmented_replicas_are_recreated_one_at_a_time_and_the_others_untouche
         env.scenario.set(namespace, "leaky", 1, fragmentation=0.5)
         time.sleep(SCRAPE + INTERVAL)
         env.scenario.set(namespace, "leaky", 0, fragmentation=0.3)
-        most_out, recreated = 0, set()
-        deadline = time.monotonic() + 40
-        while recreated != {0, 1} and time.monotonic() < deadline:
+        out_of_service: list[int] = []  # at each look, how many replicas were out
+
+        def both_recreated() -> bool:
             now = leaders(env, namespace, "leaky")
-            most_out = max(most_out, sum(1 for i in range(4) if i not in now or not serving(now[i])))
+            out_of_service.append(sum(1 for i in range(4) if i not in now or not serving(now[i])))
             recreated = {
                 i for i in (0, 1) if i in now and now[i]["metadata"]["uid"] != before[i] and serving(now[i])
             }
-            time.sleep(0.05)
-        assert recreated == {0, 1}, "both fragmented replicas should have been drained, deleted and recreated"
-        assert most_out == 1, "maxUnavailable 1: never two replicas out of service at once"
+            return recreated == {0, 1}
+
+        wait_for(both_recreated, 40, "both fragmented replicas to be drained, deleted and recreated")
+        assert max(out_of_service) == 1, "maxUnavailable 1: never two replicas out of service at once"
         records = list(reversed(actions(env, namespace, "leaky")))
         assert [(a["action"], a["target"]) for a in records] == [
             ("restart_service", "replica-1"),
