@@ -149,3 +149,10 @@ def test_the_reconcile_bench_counts_requests_through_the_hook(kube, namespace):
     assert counting.take() == {f"POST {names.PLURAL}": 2, f"PATCH {names.PLURAL}/status": 1}
     statuses = counting.take_statuses()
     assert (statuses["objects"], statuses["writes"], statuses["conflicts"]) == (1, 1, 0)
+
+
+def test_a_namespaced_object_without_a_namespace_is_not_posted(kube, requests):
+    requests.clear()
+    with pytest.raises(KeyError, match="namespace"):
+        kube.create({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "nowhere"}})
+    assert requests == []

@@ -250,7 +250,9 @@ class Kube:
         makes it refuse unknown or duplicate fields (``fieldValidation=Strict``) instead of dropping them.
         """
         query = (DRY_RUN if dry_run else []) + (STRICT if strict else [])
-        path = self._path(obj["kind"], obj["metadata"].get("namespace"))
+        meta = obj["metadata"]
+        # A namespaced object must name its namespace: None would post to the cluster-wide collection.
+        path = self._path(obj["kind"], meta["namespace"] if KINDS[obj["kind"]].namespaced else None)
         try:
             return self._call("POST", path, body=obj, query=query)
         except AlreadyExists:
