@@ -27,7 +27,7 @@ from typing import Any
 from ascend_fleet.api import names
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread
-from ascend_fleet.kube import Conflict, Kube
+from ascend_fleet.kube import Kube, Request
 
 from ..control.operator_side import connect, peak_rss_mib, rss_mib
 
@@ -121,40 +121,30 @@ class CountingKube(Kube):
     """The operator's client, counting what it sends and recording what its status writes said."""
 
     def __init__(self, inner: Kube):
-        super().__init__(inner.api, user_agent=inner.api.user_agent)
+        super().__init__(inner.api, user_agent=inner.api.user_agent, on_request=self.observe)
         self.counts: collections.Counter[str] = collections.Counter()
         self.statuses: dict[str, StatusLog] = {}
         self.status_conflicts = 0
         self.child_writes: collections.Counter[tuple[str, str]] = collections.Counter()
         self._lock = threading.Lock()
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        query: list | None = None,
-        content_type: str = "application/json",
-    ) -> dict:
-        kind = classify(method, path, query)
+    def observe(self, request: Request) -> None:
+        """The request hook: count every request, and record each successful write by the name it is about."""
+        kind = classify(request.method, request.path, request.query)
+        status_write = kind == f"PATCH {names.PLURAL}/status"
         with self._lock:
             self.counts[kind] += 1
-        status_write = kind == f"PATCH {names.PLURAL}/status"
-        try:
-            answer = super()._call(method, path, body, query, content_type)
-        except Conflict:
-            if status_write:
-                with self._lock:
-                    self.status_conflicts += 1
-            raise
-        name = written_name(method, path, body) if method in ("POST", "PUT", "PATCH") else None
+            if request.status == 409 and status_write:
+                self.status_conflicts += 1
+        if not 200 <= request.status <= 299 or request.method not in ("POST", "PUT", "PATCH"):
+            return
+        name = written_name(request.method, request.path, request.body)
         if name is not None and not kind.startswith(("POST events", "PATCH events")):
             with self._lock:
                 if status_write:
-                    self.statuses.setdefault(name, StatusLog()).add(body.get("status") or {})
+                    self.statuses.setdefault(name, StatusLog()).add(request.body.get("status") or {})
                 else:
                     self.child_writes[(kind, name)] += 1
-        return answer
 
     def take(self) -> dict[str, int]:
         with self._lock:

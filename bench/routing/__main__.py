@@ -42,6 +42,7 @@ from ascend_fleet.devcluster.dataplane import Envoy, Picker, ensure_picker, free
 from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.realcluster import RealCluster
 from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.kube import wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (
     OBJECTIVE_HEADER,
@@ -142,14 +143,6 @@ def kubectl(cluster: RealCluster, *args: str, input: str | None = None) -> str:
     return result.stdout
 
 
-def wait_until(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 async def send(
     session, url: str, request: Request, header: str | None
 ) -> tuple[int, float | None, float, int]:
@@ -210,7 +203,12 @@ def run_fleet(cluster: RealCluster, mode: str, requests: list[Request], workdir:
         kubectl(cluster, "apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
         leaders = [o["metadata"]["name"] for o in objects
                    if o["kind"] == "Pod" and o["metadata"]["labels"][names.LABEL_ROLE] == names.ROLE_LEADER]  # fmt: skip
-        wait_until(lambda: all(engines.api_endpoint(namespace, n) for n in leaders), 60, "serving engines")
+        wait_for(
+            lambda: all(engines.api_endpoint(namespace, n) for n in leaders),
+            60,
+            "serving engines",
+            interval=0.2,
+        )
         if obj.spec.routing.mode == "inferencePool":
             token = kubectl(cluster, "create", "token", picker_name(NAME), "-n", namespace).strip()
             kubeconfig = cluster.control_plane.write_kubeconfig(workdir / f"{namespace}.kubeconfig", token=token,

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api.catalog import PRESET_ASCEND_FLEET, PRESETS
 from ascend_fleet.api.settings import OperatorSettings
+from ascend_fleet.kube import wait_for
 from tests.chart import helm
 from tests.chart.promql import (
     ENGINE_LABELS,
@@ -114,17 +114,14 @@ def api(cluster):
     crds = client.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
     for kind, plural in MONITORING_KINDS.items():
         crds.create(body=_stand_in_monitoring_crd(kind, plural))
-    deadline = time.monotonic() + 30
-    while True:  # the API serves a CRD's kind shortly after it is created
+
+    def served() -> bool:  # the API serves a CRD's kind shortly after it is created
         client.resources.invalidate_cache()
-        try:
-            for kind in MONITORING_KINDS:
-                client.resources.get(api_version="monitoring.coreos.com/v1", kind=kind)
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+        for kind in MONITORING_KINDS:
+            client.resources.get(api_version="monitoring.coreos.com/v1", kind=kind)
+        return True
+
+    wait_for(served, 30, "the monitoring CRDs to be served", interval=0.2)
     return client
 
 

@@ -8,6 +8,7 @@ from ascend_fleet.api.catalog import PRESETS, Catalog
 from ascend_fleet.api.settings import ControlSettings
 from ascend_fleet.reconcile.apply import known_metrics
 from ascend_fleet.render import InvalidSpec, validate
+from tests.support.documents import inference
 
 BRIEF_METRICS = {"npu_utilization", "mem_fragmentation", "queue_depth", "kv_cache_usage"}
 
@@ -38,19 +39,14 @@ def test_operator_entries_add_and_replace():
 
 
 def _doc(metric: str) -> dict:
-    return {
-        "apiVersion": "inference.ascendfleet.io/v1alpha1",
-        "kind": "AscendInference",
-        "metadata": {"name": "qwen", "namespace": "team-a"},
-        "spec": {
-            "model": {"name": "qwen", "path": "/models/q"},
-            "engine": {"type": "vllm-ascend"},
-            "rules": [
-                {"metric": "npu_utilization", "threshold": "85%", "for": "5m", "action": "scale_up"},
-                {"metric": metric, "threshold": 0.5, "for": "1m", "action": "notify"},
-            ],
-        },
-    }
+    return (
+        inference("qwen", "qwen", "/models/q")
+        .namespace("team-a")
+        .engine("vllm-ascend")
+        .rule("npu_utilization", "85%", "scale_up")
+        .rule(metric, 0.5, "notify", window="1m")
+        .build()
+    )
 
 
 def test_the_reconciler_rejects_a_rule_with_an_unknown_metric_and_names_the_known_ones():

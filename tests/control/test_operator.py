@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import kubernetes.client
@@ -27,8 +27,9 @@ from ascend_fleet.devcluster.scenario import Scenario
 from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
-from ascend_fleet.kube import Kube
+from ascend_fleet.kube import Kube, scaled, wait_for
 from ascend_fleet.status import pod_ready
+from tests.support.documents import inference as inference_document
 from tests.support.paths import CRD_FILE
 from tests.support.rbac import HARNESS, record_operator_requests
 
@@ -52,7 +53,7 @@ class Env:
 def env(prometheus_binary) -> Iterator[Env]:
     scenario = Scenario.constant(0.0)
     with (
-        PrometheusServer(binary=prometheus_binary) as prometheus,
+        PrometheusServer(binary=prometheus_binary, startup_timeout=scaled(30.0)) as prometheus,
         DevCluster(start_seconds=0.1, ready_seconds=0.1, nodes=8) as cluster,
         SimulatedEngines(scenario, prometheus=prometheus) as engines,
     ):
@@ -101,27 +102,22 @@ def operator(env: Env, namespace: str, **control) -> Iterator[None]:
 
 
 def inference(env: Env, namespace: str, name: str, replicas: int, rules: list[dict], **autoscaling) -> None:
+    defaults = {
+        "minReplicas": 1,
+        "maxReplicas": 8,
+        "scaleUpCooldown": "60s",
+        "scaleDownCooldown": "60s",
+        "restartCooldown": "60s",
+    }
     env.kube.create(
-        {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "model": {"name": name, "path": "/models/m"},
-                "engine": {"type": "vllm-ascend"},
-                "parallelism": {"tensor": 1, "pipeline": 1, "data": replicas},
-                "rules": rules,
-                "autoscaling": {
-                    "minReplicas": 1,
-                    "maxReplicas": 8,
-                    "scaleUpCooldown": "60s",
-                    "scaleDownCooldown": "60s",
-                    "restartCooldown": "60s",
-                    **autoscaling,
-                },
-                "disruption": {"maxUnavailable": 1, "drainSeconds": 1},
-            },
-        }
+        inference_document(name, name, "/models/m")
+        .namespace(namespace)
+        .engine("vllm-ascend")
+        .parallelism(tensor=1, pipeline=1, data=replicas)
+        .rules(rules)
+        .section("autoscaling", **(defaults | autoscaling))
+        .section("disruption", maxUnavailable=1, drainSeconds=1)
+        .build()
     )
 
 
@@ -138,14 +134,6 @@ def rule(metric: str, comparison: str, threshold: object, action: str, window: f
 UP = rule("npu_utilization", ">", "80%", "scale_up")
 DOWN = rule("npu_utilization", "<", "30%", "scale_down")
 FRAGMENTED = rule("mem_fragmentation", ">", "15%", "restart_service")
-
-
-def eventually(check: Callable[[], object], timeout: float = 20.0, what: str = "the condition") -> object:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
-    return result
 
 
 def get(env: Env, namespace: str, name: str) -> dict:
@@ -188,14 +176,16 @@ def serving(pod: dict) -> bool:
 
 def ready_and_scraped(env: Env, namespace: str, name: str, count: int) -> None:
     """Every replica serves and Prometheus has its series: the starting line for timing a rule."""
-    eventually(
+    wait_for(
         lambda: (get(env, namespace, name).get("status") or {}).get("readyReplicas") == count,
         what=f"{name} to have {count} ready replicas",
+        timeout=20.0,
     )
     query = f'count(ascend_fleet_npu_utilization_ratio{{namespace="{namespace}",inference="{name}"}})'
-    eventually(
+    wait_for(
         lambda: [float(r["value"][1]) for r in env.prometheus.query(query)] == [count],
         what=f"Prometheus to scrape {name}'s {count} pods",
+        timeout=20.0,
     )
 
 
@@ -222,14 +212,16 @@ def test_scale_rules_act_once_per_cooldown_within_min_and_max_and_ignore_short_s
         env.scenario.set(namespace, "spiky", utilization=0.95)
         time.sleep(WINDOW / 2)
         env.scenario.set(namespace, "spiky", utilization=BASELINE)
-        eventually(lambda: replicas(env, namespace, "steady") == 2, what="the scale-up")
+        wait_for(lambda: replicas(env, namespace, "steady") == 2, what="the scale-up", timeout=20.0)
         delay = time.time() - started
         print(
             f"\ncondition -> scale_up: {delay:.2f}s (for {WINDOW:g}s, interval {INTERVAL:g}s, scrape {SCRAPE:g}s)"
         )
         assert WINDOW <= delay <= WINDOW + INTERVAL + SCRAPE + STEP + SLACK
-        eventually(lambda: replicas(env, namespace, "quiet") == 2, what="the scale-down")
-        eventually(lambda: replicas(env, namespace, "capped") == 2, what="the scale-up to maxReplicas")
+        wait_for(lambda: replicas(env, namespace, "quiet") == 2, what="the scale-down", timeout=20.0)
+        wait_for(
+            lambda: replicas(env, namespace, "capped") == 2, what="the scale-up to maxReplicas", timeout=20.0
+        )
 
         # Every rule still holds, but scaleUpCooldown (60s), maxReplicas and minReplicas keep the counts.
         time.sleep(SETTLE)
@@ -249,8 +241,10 @@ def test_scale_rules_act_once_per_cooldown_within_min_and_max_and_ignore_short_s
         assert [(a["action"], a["result"]) for a in actions(env, namespace, "quiet")] == [
             ("scale_down", "replicas 3 -> 2")
         ]
-        eventually(
-            lambda: sorted(leaders(env, namespace, "quiet")) == [0, 1], what="replica 2 to drain and go"
+        wait_for(
+            lambda: sorted(leaders(env, namespace, "quiet")) == [0, 1],
+            what="replica 2 to drain and go",
+            timeout=20.0,
         )
         assert replicas(env, namespace, "spiky") == 1 and actions(env, namespace, "spiky") == []
 
@@ -265,17 +259,18 @@ def test_fragmented_replicas_are_recreated_one_at_a_time_and_the_others_untouche
         env.scenario.set(namespace, "leaky", 1, fragmentation=0.5)
         time.sleep(SCRAPE + INTERVAL)
         env.scenario.set(namespace, "leaky", 0, fragmentation=0.3)
-        most_out, recreated = 0, set()
-        deadline = time.monotonic() + 40
-        while recreated != {0, 1} and time.monotonic() < deadline:
+        out_of_service: list[int] = []  # at each look, how many replicas were out
+
+        def both_recreated() -> bool:
             now = leaders(env, namespace, "leaky")
-            most_out = max(most_out, sum(1 for i in range(4) if i not in now or not serving(now[i])))
+            out_of_service.append(sum(1 for i in range(4) if i not in now or not serving(now[i])))
             recreated = {
                 i for i in (0, 1) if i in now and now[i]["metadata"]["uid"] != before[i] and serving(now[i])
             }
-            time.sleep(0.05)
-        assert recreated == {0, 1}, "both fragmented replicas should have been drained, deleted and recreated"
-        assert most_out == 1, "maxUnavailable 1: never two replicas out of service at once"
+            return recreated == {0, 1}
+
+        wait_for(both_recreated, 40, "both fragmented replicas to be drained, deleted and recreated")
+        assert max(out_of_service) == 1, "maxUnavailable 1: never two replicas out of service at once"
         records = list(reversed(actions(env, namespace, "leaky")))
         assert [(a["action"], a["target"]) for a in records] == [
             ("restart_service", "replica-1"),
@@ -291,9 +286,10 @@ def test_prometheus_down_means_no_action_and_metrics_unavailable_until_it_return
     with operator(env, namespace):
         inference(env, namespace, "blind", 1, [UP])
         ready_and_scraped(env, namespace, "blind", 1)
-        eventually(
+        wait_for(
             lambda: condition(env, namespace, "blind", "MetricsAvailable").get("reason") == "Evaluated",
             what="metrics to be available",
+            timeout=20.0,
         )
         # High for a moment before the outage: the last samples Prometheus keeps are high ones.
         env.scenario.set(namespace, "blind", utilization=0.95)
@@ -302,13 +298,14 @@ def test_prometheus_down_means_no_action_and_metrics_unavailable_until_it_return
         try:
             # A cycle may first see too few samples (a loaded machine scrapes late); the outage must then show
             # as PrometheusUnavailable.
-            down = eventually(
+            down = wait_for(
                 lambda: (
                     condition(env, namespace, "blind", "MetricsAvailable").get("reason")
                     == "PrometheusUnavailable"
                     and condition(env, namespace, "blind", "MetricsAvailable")
                 ),
                 what="MetricsAvailable=False, PrometheusUnavailable",
+                timeout=20.0,
             )
             assert down["status"] == "False"
             assert down["reason"] == "PrometheusUnavailable" and "unreachable" in down["message"]
@@ -318,15 +315,13 @@ def test_prometheus_down_means_no_action_and_metrics_unavailable_until_it_return
         finally:
             env.prometheus.start()
         back = time.time()
-        eventually(
+        wait_for(
             lambda: condition(env, namespace, "blind", "MetricsAvailable").get("status") == "True",
             timeout=30,
             what="MetricsAvailable=True after Prometheus returned",
         )
         # The outage is a gap, not a window of the last samples repeated: a fresh full window is needed.
-        eventually(
-            lambda: actions(env, namespace, "blind"), timeout=30, what="the scale-up once data is back"
-        )
+        wait_for(lambda: actions(env, namespace, "blind"), timeout=30, what="the scale-up once data is back")
         assert time.time() - back >= WINDOW
 
 
@@ -337,11 +332,12 @@ def test_dry_run_records_events_and_status_entries_only(env, namespace):
         ready_and_scraped(env, namespace, "rehearsal", 2)
         pods = {i: p["metadata"]["uid"] for i, p in leaders(env, namespace, "rehearsal").items()}
         env.scenario.set(namespace, "rehearsal", 0, fragmentation=0.4)
-        eventually(
+        wait_for(
             lambda: (
                 {a["action"] for a in actions(env, namespace, "rehearsal")} >= {"scale_up", "restart_service"}
             ),
             what="dry-run records of both rules",
+            timeout=20.0,
         )
         time.sleep(SETTLE)
         records = actions(env, namespace, "rehearsal")
@@ -372,7 +368,7 @@ def test_an_operator_restarted_mid_window_acts_on_time_and_keeps_its_cooldowns(e
     time.sleep(3.0)
     with operator(env, namespace):
         restarted = time.time()
-        eventually(lambda: replicas(env, namespace, "steady") == 2, what="the scale-up")
+        wait_for(lambda: replicas(env, namespace, "steady") == 2, what="the scale-up", timeout=20.0)
         acted = time.time()
     delay = acted - started
     print(
@@ -393,34 +389,39 @@ def test_a_rule_with_an_unknown_metric_is_an_invalid_spec_and_affects_nothing_el
     with operator(env, namespace):
         inference(env, namespace, "bad", 1, [FRAGMENTED])
         inference(env, namespace, "good", 1, [UP])
-        eventually(
+        wait_for(
             lambda: (get(env, namespace, "bad").get("status") or {}).get("readyReplicas") == 1,
             what="the bad object's replica to serve",
+            timeout=20.0,
         )
         pod = leaders(env, namespace, "bad")[0]["metadata"]["uid"]
         env.kube.patch(
             names.KIND, namespace, "bad", {"spec": {"rules": [UP, rule("gpu_util", ">", "50%", "notify")]}}
         )
 
-        ready = eventually(
+        ready = wait_for(
             lambda: (
                 condition(env, namespace, "bad", "Ready").get("reason") == "InvalidSpec"
                 and condition(env, namespace, "bad", "Ready")
             ),
             what="Ready=False, InvalidSpec",
+            timeout=20.0,
         )
         assert "spec.rules[1].metric: unknown metric 'gpu_util'" in ready["message"]
         assert "npu_utilization" in ready["message"]
-        metrics = eventually(
+        metrics = wait_for(
             lambda: (
                 condition(env, namespace, "bad", "MetricsAvailable").get("reason") == "UnknownMetric"
                 and condition(env, namespace, "bad", "MetricsAvailable")
             ),
             what="MetricsAvailable=False, UnknownMetric",
+            timeout=20.0,
         )
         assert metrics["status"] == "False" and "gpu_util" in metrics["message"]
 
-        eventually(lambda: replicas(env, namespace, "good") == 2, what="the other object's scale-up")
+        wait_for(
+            lambda: replicas(env, namespace, "good") == 2, what="the other object's scale-up", timeout=20.0
+        )
         time.sleep(SETTLE)
         assert replicas(env, namespace, "bad") == 1 and actions(env, namespace, "bad") == []
         assert leaders(env, namespace, "bad")[0]["metadata"]["uid"] == pod

@@ -17,6 +17,7 @@ from ascend_fleet.control.queries import Observations, Query, QueryWindow, rule_
 from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.prometheus import PrometheusServer, free_port
 from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.kube import scaled, wait_for
 
 from .helpers import NAME, NS
 
@@ -54,17 +55,9 @@ def observe(prometheus: PrometheusServer, queries: list[Query], timeout: float =
     return asyncio.run(Prometheus(prometheus.url, timeout).observe(queries, STEP, time.time()))
 
 
-def wait_until(check, timeout: float = 20.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
-    return result
-
-
 @pytest.fixture(scope="module")
 def prometheus(prometheus_binary):
-    with PrometheusServer(binary=prometheus_binary) as server:
+    with PrometheusServer(binary=prometheus_binary, startup_timeout=scaled(30.0)) as server:
         yield server
 
 
@@ -105,7 +98,7 @@ def test_engine_queue_metrics_of_both_engines_map_to_replicas(engines, scenario,
         series = observe(prometheus, [extreme]).series[extreme]
         return series if series.get((NS, NAME, 0)) == 7 and series.get((NS, NAME, 1)) == 7 else None
 
-    wait_until(both_replicas, what="vLLM's and SGLang's queue depth per replica")
+    wait_for(both_replicas, what="vLLM's and SGLang's queue depth per replica", timeout=20.0, interval=0.25)
     scenario.clear(NS, NAME)
 
 
@@ -167,7 +160,9 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
             observations = observe(server, [utilization, hbm])
             return observations if len(observations.series[utilization]) == 2 else None
 
-        observations = wait_until(joined, what="npu-exporter series joined to replicas")
+        observations = wait_for(
+            joined, what="npu-exporter series joined to replicas", timeout=20.0, interval=0.25
+        )
     assert observations.series[utilization] == {
         (NS, NAME, 0): pytest.approx(0.8),
         (NS, NAME, 1): pytest.approx(0.2),
@@ -222,9 +217,11 @@ def test_sglang_queue_totals_are_not_summed_with_their_per_priority_series(prome
         with PrometheusServer(
             binary=prometheus_binary, directory=tmp_path, extra_scrape_configs=[job]
         ) as server:
-            observations = wait_until(
+            observations = wait_for(
                 lambda: (o := observe(server, [depth, busy, summed])).series.get(depth) and o,
                 what="SGLang's queue gauges scraped",
+                timeout=20.0,
+                interval=0.25,
             )
     finally:
         server_http.shutdown()

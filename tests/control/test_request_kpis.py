@@ -17,6 +17,7 @@ from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.prometheus import PrometheusServer
 from ascend_fleet.devcluster.scenario import Scenario
 from ascend_fleet.devcluster.serving import VLLM_LATENCY_BUCKETS, VLLM_TTFT_BUCKETS
+from ascend_fleet.kube import scaled
 
 from .helpers import NAME, NS
 
@@ -84,7 +85,7 @@ def test_request_kpis_follow_the_requests_the_engine_served(prometheus_binary):
         "1",
     ]
     with (
-        PrometheusServer(binary=prometheus_binary) as prometheus,
+        PrometheusServer(binary=prometheus_binary, startup_timeout=scaled(30.0)) as prometheus,
         SimulatedEngines(Scenario.constant(0.0), prometheus=prometheus) as engines,
     ):
         engines.on_pod_running(leader("127.0.7.1", command))

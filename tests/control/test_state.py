@@ -9,33 +9,25 @@ from ascend_fleet.api.v1alpha1 import ActionRecord, Autoscaling
 from ascend_fleet.control.evaluate import ControlDecision
 from ascend_fleet.control.state import action_record, fleet_state, updated_actions
 from ascend_fleet.render import Owner, drain_patch, render_replica, validate
+from tests.support.documents import inference
 
 NOW = 1_700_000_000.0
 
 
 def _doc() -> dict:
-    return {
-        "apiVersion": "inference.ascendfleet.io/v1alpha1",
-        "kind": "AscendInference",
-        "metadata": {"name": "qwen", "namespace": "team-a", "uid": "u1"},
-        "spec": {
-            "model": {"name": "qwen", "path": "/models/q"},
-            "engine": {"type": "vllm-ascend"},
-            "parallelism": {"tensor": 8, "pipeline": 2, "data": 3},
-        },
-        "status": {
-            "actions": [
-                {"time": rfc3339(NOW - 5), "rule": "r", "action": "restart_service", "target": "replica-1"},
-                {
-                    "time": rfc3339(NOW - 50),
-                    "rule": "r",
-                    "action": "scale_up",
-                    "target": "fleet",
-                    "dryRun": True,
-                },
-            ]
-        },
-    }
+    actions = [
+        {"time": rfc3339(NOW - 5), "rule": "r", "action": "restart_service", "target": "replica-1"},
+        {"time": rfc3339(NOW - 50), "rule": "r", "action": "scale_up", "target": "fleet", "dryRun": True},
+    ]
+    return (
+        inference("qwen", "qwen", "/models/q")
+        .namespace("team-a")
+        .uid("u1")
+        .engine("vllm-ascend")
+        .parallelism(tensor=8, pipeline=2, data=3)
+        .status({"actions": actions})
+        .build()
+    )
 
 
 def _running(pod: dict, ready_at: float) -> dict:

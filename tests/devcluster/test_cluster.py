@@ -17,7 +17,8 @@ import yaml
 
 import ascend_fleet
 from ascend_fleet.devcluster.cluster import CONTEXT_NAME, DevCluster
-from ascend_fleet.devcluster.testing import api_client, wait_for
+from ascend_fleet.devcluster.testing import api_client
+from ascend_fleet.kube import wait_for
 
 PACKAGE_ROOT = Path(ascend_fleet.__file__).resolve().parents[1]
 

@@ -14,7 +14,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.testing import api_client, wait_for
+from ascend_fleet.devcluster.testing import api_client
+from ascend_fleet.kube import wait_for
 
 
 class Recorder:

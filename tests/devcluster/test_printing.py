@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from ascend_fleet.devcluster import tables
-from ascend_fleet.devcluster.testing import kubectl, wait_for
+from ascend_fleet.devcluster.testing import kubectl
+from ascend_fleet.kube import wait_for
 from tests.devcluster.helpers import TEST_GROUP, create_widget, requires_kubectl, widget_crd
 
 ROOT = Path(__file__).resolve().parents[2]

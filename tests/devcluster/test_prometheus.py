@@ -7,8 +7,6 @@ import os
 import random
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,13 +26,14 @@ from ascend_fleet.devcluster.prometheus import (
     write_atomically,
 )
 from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.kube import scaled, wait_for
 
 NS = "team-a"
 
 
 @pytest.fixture
 def prometheus(prometheus_binary):
-    with PrometheusServer(binary=prometheus_binary) as server:
+    with PrometheusServer(binary=prometheus_binary, startup_timeout=scaled(30.0)) as server:
         yield server
 
 
@@ -66,26 +65,14 @@ def engine_pod(name: str, ip: str, replica: int) -> dict:
     }
 
 
-def eventually(check: Callable[[], object], timeout: float = 15.0) -> object:
-    """The first truthy result of ``check``, polled until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            assert result, f"not true within {timeout}s"
-            return result
-        time.sleep(0.2)
-
-
 def wait_for_series(prometheus: PrometheusServer, promql: str, count: int, timeout: float = 15.0) -> list:
     """The result of ``promql`` once it has ``count`` series."""
-    deadline = time.monotonic() + timeout
-    while len(result := prometheus.query(promql)) != count:
-        assert time.monotonic() < deadline, (
-            f"{promql} has {len(result)} series after {timeout}s, wanted {count}"
-        )
-        time.sleep(0.2)
-    return result
+
+    def answer() -> list | None:
+        result = prometheus.query(promql)
+        return result if len(result) == count else None
+
+    return wait_for(answer, timeout, f"{promql} to have {count} series", interval=0.2)
 
 
 def by_replica(series: list[dict]) -> dict[str, float]:
@@ -176,7 +163,11 @@ def test_prometheus_scrapes_simulated_engines_and_survives_a_restart(prometheus)
         prometheus.wait_for_targets(1)
         # Replica 0 now carries all the demand. (Replica 1's last samples may stay visible for the
         # 5 min lookback: a Prometheus that was down when a target vanished wrote no staleness marker.)
-        eventually(lambda: by_replica(prometheus.query("ascend_fleet_npu_utilization_ratio")).get("0") == 1.0)
+        wait_for(
+            lambda: by_replica(prometheus.query("ascend_fleet_npu_utilization_ratio")).get("0") == 1.0,
+            timeout=15.0,
+            interval=0.2,
+        )
         # Samples from before the restart were kept in the same data directory.
         before = prometheus.query("count_over_time(ascend_fleet_npu_utilization_ratio{replica='1'}[5m])")
         assert float(before[0]["value"][1]) >= 1

@@ -90,7 +90,7 @@ def kube(cluster) -> Kube:
         from ascend_fleet.devcluster.testing import api_client
 
         client = Kube(api_client(cluster.url), user_agent=HARNESS)
-        client._call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd())
+        client.create(crd(), exist_ok=False)
         return client
     client = Kube.connect(str(cluster.kubeconfig))
     client.api.user_agent = HARNESS
@@ -100,21 +100,17 @@ def kube(cluster) -> Kube:
 @pytest.fixture
 def namespace(kube, cluster) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    kube._call(
-        "POST",
-        "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
-    )
+    kube.create_namespace(name)
     real = cluster is not None and not hasattr(cluster, "emulator")
     if real:
         wait_for_service_account(kube, name)
         provide_model_claim(kube, name)
     yield name
     with contextlib.suppress(Exception):
-        kube._call("DELETE", f"/api/v1/namespaces/{name}")
+        kube.delete_namespace(name)
     if real:
         with contextlib.suppress(Exception):
-            kube._call("DELETE", f"/api/v1/persistentvolumes/models-{name}")  # named by provide_model_claim
+            kube.delete("PersistentVolume", None, f"models-{name}")  # named by provide_model_claim
 
 
 def operator_client(request: pytest.FixtureRequest, cluster) -> Kube:

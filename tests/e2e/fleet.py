@@ -3,38 +3,18 @@
 from __future__ import annotations
 
 import copy
-import time
-from collections.abc import Callable
 from typing import TypeVar
 
-import yaml
-
 from ascend_fleet.api import names
-from ascend_fleet.kube import Kube
-from tests.support.paths import ROOT
+from ascend_fleet.kube import Kube, wait_for
+from tests.support.documents import example as example_document
 
 T = TypeVar("T")
 
 
-def wait_for(condition: Callable[[], T], timeout: float = 20.0, what: str = "the condition") -> T:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-            if result:
-                return result
-        except Exception as error:  # "not yet"
-            last = error
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}") from last
-
-
 def example(name: str, **spec_changes) -> dict:
-    doc = yaml.safe_load((ROOT / "examples" / name).read_text())
-    for key, value in spec_changes.items():
-        doc["spec"][key] = value
-    return doc
+    """The example file ``name`` with whole spec sections replaced."""
+    return example_document(name).spec(**spec_changes).build()
 
 
 class Fleet:
@@ -44,7 +24,9 @@ class Fleet:
     def apply(self, doc: dict) -> dict:
         doc = copy.deepcopy(doc)
         doc["metadata"]["namespace"] = self.namespace
-        return self.kube._call("POST", self.kube._path(names.KIND, self.namespace), body=doc)
+        created = self.kube.create(doc, exist_ok=False)
+        assert created is not None
+        return created
 
     def get(self, name: str) -> dict:
         return self.kube.get(names.KIND, self.namespace, name)
@@ -84,5 +66,5 @@ class Fleet:
         return wait_for(lambda: self.ready(name, replicas), timeout, f"{name} with {replicas} ready replicas")
 
     def events(self, reason: str | None = None) -> list[dict]:
-        items = self.kube._call("GET", f"/api/v1/namespaces/{self.namespace}/events").get("items", [])
+        items = self.kube.list_events(self.namespace)
         return [e for e in items if reason is None or e.get("reason") == reason]

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from ascend_fleet.kube import scaled, wait_for
 from tests.e2e.conftest import BACKEND
-from tests.e2e.fleet import wait_for
 from tests.support.paths import ROOT
 from tests.support.realcluster import control_plane_or_skip
 
@@ -62,7 +62,7 @@ def dev_cluster(tmp_path):
         "0.2",
     )
     line = ""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while "export KUBECONFIG=" not in line and time.monotonic() < deadline:
         line = process.stdout.readline()
     assert f"export KUBECONFIG={kubeconfig}" in line, stop(process)

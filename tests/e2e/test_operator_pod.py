@@ -15,8 +15,9 @@ from ascend_fleet.api import names
 from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.localpods import LocalPods, operator_container
 from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.kube import wait_for
 from tests.chart import helm
-from tests.e2e.fleet import example, wait_for
+from tests.e2e.fleet import example
 from tests.support.rbac import audit_events
 
 pytestmark = pytest.mark.e2e
@@ -34,11 +35,7 @@ def test_helm_install_runs_an_operator_pod_that_reconciles_as_the_charts_service
 ):
     release = f"op-{uuid.uuid4().hex[:6]}"
     home = f"{release}-system"
-    kube._call(
-        "POST",
-        "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": home}},
-    )
+    kube.create_namespace(home)
     engines = SimulatedEngines(Scenario.constant(0.0))
     local = LocalPods(kube, real.cluster.control_plane, pickers=False)
     real.kubelet.add_listener(engines)
@@ -75,7 +72,7 @@ def test_helm_install_runs_an_operator_pod_that_reconciles_as_the_charts_service
         real.kubelet.remove_listener(engines)
         local.close()
         engines.close()
-        kube._call("DELETE", f"/api/v1/namespaces/{home}")
+        kube.delete_namespace(home)
 
 
 def pod_creators(audit_log, namespace: str) -> set[str]:

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from tests.e2e.fleet import example, wait_for
+from ascend_fleet.kube import wait_for
+from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.kube import KubeError
-from tests.e2e.fleet import example, wait_for
+from ascend_fleet.kube import KubeError, wait_for
+from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
 
@@ -26,15 +26,7 @@ def pdb_status(fleet) -> dict:
 
 
 def evict(fleet, pod: str) -> None:
-    fleet.kube._call(
-        "POST",
-        f"/api/v1/namespaces/{fleet.namespace}/pods/{pod}/eviction",
-        body={
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": {"name": pod, "namespace": fleet.namespace},
-        },
-    )
+    fleet.kube.evict(fleet.namespace, pod)
 
 
 def test_two_replicas_of_four_pods_allow_one_eviction(real, fleet):

@@ -60,11 +60,7 @@ def cluster_role(tmp_path_factory):
     with DevCluster() as cluster:
         kubeconfig = cluster.write_kubeconfig(tmp_path_factory.mktemp("rbac") / "kubeconfig")
         namespace = f"rbac-{uuid.uuid4().hex[:6]}"
-        Kube(api_client(cluster.url))._call(
-            "POST",
-            "/api/v1/namespaces",
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        )
+        Kube(api_client(cluster.url)).create_namespace(namespace)
         release = install(kubeconfig, "ascend-fleet", namespace)
     (role,) = [o for o in release.objects if o["kind"] == "ClusterRole"]
     return role

@@ -9,7 +9,8 @@ import kmock
 import pytest
 
 from ascend_fleet.api import names
-from tests.e2e.fleet import example, wait_for
+from ascend_fleet.kube import wait_for
+from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
 
@@ -74,7 +75,7 @@ def test_scale_up_and_down_through_the_scale_subresource(fleet):
     fleet.wait_ready("qwen-1-5b", 1)
     fleet.scale("qwen-1-5b", 3)
     fleet.wait_ready("qwen-1-5b", 3)
-    scale = fleet.kube._call("GET", fleet.kube._path(names.KIND, fleet.namespace, "qwen-1-5b", "scale"))
+    scale = fleet.kube.get(names.KIND, fleet.namespace, "qwen-1-5b", "scale")
     assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (3, 3)
 
     seen: dict[str, float] = {}

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from ascend_fleet.api import names
-from tests.e2e.fleet import example, wait_for
+from ascend_fleet.kube import wait_for
+from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
 
@@ -83,7 +84,7 @@ def test_a_refused_pod_create_is_reported_with_backoff(fleet, kube):
         "metadata": {"name": "no-pods", "namespace": fleet.namespace},
         "spec": {"hard": {"pods": "0"}},
     }
-    kube._call("POST", f"/api/v1/namespaces/{fleet.namespace}/resourcequotas", body=quota)
+    kube.create(quota, exist_ok=False)
     fleet.apply(example("sglang-small.yaml"))
 
     condition = wait_for(lambda: ready_condition(fleet, "ChildRejected"), 20, "Ready=False/ChildRejected")
@@ -98,7 +99,7 @@ def test_a_refused_pod_create_is_reported_with_backoff(fleet, kube):
     assert warning["type"] == "Warning" and "no-pods" in warning["message"]
     assert len(fleet.events("ChildRejected")) == 1  # the same refusal, counted: not a new Event each time
     assert fleet.pod_names(NAME) == []
-    kube._call("DELETE", f"/api/v1/namespaces/{fleet.namespace}/resourcequotas/no-pods")
+    kube.delete("ResourceQuota", fleet.namespace, "no-pods")
     fleet.wait_ready(NAME, 1, timeout=40)
     assert fleet.condition(NAME, "Ready")["reason"] == "AllReplicasReady"
     revision = fleet.get(NAME)["status"]["revision"]

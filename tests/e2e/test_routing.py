@@ -16,12 +16,12 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.devcluster.localpods import is_picker_pod
-from ascend_fleet.kube import NotFound
+from ascend_fleet.kube import NotFound, wait_for
 from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
 from ascend_fleet.render.routing import OBJECTIVE_HEADER, picker_name, render_routing
 from tests.e2e.conftest import fast_settings
-from tests.e2e.fleet import example, wait_for
+from tests.e2e.fleet import example
 from tests.support.paths import ROOT
 from tests.support.rbac import audit_events
 

@@ -15,7 +15,8 @@ from ascend_fleet.api import names
 from ascend_fleet.control.evaluate import ControlDecision, Evaluation, FleetState, MetricsStatus
 from ascend_fleet.control.loop import ControlLoop
 from ascend_fleet.control.prometheus import Prometheus
-from tests.e2e.fleet import example, wait_for
+from ascend_fleet.kube import wait_for
+from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
 

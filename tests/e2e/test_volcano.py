@@ -12,9 +12,9 @@ import contextlib
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.kube import NotFound
+from ascend_fleet.kube import NotFound, wait_for
 from tests.e2e.conftest import OperatorHandle, fast_settings
-from tests.e2e.fleet import Fleet, example, wait_for
+from tests.e2e.fleet import Fleet, example
 
 pytestmark = pytest.mark.e2e
 

@@ -26,6 +26,7 @@ from ascend_fleet.engines import facts_of
 from ascend_fleet.layout import plan
 from ascend_fleet.render.engine import Rank, engine_flags
 from ascend_fleet.render.validation import validate
+from tests.support.documents import inference
 from tests.support.paths import EXAMPLES, ROOT
 
 ENGINES_PYTHON = os.environ.get("ASCEND_FLEET_ENGINES_PYTHON")
@@ -44,10 +45,7 @@ ACCEPTED: dict[str, int] = {}  # engine -> argvs accepted, for the terminal summ
 
 
 def doc(name: str, kind: str, chip: str, **spec) -> dict:
-    body = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": kind}, "hardware": {"chip": chip}}
-    for key, value in spec.items():
-        body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) else value
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND, "metadata": {"name": name}, "spec": body}
+    return inference(name).engine(kind).section("hardware", chip=chip).merge(**spec).build()
 
 
 def variants() -> list[tuple[str, dict]]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -100,19 +99,3 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def eventually(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.05) -> T:
-    """The first truthy result of ``check``, retried until ``timeout``; the last error or falsy value fails."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-            if result:
-                return result
-            failure: object = result
-        except (AssertionError, OSError) as error:
-            failure = error
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout} s: {failure!r}")
-        time.sleep(interval)

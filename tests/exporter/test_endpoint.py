@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from ascend_fleet.exporter import metrics
+from ascend_fleet.kube import wait_for
 
 from .scrape import by_device, parse, scrape
-from .support import DATA, HERE, child_env, eventually, free_port, install_fake_npu_smi, port_free
+from .support import DATA, HERE, child_env, free_port, install_fake_npu_smi, port_free
 
 INTERVAL = "0.2"
 STATS = {0: "fragmented", 1: "healthy", 2: "fragmented"}
@@ -91,10 +92,10 @@ def expected_fragmentation(device: int) -> float:
 
 def test_one_endpoint_serves_every_rank_once_and_survives_the_server_dying(pod):
     pod.start(0)
-    eventually(lambda: pod.devices_shown({"0"}))  # rank 0 took the port
+    wait_for(lambda: pod.devices_shown({"0"}))  # rank 0 took the port
     pod.start(1)
     pod.start(2)
-    series = eventually(lambda: pod.devices_shown({"0", "1", "2"}))
+    series = wait_for(lambda: pod.devices_shown({"0", "1", "2"}))
 
     assert by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO) == {
         str(d): pytest.approx(expected_fragmentation(d)) for d in (0, 1, 2)
@@ -111,20 +112,20 @@ def test_one_endpoint_serves_every_rank_once_and_survives_the_server_dying(pod):
 
     # Well within the 10 s after which a record counts as stale: dead ranks are dropped by their pid.
     pod.kill(0)  # the server: a surviving rank takes the port over, and device 0 is gone
-    eventually(lambda: pod.devices_shown({"1", "2"}), timeout=TAKEOVER_SECONDS)
+    wait_for(lambda: pod.devices_shown({"1", "2"}), timeout=TAKEOVER_SECONDS)
     pod.kill(1)
-    series = eventually(lambda: pod.devices_shown({"2"}), timeout=TAKEOVER_SECONDS)
+    series = wait_for(lambda: pod.devices_shown({"2"}), timeout=TAKEOVER_SECONDS)
     assert by_device(series, metrics.ALLOC_RETRIES_TOTAL) == {"2": 12}
 
     pod.kill(2)
-    eventually(lambda: port_free(pod.port))
+    wait_for(lambda: port_free(pod.port))
 
 
 def test_ranks_that_each_see_one_npu_report_the_container_device_ids(pod):
     # Ray narrows ASCEND_RT_VISIBLE_DEVICES per worker unless told not to: each rank calls its NPU 0.
     pod.start(1, visible="1")
     pod.start(2, visible="2")
-    series = eventually(lambda: pod.devices_shown({"1", "2"}))
+    series = wait_for(lambda: pod.devices_shown({"1", "2"}))
     assert by_device(series, metrics.NPU_UTILIZATION_RATIO) == {"1": 0.55, "2": 0.9}
     assert by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO) == {
         str(d): pytest.approx(expected_fragmentation(d)) for d in (1, 2)
@@ -133,7 +134,7 @@ def test_ranks_that_each_see_one_npu_report_the_container_device_ids(pod):
 
 def test_index_and_unknown_paths(pod):
     pod.start(1)
-    body, _ = eventually(lambda: scrape(pod.port, "/"))
+    body, _ = wait_for(lambda: scrape(pod.port, "/"))
     assert "/metrics" in body
     with pytest.raises(OSError, match="404"):
         scrape(pod.port, "/nope")

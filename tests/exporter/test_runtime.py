@@ -17,9 +17,10 @@ from ascend_fleet.exporter.collectors import NpuSmi, TorchNpuStats
 from ascend_fleet.exporter.config import ExporterConfig
 from ascend_fleet.exporter.runtime import Exporter, ProblemLog, bound_torch_npu
 from ascend_fleet.exporter.spool import record_path
+from ascend_fleet.kube import wait_for
 
 from .scrape import by_device, parse, scrape
-from .support import child_env, eventually, free_port, install_fake_npu_smi, port_free
+from .support import child_env, free_port, install_fake_npu_smi, port_free
 from .test_collectors import GOOD, Provider
 
 
@@ -44,7 +45,7 @@ def series_with(port: int, name: str, devices: set[str]) -> dict:
 def test_an_exporter_samples_publishes_serves_and_withdraws(config, npu_smi):
     exporter = Exporter(config, Provider({3: GOOD}), npu_smi).start()
     try:
-        series = eventually(lambda: series_with(config.port, metrics.NPU_UTILIZATION_RATIO, {"3"}))
+        series = wait_for(lambda: series_with(config.port, metrics.NPU_UTILIZATION_RATIO, {"3"}))
         assert exporter.serving
         assert by_device(series, metrics.NPU_UTILIZATION_RATIO) == {"3": 0.4}
         assert by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO) == {"3": 0.1}
@@ -63,7 +64,7 @@ def test_without_torch_npu_it_says_so_and_reports_every_device_from_npu_smi(
     caplog.set_level(logging.WARNING, "ascend_fleet.exporter")
     exporter = Exporter(config, TorchNpuStats(), npu_smi).start()
     try:
-        series = eventually(
+        series = wait_for(
             lambda: series_with(config.port, metrics.NPU_UTILIZATION_RATIO, {str(n) for n in range(8)})
         )
     finally:
@@ -88,7 +89,7 @@ def test_without_npu_smi_allocator_metrics_still_flow(config, tmp_path, caplog):
     caplog.set_level(logging.WARNING, "ascend_fleet.exporter")
     exporter = Exporter(config, Provider({0: GOOD}), NpuSmi(str(tmp_path / "absent-npu-smi"))).start()
     try:
-        series = eventually(lambda: npu_smi_failed_once(config.port))
+        series = wait_for(lambda: npu_smi_failed_once(config.port))
     finally:
         exporter.stop()
     assert by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO) == {"0": 0.1}
@@ -171,6 +172,6 @@ def test_a_forked_child_lets_go_of_the_port_and_arms_itself(tmp_path):
     try:
         assert said["child"] == "child armed True"
         process.wait(timeout=10)
-        eventually(lambda: port_free(port), timeout=5)
+        wait_for(lambda: port_free(port), timeout=5)
     finally:
         os.kill(grandchild, signal.SIGKILL)

@@ -13,9 +13,10 @@ import tomllib
 import pytest
 
 from ascend_fleet.exporter import metrics
+from ascend_fleet.kube import wait_for
 
 from .scrape import by_device, parse, scrape
-from .support import DATA, SOURCE_ROOT, child_env, eventually, free_port, port_free
+from .support import DATA, SOURCE_ROOT, child_env, free_port, port_free
 
 GROUP, NAME, TARGET = (
     "vllm.general_plugins",
@@ -127,7 +128,7 @@ def test_the_exporter_starts_only_once_the_engine_binds_a_device(tmp_path):
         assert port_free(port)
         engine.stdin.write("2\n")
         engine.stdin.flush()
-        series = eventually(lambda: fragmentation_shown(port))
+        series = wait_for(lambda: fragmentation_shown(port))
         assert by_device(series, metrics.MEMORY_FRAGMENTATION_RATIO) == {"2": 0.25}
         assert by_device(series, metrics.ALLOC_RETRIES_TOTAL) == {"2": 12}
     finally:

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from ascend_fleet.api import names
 from ascend_fleet.kube import KubeError
 from ascend_fleet.render import render_all, validate
+from tests.support.documents import inference
 
 pytestmark = pytest.mark.e2e
 
@@ -36,35 +36,24 @@ TEMPLATE = {
 
 
 def objects(namespace: str, **spec) -> list[dict]:
-    body = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "vllm-ascend"}, **spec}
-    doc = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": f"e{uuid.uuid4().hex[:6]}", "namespace": namespace},
-        "spec": body,
-    }
+    doc = (
+        inference(f"e{uuid.uuid4().hex[:6]}").namespace(namespace).engine("vllm-ascend").spec(**spec).build()
+    )
     return [o for o in render_all(validate(doc).obj) if o["kind"] == "Pod"]
 
 
 @pytest.fixture
 def restricted_namespace(real_cluster):
     name = f"restricted-{uuid.uuid4().hex[:6]}"
-    real_cluster.kube._call(
-        "POST",
-        "/api/v1/namespaces",
-        body={
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
-        },
-    )
+    real_cluster.kube.create_namespace(name, labels={"pod-security.kubernetes.io/enforce": "restricted"})
     yield name
-    real_cluster.kube._call("DELETE", f"/api/v1/namespaces/{name}")
+    real_cluster.kube.delete_namespace(name)
 
 
 def dry_run_create(kube, pod: dict) -> dict:
-    path = kube._path("Pod", pod["metadata"]["namespace"])
-    return kube._call("POST", path, body=pod, query=[("dryRun", "All"), ("fieldValidation", "Strict")])
+    created = kube.create(pod, exist_ok=False, dry_run=True, strict=True)
+    assert created is not None
+    return created
 
 
 @pytest.mark.parametrize(

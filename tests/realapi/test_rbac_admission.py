@@ -18,31 +18,21 @@ def service_account_client(real_cluster, namespace: str, rules: list[dict]) -> K
     """A client authenticated as a fresh ServiceAccount holding exactly ``rules`` in ``namespace``."""
     admin = real_cluster.kube
     name = f"sa-{uuid.uuid4().hex[:6]}"
-    admin._call(
-        "POST",
-        f"/api/v1/namespaces/{namespace}/serviceaccounts",
-        body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+    metadata = {"name": name, "namespace": namespace}
+    admin.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata}, exist_ok=False)
+    admin.create(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": metadata, "rules": rules},
+        exist_ok=False,
     )
-    admin._call(
-        "POST",
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-        body={
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": name},
-            "rules": rules,
-        },
-    )
-    admin._call(
-        "POST",
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-        body={
+    admin.create(
+        {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": {"name": name},
+            "metadata": metadata,
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
+        exist_ok=False,
     )
     token = admin.request_token(namespace, name, 3600)
     path = real_cluster.kubeconfig.parent / f"{name}.kubeconfig"
@@ -57,17 +47,12 @@ FINALIZERS = {"apiGroups": [names.GROUP], "resources": ["ascendinferences/finali
 def test_block_owner_deletion_needs_update_on_the_finalizers(real_cluster):
     admin = real_cluster.kube
     namespace = f"rbac-{uuid.uuid4().hex[:6]}"
-    admin._call(
-        "POST",
-        "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-    )
+    admin.create_namespace(namespace)
     try:
-        owner = admin._call(
-            "POST",
-            admin._path(names.KIND, namespace),
-            body={**cr(name="owner"), "metadata": {"name": "owner", "namespace": namespace}},
+        owner = admin.create(
+            {**cr(name="owner"), "metadata": {"name": "owner", "namespace": namespace}}, exist_ok=False
         )
+        assert owner is not None
 
         def child(name: str) -> dict:
             return {
@@ -92,11 +77,12 @@ def test_block_owner_deletion_needs_update_on_the_finalizers(real_cluster):
 
         without = service_account_client(real_cluster, namespace, [SERVICES])
         with pytest.raises(KubeError) as refused:
-            without._call("POST", f"/api/v1/namespaces/{namespace}/services", body=child("refused"))
+            without.create(child("refused"), exist_ok=False)
         assert refused.value.status == 403 and "blockOwnerDeletion" in str(refused.value), refused.value
 
         granted = service_account_client(real_cluster, namespace, [SERVICES, FINALIZERS])
-        created = granted._call("POST", f"/api/v1/namespaces/{namespace}/services", body=child("created"))
+        created = granted.create(child("created"), exist_ok=False)
+        assert created is not None
         assert created["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] is True
     finally:
-        admin._call("DELETE", f"/api/v1/namespaces/{namespace}")
+        admin.delete_namespace(namespace)

@@ -32,6 +32,7 @@ from ascend_fleet.devcluster.dataplane import (
 )
 from ascend_fleet.devcluster.engines import SimulatedEngines
 from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (
     OBJECTIVE_HEADER,
@@ -41,6 +42,7 @@ from ascend_fleet.render.routing import (
     picker_config,
     picker_name,
 )
+from tests.support.documents import inference as inference_document
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.e2e
@@ -65,27 +67,16 @@ def binaries():
 
 
 def inference(namespace: str) -> AscendInference:
-    doc = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": NAME, "namespace": namespace},
-        "spec": {
-            "model": {"name": "qwen", "path": "/models/qwen"},
-            "engine": {"type": "vllm-ascend"},
-            "parallelism": {"data": 2},
-            "batching": {"maxBatchSize": SLOTS},
-            "routing": {"mode": "inferencePool", "classes": CLASSES},
-        },
-    }
+    doc = (
+        inference_document(NAME, "qwen")
+        .namespace(namespace)
+        .engine("vllm-ascend")
+        .parallelism(data=2)
+        .section("batching", maxBatchSize=SLOTS)
+        .routing("inferencePool", classes=CLASSES)
+        .build()
+    )
     return validate(doc).obj
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return result
 
 
 class Routed:
@@ -121,8 +112,11 @@ def routed(real_cluster, binaries, tmp_path_factory):
         real_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
         leaders = [o["metadata"]["name"] for o in objects
                    if o["kind"] == "Pod" and o["metadata"]["labels"][names.LABEL_ROLE] == names.ROLE_LEADER]  # fmt: skip
-        wait_until(
-            lambda: all(engines.api_endpoint(namespace, name) for name in leaders), 60, "serving engines"
+        wait_for(
+            lambda: all(engines.api_endpoint(namespace, name) for name in leaders),
+            60,
+            "serving engines",
+            interval=0.2,
         )
         token = real_cluster.kubectl("create", "token", picker_name(NAME), "-n", namespace).stdout.strip()
         kubeconfig = real_cluster.cluster.control_plane.write_kubeconfig(
@@ -131,8 +125,10 @@ def routed(real_cluster, binaries, tmp_path_factory):
         args = picker_args(
             Owner.of(obj), grpc_port=free_port(), health_port=free_port(), metrics_port=free_port()
         )
-        picker = Picker(args, picker_config(obj.spec), kubeconfig, binary=binaries[0]).start()
-        envoy = Envoy(picker_port=picker.grpc_port).start()
+        picker = Picker(args, picker_config(obj.spec), kubeconfig, binary=binaries[0]).start(
+            timeout=scaled(60.0)
+        )
+        envoy = Envoy(picker_port=picker.grpc_port).start(timeout=scaled(60.0))
         fleet = Routed(namespace, engines, picker, envoy, leaders)
 
         def answers() -> bool:
@@ -143,7 +139,7 @@ def routed(real_cluster, binaries, tmp_path_factory):
             return status == 200
 
         try:
-            wait_until(answers, 90, "a request through Envoy and the picker")
+            wait_for(answers, 90, "a request through Envoy and the picker", interval=0.2)
         except AssertionError:
             raise AssertionError(f"no answer through the data plane\nEPP:\n{picker.log()[-4000:]}\n"
                                  f"Envoy:\n{envoy.log()[-2000:]}") from None  # fmt: skip

@@ -5,25 +5,14 @@ One corpus for the cel-python approximation (tests/unit) and for the real API se
 
 from __future__ import annotations
 
-import copy
+from tests.support.documents import inference
 
-GOOD = {
-    "apiVersion": "inference.ascendfleet.io/v1alpha1",
-    "kind": "AscendInference",
-    "metadata": {"name": "ok"},
-    "spec": {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "sglang"}},
-}
+GOOD = inference("ok").engine("sglang").build()
 
 
 def cr(name: str = "ok", engine: str = "sglang", **spec) -> dict:
     """GOOD with a name, an engine and spec sections replaced (model fields are merged)."""
-    doc = copy.deepcopy(GOOD)
-    doc["metadata"]["name"] = name
-    doc["spec"]["engine"]["type"] = engine
-    model = spec.pop("model", {})
-    doc["spec"]["model"].update(model)
-    doc["spec"].update(spec)
-    return doc
+    return inference(name).engine(engine).model(**spec.pop("model", {})).spec(**spec).build()
 
 
 def rule(**fields) -> dict:

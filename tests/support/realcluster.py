@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from ascend_fleet.devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
 from ascend_fleet.devcluster.realcluster import RealCluster
-from ascend_fleet.kube import Kube
+from ascend_fleet.kube import Kube, wait_for
 from tests.support.paths import CRD_FILE
 
 
@@ -91,15 +90,12 @@ def wait_for_service_account(
     kube: Kube, namespace: str, name: str = "default", timeout: float = 60.0
 ) -> None:
     """Pods are admitted once their service account exists; the real controller manager creates ``default``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            kube._call("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    wait_for(
+        lambda: kube.get("ServiceAccount", namespace, name),
+        timeout=timeout,
+        what=f"service account {namespace}/{name}",
+        interval=0.1,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -110,11 +106,7 @@ def operator_kubeconfig(real_cluster, tmp_path_factory) -> Path:
 
     admin = real_cluster.kube
     with contextlib.suppress(Exception):
-        admin._call(
-            "POST",
-            "/api/v1/namespaces",
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
-        )
+        admin.create_namespace(OPERATOR_NAMESPACE)
     release = helm.install(
         real_cluster.kubeconfig,
         OPERATOR_RELEASE,

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ascend_fleet.render import InvalidSpec, validate
 from ascend_fleet.render.engine import Rank, command
 from ascend_fleet.tune.client import Load, bench_argv, parse_result
 from ascend_fleet.tune.ladder import PREFILL_DELAYER, Rung
-from tests.support.paths import ROOT
+from tests.support.documents import example
 
 DATA = Path(__file__).parent / "data"
 
@@ -40,10 +39,7 @@ def test_a_recorded_result_of_the_real_client_becomes_a_row():
 
 
 def spec(engine: str, batching: dict) -> dict:
-    doc = yaml.safe_load((ROOT / "examples" / "sglang-small.yaml").read_text())
-    doc["spec"]["engine"]["type"] = engine
-    doc["spec"]["batching"] = batching
-    return doc
+    return example("sglang-small.yaml").engine(engine).spec(batching=batching).build()
 
 
 def argv_of(doc: dict) -> list[str]:

@@ -22,6 +22,7 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
+from ascend_fleet.kube import wait_for
 from ascend_fleet.simulate.curve import (
     SEED_BATCHES,
     SEED_FIRST_TOKEN_SECONDS,
@@ -35,7 +36,7 @@ from ascend_fleet.tune.fleet import Fleet
 from ascend_fleet.tune.ladder import Rung, rungs
 from ascend_fleet.tune.run import Plan, Progress, run
 from ascend_fleet.tune.table import table_hash
-from tests.e2e.fleet import example, wait_for
+from tests.e2e.fleet import example
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.e2e

@@ -2,12 +2,13 @@ import pytest
 from pydantic import ValidationError
 
 from ascend_fleet.api.v1alpha1 import AscendInferenceSpec, Rule
-
-MINIMAL = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "vllm-ascend"}}
+from tests.support.documents import inference
 
 
 def spec(**overrides):
-    return AscendInferenceSpec.model_validate({**MINIMAL, **overrides})
+    return AscendInferenceSpec.model_validate(
+        inference().engine("vllm-ascend").spec(**overrides).build()["spec"]
+    )
 
 
 def test_defaults_are_filled_in():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import yaml
 from kubernetes_validate import validate as k8s_validate
@@ -11,6 +9,7 @@ from kubernetes_validate import validate as k8s_validate
 from ascend_fleet.api.crd import crd, crd_yaml
 from tests.support.corpus import ACCEPTED, SAME_SENTENCE
 from tests.support.crdcheck import api_server_errors, cel_errors, with_defaults
+from tests.support.documents import inference
 from tests.support.paths import CRD_FILE, EXAMPLES
 
 CRD = crd()
@@ -81,18 +80,11 @@ def test_examples_pass_the_api_server_checks(example):
     assert api_server_errors(CRD, yaml.safe_load(example.read_text())) == []
 
 
-GOOD = {
-    "apiVersion": "inference.ascendfleet.io/v1alpha1",
-    "kind": "AscendInference",
-    "metadata": {"name": "ok"},
-    "spec": {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "sglang"}},
-}
+GOOD = inference("ok").engine("sglang").build()
 
 
 def with_spec(**changes):
-    doc = copy.deepcopy(GOOD)
-    doc["spec"].update(changes)
-    return doc
+    return inference("ok").engine("sglang").spec(**changes).build()
 
 
 def rule(**fields):

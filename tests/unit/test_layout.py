@@ -2,23 +2,23 @@ import pytest
 
 from ascend_fleet.api.v1alpha1 import AscendInferenceSpec
 from ascend_fleet.layout import LayoutError, plan
+from tests.support.documents import inference
 
 
 def layout_of(tensor, pipeline, data=1, chip="ascend910b", npus_per_node=None, **model):
     hardware = {"chip": chip}
     if npus_per_node:
         hardware["npusPerNode"] = npus_per_node
-    return plan(
-        AscendInferenceSpec.model_validate(
-            {
-                "model": {"name": "m", "path": "/models/m", **model},
-                # vllm-ascend does not run on the 910A; the planner's rules are the same for both engines.
-                "engine": {"type": "sglang" if chip == "ascend910a" else "vllm-ascend"},
-                "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
-                "hardware": hardware,
-            }
-        )
+    doc = (
+        inference()
+        .model(**model)
+        # vllm-ascend does not run on the 910A; the planner's rules are the same for both engines.
+        .engine("sglang" if chip == "ascend910a" else "vllm-ascend")
+        .parallelism(tensor=tensor, pipeline=pipeline, data=data)
+        .section("hardware", **hardware)
+        .build()
     )
+    return plan(AscendInferenceSpec.model_validate(doc["spec"]))
 
 
 def test_seed_layout_is_two_single_pod_replicas_of_eight():

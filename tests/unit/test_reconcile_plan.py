@@ -12,6 +12,7 @@ from ascend_fleet.api.times import rfc3339, rfc3339_ms
 from ascend_fleet.reconcile.plan import backoff_delay, plan_invalid, plan_pass
 from ascend_fleet.reconcile.writes import Observed
 from ascend_fleet.render import render_pdb, render_replica, render_services, validate
+from tests.support.documents import inference
 
 NOW = 1_800_000_000.0
 SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
@@ -20,22 +21,20 @@ SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
 def make(
     data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None, scheduler=None
 ):
-    engine = {"type": "vllm-ascend", **({"image": image} if image else {})}
-    doc = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": "llm", "namespace": "ai", "uid": "uid-1", "generation": 3},
-        "spec": {
-            "model": {"name": "m", "path": "/models/m"},
-            "engine": engine,
-            "parallelism": {"tensor": tensor, "pipeline": pipeline, "data": data},
-            "disruption": {"maxUnavailable": max_unavailable, "drainSeconds": drain},
-            **({"scheduling": {"schedulerName": scheduler}} if scheduler else {}),
-        },
-    }
+    doc = (
+        inference("llm")
+        .namespace("ai")
+        .uid("uid-1")
+        .generation(3)
+        .engine("vllm-ascend", **({"image": image} if image else {}))
+        .parallelism(tensor=tensor, pipeline=pipeline, data=data)
+        .section("disruption", maxUnavailable=max_unavailable, drainSeconds=drain)
+    )
+    if scheduler:
+        doc.section("scheduling", schedulerName=scheduler)
     if status:
-        doc["status"] = status
-    return validate(doc)
+        doc.status(status)
+    return validate(doc.build())
 
 
 def running(pod, ready=True, restarts=0):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import copy
 
-from ascend_fleet.api import names
 from ascend_fleet.api.settings import ReconcileSettings
 from ascend_fleet.reconcile.plan import plan_pass
 from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.reconcile.writes import Observed
 from ascend_fleet.render import Owner, render_pdb, render_services, validate
 from ascend_fleet.render.routing import PickerSettings, picker_name, render_routing
+from tests.support.documents import inference
 
 NOW = 1_800_000_000.0
 SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
@@ -26,20 +26,18 @@ def make(mode="inferencePool", classes=None, gateway=None, name="llm", status=No
         routing["classes"] = classes
     if gateway:
         routing["gateway"] = {"name": gateway}
-    doc = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name, "namespace": "ai", "uid": "uid-1", "generation": 2},
-        "spec": {
-            "model": {"name": "m", "path": "/models/m"},
-            "engine": {"type": "vllm-ascend", "image": "engine:v1"},
-            "parallelism": {"tensor": 8, "data": 0},
-            "routing": routing,
-        },
-    }
+    doc = (
+        inference(name)
+        .namespace("ai")
+        .uid("uid-1")
+        .generation(2)
+        .engine("vllm-ascend", image="engine:v1")
+        .parallelism(tensor=8, data=0)
+        .spec(routing=routing)
+    )
     if status:
-        doc["status"] = status
-    return validate(doc)
+        doc.status(status)
+    return validate(doc.build())
 
 
 def served(obj: dict) -> dict:

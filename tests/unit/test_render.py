@@ -10,6 +10,7 @@ from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.cli.output import yaml_stream
 from ascend_fleet.render import InvalidSpec, Owner, render_all, render_pdb, render_replica, revision, validate
+from tests.support.documents import inference
 from tests.support.paths import EXAMPLES, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -46,13 +47,7 @@ def test_every_rendered_object_is_valid_kubernetes(example):
 
 
 def spec_doc(**spec):
-    base = {"model": {"name": "m", "path": "/models/m"}, "engine": {"type": "vllm-ascend"}}
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": "llm", "uid": "u-1"},
-        "spec": {**base, **spec},
-    }
+    return inference("llm").uid("u-1").engine("vllm-ascend").spec(**spec).build()
 
 
 def pods(**spec):

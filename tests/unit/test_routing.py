@@ -26,6 +26,7 @@ from ascend_fleet.render.routing import (
     render_routing,
 )
 from tests.support.crdcheck import api_server_errors
+from tests.support.documents import inference
 from tests.support.paths import CRD_FILE, ROOT
 
 UPSTREAM = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
@@ -37,9 +38,7 @@ CRD = yaml.safe_load(CRD_FILE.read_text())
 
 
 def doc(**spec) -> dict:
-    base = {"model": {"name": "qwen", "path": "/models/qwen"}, "engine": {"type": "vllm-ascend"}}
-    return {"apiVersion": names.API_VERSION, "kind": names.KIND,
-            "metadata": {"name": "llm", "namespace": "team-a", "uid": "u-1"}, "spec": {**base, **spec}}  # fmt: skip
+    return inference("llm", "qwen").namespace("team-a").uid("u-1").engine("vllm-ascend").spec(**spec).build()
 
 
 def routed(**spec) -> tuple[AscendInference, list[dict]]:

@@ -8,12 +8,14 @@ Events are aggregated as Kubernetes' recorder does it (:mod:`.events`).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -21,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from ..api import names
 from ..api.times import rfc3339
 from .events import EventCache, EventKey, Seen
+from .wait import wait_for
 
 log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
@@ -69,7 +72,24 @@ class _Kind:
     group: str  # "" for core
     version: str
     plural: str
+    namespaced: bool = True
 
+
+@dataclass(frozen=True)
+class Request:
+    """One request the client sent, as a request hook sees it once the answer (or the failure) is in."""
+
+    method: str
+    path: str
+    query: list
+    body: Any
+    status: int  # the HTTP status; 0 when no answer came (a connection error)
+    seconds: float
+
+
+RequestHook = Callable[[Request], None]
+DRY_RUN = [("dryRun", "All")]
+STRICT = [("fieldValidation", "Strict")]
 
 KINDS = {
     "Pod": _Kind("", "v1", "pods"),
@@ -89,16 +109,33 @@ KINDS = {
     "ServiceAccount": _Kind("", "v1", "serviceaccounts"),
     "Role": _Kind("rbac.authorization.k8s.io", "v1", "roles"),
     "RoleBinding": _Kind("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    "ResourceQuota": _Kind("", "v1", "resourcequotas"),
+    "PersistentVolumeClaim": _Kind("", "v1", "persistentvolumeclaims"),
+    # Cluster-scoped kinds: their paths carry no namespace.
+    "Namespace": _Kind("", "v1", "namespaces", namespaced=False),
+    "PersistentVolume": _Kind("", "v1", "persistentvolumes", namespaced=False),
+    "CustomResourceDefinition": _Kind(
+        "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False
+    ),
 }
 
 
 class Kube:
-    """Namespaced CRUD by kind name, raw JSON in and out."""
+    """CRUD by kind name, raw JSON in and out; ``namespace=None`` for cluster-scoped kinds.
 
-    def __init__(self, api_client: client.ApiClient, user_agent: str = USER_AGENT):
+    ``on_request``, when given, observes every request after its answer (benches count and time them).
+    """
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        user_agent: str = USER_AGENT,
+        on_request: RequestHook | None = None,
+    ):
         self.api = api_client
         # Identifies the operator's traffic in API server audit logs (and in the RBAC test).
         self.api.user_agent = user_agent
+        self.on_request = on_request
         self.events = EventCache()
 
     @classmethod
@@ -118,10 +155,11 @@ class Kube:
     def _path(
         self, kind: str, namespace: str | None, name: str | None = None, subresource: str | None = None
     ) -> str:
-        """The resource path; ``namespace=None`` is the cluster-wide collection (lists only)."""
+        """The resource path; ``namespace=None`` is the cluster-wide collection, or a cluster-scoped kind."""
         k = KINDS[kind]
         base = f"/api/{k.version}" if not k.group else f"/apis/{k.group}/{k.version}"
-        path = f"{base}/{k.plural}" if namespace is None else f"{base}/namespaces/{namespace}/{k.plural}"
+        scoped = k.namespaced and namespace is not None
+        path = f"{base}/namespaces/{namespace}/{k.plural}" if scoped else f"{base}/{k.plural}"
         if name:
             path += f"/{name}"
         if subresource:
@@ -136,41 +174,54 @@ class Kube:
         query: list | None = None,
         content_type: str = "application/json",
     ) -> dict:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        started, status = time.monotonic(), 0
         try:
-            if hasattr(self.api, "param_serialize"):
-                # kubernetes >= 32 (OpenAPI generator 7): serialize, send, and check the status ourselves.
-                request = self.api.param_serialize(
-                    method,
-                    path,
-                    query_params=query or [],
-                    header_params=headers,
-                    body=body,
-                    auth_settings=["BearerToken"],
-                )
-                response = self.api.call_api(*request)
-                data = response.read()
-                if not 200 <= response.status <= 299:
-                    raise ApiException(http_resp=response)
-            else:
-                # kubernetes < 32's signature; the type checker sees the installed, newer client.
-                response = self.api.call_api(  # type: ignore[call-arg]
-                    path,
-                    method,
-                    query_params=query or [],
-                    body=body,
-                    header_params=headers,
-                    auth_settings=["BearerToken"],
-                    _preload_content=False,
-                    _return_http_data_only=True,
-                )
-                data = response.data
+            status, data = self._send(method, path, body, query or [], content_type)
         except ApiException as exc:
+            status = exc.status or 0
             raise _error(exc) from None
+        finally:
+            if self.on_request is not None:
+                elapsed = time.monotonic() - started
+                self.on_request(Request(method, path, query or [], body, status, elapsed))
         return json.loads(data) if data else {}
 
-    def get(self, kind: str, namespace: str, name: str) -> dict:
-        return self._call("GET", self._path(kind, namespace, name))
+    def _send(
+        self, method: str, path: str, body: Any, query: list, content_type: str
+    ) -> tuple[int, bytes | str]:
+        """Send one request; the status and the raw answer, or ApiException for a non-2xx answer."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        if hasattr(self.api, "param_serialize"):
+            # kubernetes >= 32 (OpenAPI generator 7): serialize, send, and check the status ourselves.
+            request = self.api.param_serialize(
+                method,
+                path,
+                query_params=query,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*request)
+            data = response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response)
+            return response.status, data
+        # kubernetes < 32's signature; the type checker sees the installed, newer client.
+        response = self.api.call_api(  # type: ignore[call-arg]
+            path,
+            method,
+            query_params=query,
+            body=body,
+            header_params=headers,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+        )
+        return response.status, cast(bytes, response.data)
+
+    def get(self, kind: str, namespace: str | None, name: str, subresource: str | None = None) -> dict:
+        """One object, or its ``status``/``scale`` subresource; NotFound when it does not exist."""
+        return self._call("GET", self._path(kind, namespace, name, subresource))
 
     def request_token(self, namespace: str, service_account: str, seconds: int = 86400) -> str:
         """A bound token of ``service_account`` (a TokenRequest), as the kubelet mounts one into a pod."""
@@ -190,22 +241,40 @@ class Kube:
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
         return self._call("GET", self._path(kind, namespace), query=query).get("items", [])
 
-    def create(self, obj: dict, exist_ok: bool = True) -> dict | None:
-        """Create; None when an object of that name exists already, or AlreadyExists with ``exist_ok=False``."""
+    def create(
+        self, obj: dict, exist_ok: bool = True, *, dry_run: bool = False, strict: bool = False
+    ) -> dict | None:
+        """Create; None when an object of that name exists already, or AlreadyExists with ``exist_ok=False``.
+
+        ``dry_run`` asks the server to admit and default the object without storing it; ``strict``
+        makes it refuse unknown or duplicate fields (``fieldValidation=Strict``) instead of dropping them.
+        """
+        query = (DRY_RUN if dry_run else []) + (STRICT if strict else [])
         meta = obj["metadata"]
+        # A namespaced object must name its namespace: None would post to the cluster-wide collection.
+        path = self._path(obj["kind"], meta["namespace"] if KINDS[obj["kind"]].namespaced else None)
         try:
-            return self._call("POST", self._path(obj["kind"], meta["namespace"]), body=obj)
+            return self._call("POST", path, body=obj, query=query)
         except AlreadyExists:
             if not exist_ok:
                 raise
             return None
 
-    def patch(self, kind: str, namespace: str, name: str, body: dict, subresource: str | None = None) -> dict:
+    def patch(
+        self, kind: str, namespace: str | None, name: str, body: dict, subresource: str | None = None
+    ) -> dict:
+        """Merge-patch an object or its ``status``/``scale`` subresource."""
         return self._call(
             "PATCH", self._path(kind, namespace, name, subresource), body=body, content_type=MERGE_PATCH
         )
 
-    def delete(self, kind: str, namespace: str, name: str) -> bool:
+    def replace(
+        self, kind: str, namespace: str | None, name: str, body: dict, subresource: str | None = None
+    ) -> dict:
+        """Replace (PUT) an object or its ``status``/``scale`` subresource; Conflict on a stale resourceVersion."""
+        return self._call("PUT", self._path(kind, namespace, name, subresource), body=body)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
         """Delete in the background (dependents follow); False when it was already gone."""
         try:
             self._call(
@@ -217,10 +286,58 @@ class Kube:
         except NotFound:
             return False
 
+    def wait_gone(self, kind: str, namespace: str | None, name: str, timeout: float = 60.0) -> None:
+        """Wait until a deleted object is no longer served (a namespace first empties and finalizes)."""
+
+        def gone() -> bool:
+            try:
+                self.get(kind, namespace, name)
+            except NotFound:
+                return True
+            return False
+
+        wait_for(gone, timeout=timeout, what=f"{kind} {name} to be gone")
+
+    def create_namespace(
+        self, name: str, labels: dict[str, str] | None = None, exist_ok: bool = False
+    ) -> dict | None:
+        """Create a namespace with ``labels``; AlreadyExists unless ``exist_ok`` (then None)."""
+        metadata: dict[str, Any] = {"name": name, **({"labels": labels} if labels else {})}
+        return self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}, exist_ok=exist_ok)
+
+    def delete_namespace(self, name: str, wait: bool = False, timeout: float = 60.0) -> bool:
+        """Delete a namespace and everything in it; with ``wait``, return once it is gone."""
+        deleted = self.delete("Namespace", None, name)
+        if wait:
+            self.wait_gone("Namespace", None, name, timeout)
+        return deleted
+
+    def evict(self, namespace: str, pod: str) -> dict:
+        """Ask to evict a pod (policy/v1 Eviction), as ``kubectl drain`` does; the PodDisruptionBudgets decide."""
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        return self._call("POST", self._path("Pod", namespace, pod, "eviction"), body=eviction)
+
+    def list_events(self, namespace: str, regarding: dict | None = None) -> builtins.list[dict]:
+        """The core/v1 Events of a namespace, or only those about ``regarding`` (matched by kind and name)."""
+        events = self.list("Event", namespace)
+        if regarding is None:
+            return events
+        kind, name = regarding["kind"], regarding["metadata"]["name"]
+        return [
+            e
+            for e in events
+            if (e.get("involvedObject") or {}).get("kind") == kind
+            and (e.get("involvedObject") or {}).get("name") == name
+        ]
+
     def create_crd(self, crd: dict) -> dict | None:
         """Create a CustomResourceDefinition; None when it exists already."""
         try:
-            return self._call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd)
+            return self._call("POST", self._path("CustomResourceDefinition", None), body=crd)
         except Conflict:
             return None
 
