@@ -58,7 +58,7 @@ def backend(real: bool, pods: int, npus_per_pod: int = 2, start_seconds: float =
                 NAMES[False], Kube(client, user_agent="bench"), client, ["--api", cluster.url], cluster
             )
         return
-    from ascend_fleet.devcluster.realcluster import RealCluster
+    from ascend_fleet.devcluster.real.realcluster import RealCluster
 
     nodes = max(2, min(8, pods // 500 + 1))
     per_node = pods // nodes + 8

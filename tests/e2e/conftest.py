@@ -20,7 +20,7 @@ import pytest
 
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
-from ascend_fleet.devcluster.realcluster import provide_model_claim
+from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
 from tests.e2e.fleet import Fleet

@@ -1,6 +1,6 @@
 """The real control plane for tests: one per test session, with the project's CRD applied by kubectl.
 
-``real_cluster`` starts :class:`~ascend_fleet.devcluster.realcluster.RealCluster` (etcd, kube-apiserver,
+``real_cluster`` starts :class:`~ascend_fleet.devcluster.real.realcluster.RealCluster` (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler built from the Kubernetes release's Go modules, plus the node agent's
 simulated NPU nodes). Without Go it skips on a developer's machine and fails under CI, which must have it.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
-from ascend_fleet.devcluster.realcluster import RealCluster
+from ascend_fleet.devcluster.real.controlplane import ControlPlaneUnavailable, ensure_binary
+from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.kube import Kube
 from tests.support.paths import CRD_FILE
 

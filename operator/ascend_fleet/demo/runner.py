@@ -23,19 +23,20 @@ from ..api.crd import crd
 from ..api.settings import OperatorSettings
 from ..api.times import parse_rfc3339
 from ..control.loop import ControlLoop
-from ..devcluster.cluster import DevCluster, stop_on_signals
-from ..devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
-from ..devcluster.dataplane import DataPlaneUnavailable
-from ..devcluster.engines import SimulatedEngines
-from ..devcluster.localpods import LocalPods, install_inference_extension
-from ..devcluster.prometheus import (
+from ..devcluster.cluster import DevCluster
+from ..devcluster.fleet.engines import SimulatedEngines
+from ..devcluster.fleet.prometheus import (
     PrometheusError,
     PrometheusNotFound,
     PrometheusServer,
     find_prometheus_binary,
 )
-from ..devcluster.realcluster import RealCluster, provide_model_claim
-from ..devcluster.scenario import Scenario, ScenarioError
+from ..devcluster.fleet.scenario import Scenario, ScenarioError
+from ..devcluster.local.signals import stop_on_signals
+from ..devcluster.real.controlplane import ControlPlaneUnavailable, ensure_binary
+from ..devcluster.real.dataplane import DataPlaneUnavailable
+from ..devcluster.real.localpods import LocalPods, install_inference_extension
+from ..devcluster.real.realcluster import RealCluster, provide_model_claim
 from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
 from ..kube import Kube, KubeError

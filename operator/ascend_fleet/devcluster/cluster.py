@@ -1,8 +1,8 @@
 """``DevCluster``: the local Kubernetes API and the kubelet simulator, served from a background thread.
 
 One thread owns one asyncio loop that runs kmock's :class:`kmock.Server` with a
-:class:`~ascend_fleet.devcluster.apiserver.LocalKubernetes` emulator and a
-:class:`~ascend_fleet.devcluster.kubelet.KubeletSimulator`. The context manager is synchronous, so the same
+:class:`~ascend_fleet.devcluster.emulator.apiserver.LocalKubernetes` emulator and a
+:class:`~ascend_fleet.devcluster.fleet.kubelet.KubeletSimulator`. The context manager is synchronous, so the same
 object serves pytest fixtures and the ``ascend-fleet dev-cluster`` command (:func:`serve`)::
 
     with DevCluster(start_seconds=0.2) as cluster:
@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import kmock
 import yaml
 
-from ascend_fleet.devcluster.apiserver import LocalKubernetes
-from ascend_fleet.devcluster.kubelet import KubeletSimulator
+from ascend_fleet.devcluster.emulator.apiserver import LocalKubernetes
+from ascend_fleet.devcluster.fleet.kubelet import KubeletSimulator
+from ascend_fleet.devcluster.local.signals import stop_on_signals
 
 CONTEXT_NAME = "ascend-fleet-dev"
 _STARTUP_TIMEOUT = 30.0
@@ -203,27 +203,6 @@ async def _as_coroutine(function: Callable[[], _T]) -> _T:
     return function()
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event that SIGINT or SIGTERM sets while the block runs (``dev``, ``dev-cluster``: Ctrl+C stops
-    them cleanly); the previous handlers come back afterwards. Off the main thread, signals cannot be caught
-    and the event is only set by its owner."""
-    stopping = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stopping
-        return
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stopping
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def serve(
     host: str = "127.0.0.1",
     port: int = 0,
@@ -238,9 +217,9 @@ def serve(
     Running pods are simulated engines that serve the OpenAI API on their pod IPs (as in ``ascend-fleet
     dev``), so ``ascend-fleet tune`` and plain HTTP clients can measure them; ``prometheus`` adds a real
     Prometheus scraping them."""
-    from ascend_fleet.devcluster.engines import SimulatedEngines
-    from ascend_fleet.devcluster.prometheus import PrometheusServer
-    from ascend_fleet.devcluster.scenario import Scenario
+    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+    from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
+    from ascend_fleet.devcluster.fleet.scenario import Scenario
 
     with (
         stop_on_signals() as stopping,

@@ -8,7 +8,7 @@ It does over HTTP what a kubelet does for the parts this project depends on, aga
 - watches the pods the real scheduler bound to them (list, then watch from the list's resourceVersion; a
   ``410 Gone`` or a lost connection starts over), and runs each: after ``start_seconds`` phase ``Running``
   with a unique loopback ``podIP`` (127.11.0.1 upwards), ``containerStatuses`` and conditions; after
-  ``ready_seconds`` more, ``Ready``. Listeners (:class:`~ascend_fleet.devcluster.kubelet.PodListener`) hear
+  ``ready_seconds`` more, ``Ready``. Listeners (:class:`~ascend_fleet.devcluster.fleet.kubelet.PodListener`) hear
   ``on_pod_running``/``on_pod_stopped``: that is where simulated engines start and stop;
 - honours graceful deletion: once a pod has a ``deletionTimestamp`` its engine stops, then the pod is deleted
   with grace period 0 and the pod's uid as precondition, as a kubelet does once its containers have exited.
@@ -31,14 +31,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from ascend_fleet.devcluster import kubelet as podstate
-from ascend_fleet.devcluster.controlplane import Credentials
-from ascend_fleet.devcluster.kubelet import (
+from ascend_fleet.devcluster.fleet import kubelet as podstate
+from ascend_fleet.devcluster.fleet.kubelet import (
     DEFAULT_NODE_CAPACITY,
     PodGone,
     SimulatedPod,
     SimulatedPods,
 )
+from ascend_fleet.devcluster.real.controlplane import Credentials
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0

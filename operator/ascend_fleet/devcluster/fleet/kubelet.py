@@ -1,7 +1,7 @@
 """A kubelet (and scheduler) simulator: pods go Pending -> Running -> Ready on loopback IPs.
 
 It plays the cluster components of the local cluster. Like a real kubelet it watches pods and writes their
-status, but it does so through the in-process :class:`~ascend_fleet.devcluster.store.ObjectStore` on the API
+status, but it does so through the in-process :class:`~ascend_fleet.devcluster.emulator.store.ObjectStore` on the API
 server's own event loop rather than over HTTP: the writes take exactly the path HTTP writes take (new
 resourceVersions, watch events, finalizers), with no client, credentials, serialization or reconnects to
 manage, and a test control such as :meth:`KubeletSimulator.crash` is visible to every watcher at once.
@@ -33,8 +33,9 @@ from typing import Any, Protocol, TypeVar
 
 import kmock
 
-from ascend_fleet.devcluster.store import PODS, ObjectStore, now_timestamp
-from ascend_fleet.devcluster.watches import WatchStream
+from ascend_fleet.devcluster.emulator.objects import now_timestamp
+from ascend_fleet.devcluster.emulator.store import PODS, ObjectStore
+from ascend_fleet.devcluster.emulator.watches import WatchStream
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@
     with RealCluster(nodes=4) as cluster:
         subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig_path), "get", "nodes"])
 
-:attr:`kubelet` is the :class:`~ascend_fleet.devcluster.nodeagent.NodeAgent`, with the same listeners and test
+:attr:`kubelet` is the :class:`~ascend_fleet.devcluster.real.nodeagent.NodeAgent`, with the same listeners and test
 controls as the emulator's kubelet simulator.
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ascend_fleet.devcluster.cluster import stop_on_signals
-from ascend_fleet.devcluster.controlplane import ControlPlane, ensure_binary
-from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY
-from ascend_fleet.devcluster.nodeagent import NodeAgent
+from ascend_fleet.devcluster.fleet.kubelet import DEFAULT_NODE_CAPACITY
+from ascend_fleet.devcluster.local.signals import stop_on_signals
+from ascend_fleet.devcluster.real.controlplane import ControlPlane, ensure_binary
+from ascend_fleet.devcluster.real.nodeagent import NodeAgent
 from ascend_fleet.kube import Kube
 from ascend_fleet.kube.client import Conflict
 
@@ -141,13 +141,13 @@ def serve(
 
     Engine pods run as simulated engines serving the OpenAI API on their pod IPs; endpoint-picker pods run as
     the upstream picker behind an Envoy gateway each, whose address is printed as it comes up, and operator
-    pods (``helm install``) as this package's operator (:mod:`~ascend_fleet.devcluster.localpods`). The Inference Extension's CRDs are installed, as on a cluster with an inference
+    pods (``helm install``) as this package's operator (:mod:`~ascend_fleet.devcluster.real.localpods`). The Inference Extension's CRDs are installed, as on a cluster with an inference
     gateway. ``prometheus`` adds a real Prometheus scraping the engines."""
-    from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable
-    from ascend_fleet.devcluster.engines import SimulatedEngines
-    from ascend_fleet.devcluster.localpods import LocalPods, Route, install_inference_extension
-    from ascend_fleet.devcluster.prometheus import PrometheusServer
-    from ascend_fleet.devcluster.scenario import Scenario
+    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+    from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
+    from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable
+    from ascend_fleet.devcluster.real.localpods import LocalPods, Route, install_inference_extension
 
     def on_route(route: Route, up: bool) -> None:
         if up:
