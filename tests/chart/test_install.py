@@ -87,18 +87,14 @@ HELM_DRIVER = "secret" if REAL else "memory"  # the emulator cannot store Helm's
 def cluster(tmp_path_factory) -> Iterator[Path]:
     """A cluster of this module's own (the releases' cluster-wide objects would meet the e2e suite's)."""
     kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig"
+    from ascend_fleet.devcluster.stack import stack
+
     if REAL:
-        from ascend_fleet.devcluster.real.realcluster import RealCluster
         from tests.support.realcluster import control_plane_or_skip
 
         control_plane_or_skip()
-        with RealCluster(nodes=1, kubeconfig=kubeconfig) as real:
-            yield real.kubeconfig_path
-        return
-    from ascend_fleet.devcluster.cluster import DevCluster
-
-    with DevCluster() as dev:
-        yield dev.write_kubeconfig(kubeconfig)
+    with stack(real=REAL, nodes=1 if REAL else 4, kubeconfig=kubeconfig) as local:
+        yield local.cluster.kubeconfig_path
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import contextlib
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -29,7 +29,10 @@ import yaml
 
 from ascend_fleet.devcluster.emulator.apiserver import LocalKubernetes
 from ascend_fleet.devcluster.fleet.kubelet import KubeletSimulator
+from ascend_fleet.devcluster.local.crds import install_crd
 from ascend_fleet.devcluster.local.signals import stop_on_signals
+from ascend_fleet.kube import Kube
+from ascend_fleet.kube.client import USER_AGENT
 
 CONTEXT_NAME = "ascend-fleet-dev"
 _STARTUP_TIMEOUT = 30.0
@@ -131,6 +134,18 @@ class DevCluster:
             raise RuntimeError("the dev cluster is not running")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
+    def kube(self, user_agent: str = USER_AGENT) -> Kube:
+        """A client of this cluster's administrator (through :attr:`kubeconfig_path`)."""
+        if self.kubeconfig_path is None:
+            raise RuntimeError("the cluster is not running")
+        kube = Kube.connect(str(self.kubeconfig_path))
+        kube.api.user_agent = user_agent
+        return kube
+
+    def install_crd(self, crd: Mapping[str, Any]) -> None:
+        """Create ``crd`` (kept if it exists) and wait until its resource is served."""
+        install_crd(self.kube(), crd)
+
     def start(self) -> Self:
         """Start the server thread and wait until the API answers; re-raises a startup failure."""
         if self._thread is not None:
@@ -217,30 +232,27 @@ def serve(
     Running pods are simulated engines that serve the OpenAI API on their pod IPs (as in ``ascend-fleet
     dev``), so ``ascend-fleet tune`` and plain HTTP clients can measure them; ``prometheus`` adds a real
     Prometheus scraping them."""
-    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-    from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
     from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet.devcluster.stack import stack
 
     with (
         stop_on_signals() as stopping,
-        DevCluster(
-            host,
-            port,
+        stack(
+            host=host,
+            port=port,
             kubeconfig=kubeconfig,
             start_seconds=start_seconds,
             ready_seconds=ready_seconds,
             nodes=nodes,
             request_log_limit=10_000,
-        ) as cluster,
-        contextlib.ExitStack() as stack,
+            prometheus=prometheus,
+            scenario=Scenario.constant(0.0),
+        ) as local,
     ):
-        server = stack.enter_context(PrometheusServer(scrape_interval="1s")) if prometheus else None
-        engines = stack.enter_context(SimulatedEngines(Scenario.constant(0.0), prometheus=server))
-        cluster.kubelet.add_listener(engines)
-        print(f"Kubernetes API (local, no auth): {cluster.url}", flush=True)
-        if server is not None:
-            print(f"Prometheus (scraping the engines): {server.url}", flush=True)
-        print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
+        print(f"Kubernetes API (local, no auth): {local.cluster.url}", flush=True)
+        if local.prometheus is not None:
+            print(f"Prometheus (scraping the engines): {local.prometheus.url}", flush=True)
+        print(f"export KUBECONFIG={local.cluster.kubeconfig_path}", flush=True)
         print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
         while not stopping.wait(0.5):
             pass
