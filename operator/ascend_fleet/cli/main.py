@@ -14,8 +14,10 @@ from ..api.crd import crd_yaml
 from ..api.settings import OperatorSettings
 from ..render import InvalidSpec, Valid, render_all, validate
 from .documents import Document, DocumentError, load
+from .extras import missing_extra_message
 
 EXIT_OK, EXIT_INVALID = 0, 2
+EXIT_MISSING_EXTRA = 3
 
 
 def _settings(args: argparse.Namespace) -> OperatorSettings | None:
@@ -188,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as error:
+        message = missing_extra_message(error, getattr(args, "command", None) or "")
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return EXIT_MISSING_EXTRA
 
 
 if __name__ == "__main__":
