@@ -3,8 +3,9 @@
 :class:`VersionedStorage` plays etcd and the watch cache: it keeps every object in kmock's
 :class:`kmock.ObjectsArray` under one global resourceVersion counter, records each change for watches to
 resume from, fans changes out to open watches, and serves the resources of established CRDs. The API
-semantics on top (writes, deletion, garbage collection) are :class:`~ascend_fleet.devcluster.emulator.store.
-ObjectStore`'s. The same threading rule holds: one event loop, synchronous methods, nothing thread-safe.
+semantics on top (writes, deletion, garbage collection) are those of
+:class:`~ascend_fleet.devcluster.emulator.store.ObjectStore`. The same threading rule holds: one event loop,
+synchronous methods, nothing thread-safe.
 """
 
 from __future__ import annotations
