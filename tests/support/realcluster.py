@@ -19,6 +19,7 @@ import pytest
 
 from ascend_fleet.devcluster.real.controlplane import ControlPlaneUnavailable, ensure_binary
 from ascend_fleet.devcluster.real.realcluster import RealCluster
+from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.kube import Kube
 from tests.support.paths import CRD_FILE
 
@@ -71,8 +72,9 @@ STARTED: list[
 def real_cluster() -> Iterator[RealClusterHandle]:
     control_plane_or_skip()
     # Six 16-NPU nodes: room for the largest example (4 pods of 8 NPUs) and the A3 example (16 NPUs a pod).
-    with RealCluster(nodes=6, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3) as cluster:
-        assert cluster.kubeconfig_path is not None
+    with stack(real=True, nodes=6, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3) as local:
+        cluster = local.cluster
+        assert isinstance(cluster, RealCluster) and cluster.kubeconfig_path is not None
         handle = RealClusterHandle(
             cluster, cluster.kubeconfig_path, Kube.connect(str(cluster.kubeconfig_path))
         )
