@@ -127,12 +127,12 @@ prometheus:
 # release's Go modules into ~/.cache/ascend-fleet/controlplane/<digest of tools/controlplane>/; a no-op while
 # its sources are unchanged. Needs Go 1.24+ and the Go module proxy.
 control-plane: setup
-	$(BIN)/python -m ascend_fleet.devcluster.controlplane --build
+	$(BIN)/python -m ascend_fleet.devcluster.real.controlplane --build
 
 # The Gateway API Inference Extension's endpoint picker (EPP), built from its Go module at the release pinned in
 # tools/epp/go.mod into ~/.cache/ascend-fleet/epp/<digest of tools/epp>/; a no-op while its sources are unchanged.
 epp: setup
-	$(BIN)/python -c "from ascend_fleet.devcluster.dataplane import ensure_picker; print(ensure_picker(progress=print))"
+	$(BIN)/python -c "from ascend_fleet.devcluster.real.dataplane import ensure_picker; print(ensure_picker(progress=print))"
 
 bench: setup
 	$(BIN)/python -m bench.policy

@@ -35,7 +35,7 @@ from pathlib import Path
 import kubernetes.client
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.prometheus import PrometheusServer
+from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
 from ascend_fleet.kube import Kube
 from ascend_fleet.render import Owner, render_replica, validate
 

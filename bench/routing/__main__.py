@@ -38,10 +38,11 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.dataplane import Envoy, Picker, ensure_picker, free_port
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.realcluster import RealCluster
-from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.local.ports import free_port
+from ascend_fleet.devcluster.real.dataplane import Envoy, Picker, ensure_picker
+from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.kube import wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (

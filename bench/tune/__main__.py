@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.scenario import Scenario
-from ascend_fleet.devcluster.serving import DEFAULT_MAX_RUNNING
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.fleet.serving import DEFAULT_MAX_RUNNING
 from ascend_fleet.tune.choice import Goal
 from ascend_fleet.tune.client import Load
 from ascend_fleet.tune.ladder import Rung, rungs

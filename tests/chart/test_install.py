@@ -1,7 +1,7 @@
 """`helm install` of the chart into a real Kubernetes API server, and what it creates.
 
 Every install uses the real Helm library with its normal release storage (Secrets) against the real control
-plane (``ascend_fleet.devcluster.realcluster``; the local emulator, with release records in memory, when
+plane (``ascend_fleet.devcluster.real.realcluster``; the local emulator, with release records in memory, when
 ``ASCEND_FLEET_E2E_BACKEND=emulator``), so the API server validates every object Helm creates;
 the assertions read objects back through the Kubernetes API only. Built-in objects are validated strictly
 with kubernetes-validate; the operator's config file with the operator's own settings model; the RBAC rules
@@ -88,18 +88,14 @@ HELM_DRIVER = "secret" if REAL else "memory"  # the emulator cannot store Helm's
 def cluster(tmp_path_factory) -> Iterator[Path]:
     """A cluster of this module's own (the releases' cluster-wide objects would meet the e2e suite's)."""
     kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig"
+    from ascend_fleet.devcluster.stack import stack
+
     if REAL:
-        from ascend_fleet.devcluster.realcluster import RealCluster
         from tests.support.realcluster import control_plane_or_skip
 
         control_plane_or_skip()
-        with RealCluster(nodes=1, kubeconfig=kubeconfig) as real:
-            yield real.kubeconfig_path
-        return
-    from ascend_fleet.devcluster.cluster import DevCluster
-
-    with DevCluster() as dev:
-        yield dev.write_kubeconfig(kubeconfig)
+    with stack(real=REAL, nodes=1 if REAL else 4, kubeconfig=kubeconfig) as local:
+        yield local.cluster.kubeconfig_path
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from ascend_fleet.api import names
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.control.loop import ControlLoop
 from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.prometheus import PrometheusServer
-from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
+from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions

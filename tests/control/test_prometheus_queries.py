@@ -14,9 +14,10 @@ from ascend_fleet.api.v1alpha1 import Rule
 from ascend_fleet.control.evaluate import EvaluationSettings
 from ascend_fleet.control.prometheus import Prometheus
 from ascend_fleet.control.queries import Observations, Query, QueryWindow, rule_queries
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.prometheus import PrometheusServer, free_port
-from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.kube import scaled, wait_for
 
 from .helpers import NAME, NS

@@ -13,10 +13,10 @@ import aiohttp
 import pytest
 
 from ascend_fleet.api.catalog import Catalog
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.prometheus import PrometheusServer
-from ascend_fleet.devcluster.scenario import Scenario
-from ascend_fleet.devcluster.serving import VLLM_LATENCY_BUCKETS, VLLM_TTFT_BUCKETS
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.fleet.serving import VLLM_LATENCY_BUCKETS, VLLM_TTFT_BUCKETS
 from ascend_fleet.kube import scaled
 
 from .helpers import NAME, NS

@@ -38,7 +38,7 @@ def processes_with(marker: str) -> list[int]:
 
 def data_plane_or_skip() -> None:
     """Skip (fail under CI) where the control plane or the endpoint picker cannot be built here."""
-    from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable, ensure_picker, envoy_binary
+    from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable, ensure_picker, envoy_binary
 
     control_plane_or_skip()
     try:

@@ -11,9 +11,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.devcluster.engines import SGLANG, VLLM, SimulatedEngines, engine_pod, render_metrics
-from ascend_fleet.devcluster.prometheus import Target
-from ascend_fleet.devcluster.scenario import FragmentationModel, Scenario
+from ascend_fleet.devcluster.fleet.engines import SGLANG, VLLM, SimulatedEngines, engine_pod, render_metrics
+from ascend_fleet.devcluster.fleet.prometheus import Target
+from ascend_fleet.devcluster.fleet.scenario import FragmentationModel, Scenario
 from ascend_fleet.exporter import metrics as exporter_metrics
 
 NS = "team-a"

@@ -11,7 +11,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from ascend_fleet.devcluster import tables
+from ascend_fleet.devcluster.emulator import tables
 from ascend_fleet.devcluster.testing import kubectl
 from ascend_fleet.kube import wait_for
 from tests.devcluster.helpers import TEST_GROUP, create_widget, requires_kubectl, widget_crd

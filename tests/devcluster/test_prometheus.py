@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import ascend_fleet
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.prometheus import (
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.prometheus import (
     ENGINES_JOB,
     PrometheusError,
     PrometheusNotFound,
@@ -25,7 +25,7 @@ from ascend_fleet.devcluster.prometheus import (
     render_config,
     write_atomically,
 )
-from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.kube import scaled, wait_for
 
 NS = "team-a"
@@ -208,7 +208,7 @@ def test_close_leaves_no_process_and_no_directory(prometheus_binary):
 @pytest.mark.prometheus
 def test_a_forgotten_server_ends_with_the_interpreter(prometheus_binary):
     script = (
-        "from ascend_fleet.devcluster.prometheus import PrometheusServer\n"
+        "from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer\n"
         f"server = PrometheusServer(binary={prometheus_binary!r}).start()\n"
         "print(server.pid, server.directory)\n"
     )

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ascend_fleet.devcluster.scenario import (
+from ascend_fleet.devcluster.fleet.scenario import (
     Curve,
     FragmentationModel,
     Profile,

@@ -20,7 +20,7 @@ import pytest
 
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
-from ascend_fleet.devcluster.realcluster import provide_model_claim
+from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
 from tests.e2e.fleet import Fleet
@@ -58,11 +58,11 @@ def cluster(request):
     if not on_emulator(request):
         yield request.getfixturevalue("real_cluster")
         return
-    from ascend_fleet.devcluster.cluster import DevCluster
+    from ascend_fleet.devcluster.stack import stack
 
-    with DevCluster(start_seconds=0.2, ready_seconds=0.3) as local:
-        yield local
-        record_operator_requests(local, "e2e")
+    with stack(start_seconds=0.2, ready_seconds=0.3) as local:
+        yield local.cluster
+        record_operator_requests(local.cluster, "e2e")
 
 
 @pytest.fixture

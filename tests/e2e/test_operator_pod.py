@@ -12,9 +12,9 @@ import uuid
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.localpods import LocalPods, operator_container
-from ascend_fleet.devcluster.scenario import Scenario
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.real.localpods import LocalPods, operator_container
 from ascend_fleet.kube import wait_for
 from tests.chart import helm
 from tests.e2e.fleet import example

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.localpods import is_picker_pod
+from ascend_fleet.devcluster.real.localpods import is_picker_pod
 from ascend_fleet.kube import NotFound, wait_for
 from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
@@ -308,10 +308,10 @@ def test_foreign_objects_holding_routing_names_are_reported_and_left_alone(real,
 @pytest.fixture
 def picker_pods(real, kube):
     """The simulated nodes run engine pods as serving engines and picker pods as the upstream picker."""
-    from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable
-    from ascend_fleet.devcluster.engines import SimulatedEngines
-    from ascend_fleet.devcluster.localpods import LocalPods
-    from ascend_fleet.devcluster.scenario import Scenario
+    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+    from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable
+    from ascend_fleet.devcluster.real.localpods import LocalPods
 
     try:
         pickers = LocalPods(kube, real.cluster.control_plane)

@@ -22,7 +22,9 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.dataplane import (
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.real.dataplane import (
     DataPlaneUnavailable,
     Envoy,
     Picker,
@@ -30,8 +32,6 @@ from ascend_fleet.devcluster.dataplane import (
     envoy_binary,
     free_port,
 )
-from ascend_fleet.devcluster.engines import SimulatedEngines
-from ascend_fleet.devcluster.scenario import Scenario
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (

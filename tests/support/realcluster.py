@@ -1,6 +1,6 @@
 """The real control plane for tests: one per test session, with the project's CRD applied by kubectl.
 
-``real_cluster`` starts :class:`~ascend_fleet.devcluster.realcluster.RealCluster` (etcd, kube-apiserver,
+``real_cluster`` starts :class:`~ascend_fleet.devcluster.real.realcluster.RealCluster` (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler built from the Kubernetes release's Go modules, plus the node agent's
 simulated NPU nodes). Without Go it skips on a developer's machine and fails under CI, which must have it.
 """
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
-from ascend_fleet.devcluster.realcluster import RealCluster
+from ascend_fleet.devcluster.real.controlplane import ControlPlaneUnavailable, ensure_binary
+from ascend_fleet.devcluster.real.realcluster import RealCluster
+from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.kube import Kube, wait_for
 from tests.support.paths import CRD_FILE
 
@@ -70,8 +71,9 @@ STARTED: list[
 def real_cluster() -> Iterator[RealClusterHandle]:
     control_plane_or_skip()
     # Six 16-NPU nodes: room for the largest example (4 pods of 8 NPUs) and the A3 example (16 NPUs a pod).
-    with RealCluster(nodes=6, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3) as cluster:
-        assert cluster.kubeconfig_path is not None
+    with stack(real=True, nodes=6, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3) as local:
+        cluster = local.cluster
+        assert isinstance(cluster, RealCluster) and cluster.kubeconfig_path is not None
         handle = RealClusterHandle(
             cluster, cluster.kubeconfig_path, Kube.connect(str(cluster.kubeconfig_path))
         )

@@ -134,7 +134,7 @@ def test_dev_and_dev_cluster_pass_real_and_prometheus_through(monkeypatch):
     """`dev --real` once ran the demo on the emulator: the flag never reached the demo's options."""
     from ascend_fleet.cli import main as cli
     from ascend_fleet.demo import runner
-    from ascend_fleet.devcluster import realcluster
+    from ascend_fleet.devcluster.real import realcluster
 
     seen = {}
     monkeypatch.setattr(runner, "run_demo", lambda options: seen.setdefault("dev", options) and 0)

@@ -16,7 +16,7 @@ from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.serving import ShortRequestFirst, engine_config
+from ascend_fleet.devcluster.fleet.serving import ShortRequestFirst, engine_config
 from ascend_fleet.render import InvalidSpec, Owner, render_all, render_services, validate
 from ascend_fleet.render.routing import (
     OBJECTIVE_HEADER,

@@ -14,10 +14,12 @@ from ..render import InvalidSpec, Valid, render_all, validate
 from ..render.routing import PickerSettings
 from ..render.validation import unknown_metrics
 from .documents import DocumentError, load
+from .extras import missing_extra_message
 from .inputs import add_input_arguments, input_paths, load_settings
 from .output import FORMATS, Checked, plan_table, structured, validate_table, yaml_stream
 
 EXIT_OK, EXIT_INVALID = 0, 2
+EXIT_MISSING_EXTRA = 3
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 
 
@@ -197,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as error:
+        message = missing_extra_message(error, getattr(args, "command", None) or "")
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return EXIT_MISSING_EXTRA
 
 
 if __name__ == "__main__":

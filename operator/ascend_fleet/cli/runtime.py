@@ -147,8 +147,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
     if args.real:
-        from ..devcluster.controlplane import ControlPlaneUnavailable
-        from ..devcluster.realcluster import serve as serve_real
+        from ..devcluster.real.controlplane import ControlPlaneUnavailable
+        from ..devcluster.real.realcluster import serve as serve_real
 
         logging.basicConfig(level=logging.WARNING)
         try:

@@ -23,19 +23,19 @@ from ..api.crd import crd
 from ..api.settings import OperatorSettings
 from ..api.times import parse_rfc3339
 from ..control.loop import ControlLoop
-from ..devcluster.cluster import DevCluster, stop_on_signals
-from ..devcluster.controlplane import ControlPlaneUnavailable, ensure_binary
-from ..devcluster.dataplane import DataPlaneUnavailable
-from ..devcluster.engines import SimulatedEngines
-from ..devcluster.localpods import LocalPods, install_inference_extension
-from ..devcluster.prometheus import (
+from ..devcluster.fleet.prometheus import (
     PrometheusError,
     PrometheusNotFound,
     PrometheusServer,
     find_prometheus_binary,
 )
-from ..devcluster.realcluster import RealCluster, provide_model_claim
-from ..devcluster.scenario import Scenario, ScenarioError
+from ..devcluster.fleet.scenario import Scenario, ScenarioError
+from ..devcluster.local.signals import stop_on_signals
+from ..devcluster.real.controlplane import ControlPlaneUnavailable, ensure_binary
+from ..devcluster.real.dataplane import DataPlaneUnavailable
+from ..devcluster.real.localpods import LocalPods, install_inference_extension
+from ..devcluster.real.realcluster import RealCluster, provide_model_claim
+from ..devcluster.stack import Stack, stack
 from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
 from ..kube import Kube, KubeError
@@ -107,42 +107,32 @@ def run_demo(options: DemoOptions) -> int:
         file=out,
         flush=True,
     )
-    with contextlib.ExitStack() as stack:
-        stop = stack.enter_context(stop_on_signals())
+    with contextlib.ExitStack() as running:
+        stop = running.enter_context(stop_on_signals())
         try:
-            cluster = _cluster(options)
-            stack.enter_context(cluster)  # starts it; both kinds enter as themselves
+            local = running.enter_context(_stack(options, scenario))
         except ControlPlaneUnavailable as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_SETUP
-        prometheus = stack.enter_context(PrometheusServer(scrape_interval="1s"))
-        # With routed requests the story still runs on the scenario's NPU utilization (docs/routing.md).
-        engines = stack.enter_context(
-            SimulatedEngines(
-                scenario, prometheus=prometheus, start_scenario=False, traffic_utilization=not options.routing
-            )
-        )
-        cluster.kubelet.add_listener(engines)
-        kube = Kube.connect(str(cluster.kubeconfig_path))
-        kube.create_crd(crd())
+        cluster, kube, prometheus = local.cluster, local.kube, local.prometheus
+        assert prometheus is not None  # asked for
         if options.real:
-            kube.wait_served(names.KIND)
             provide_model_claim(kube, doc["metadata"].get("namespace", "default"))
         routed = None
         if options.routing:
             assert isinstance(cluster, RealCluster)  # --routing without --real was refused above
             try:
                 install_inference_extension(kube)
-                pickers = stack.enter_context(LocalPods(kube, cluster.control_plane))
+                pickers = running.enter_context(LocalPods(kube, cluster.control_plane))
             except DataPlaneUnavailable as error:
                 print(f"error: {error}", file=sys.stderr)
                 return EXIT_SETUP
             cluster.kubelet.add_listener(pickers)
-            routed = stack.enter_context(Routed(pickers, doc, options.rate))
+            routed = running.enter_context(Routed(pickers, doc, options.rate))
         settings = demo_settings(prometheus.url)
         context = OperatorContext(settings, kube)
         context.extra_startup.append(control_loop_hook(ControlLoop(settings, kube)))
-        stack.enter_context(OperatorThread(context))
+        running.enter_context(OperatorThread(context))
         print(f"Applying {options.file} (rules: {'; '.join(_rules(doc))})", file=out, flush=True)
         scenario.start(time.time())
         kube.create(doc)
@@ -166,12 +156,21 @@ def run_demo(options: DemoOptions) -> int:
     return EXIT_OK if completed else EXIT_INCOMPLETE
 
 
-def _cluster(options: DemoOptions) -> DevCluster | RealCluster:
-    kubeconfig = options.kubeconfig.expanduser()
+def _stack(options: DemoOptions, scenario: Scenario) -> contextlib.AbstractContextManager[Stack]:
+    """The demo's cluster with the CRD, a real Prometheus and simulated engines that wait for the story."""
     if options.real:
         ensure_binary(progress=lambda line: print(line, file=options.out, flush=True))
-        return RealCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
-    return DevCluster(start_seconds=0.5, ready_seconds=1.0, kubeconfig=kubeconfig)
+    # With routed requests the story still runs on the scenario's NPU utilization (docs/routing.md).
+    return stack(
+        real=options.real,
+        start_seconds=0.5,
+        ready_seconds=1.0,
+        kubeconfig=options.kubeconfig.expanduser(),
+        crds=[crd()],
+        prometheus=True,
+        scenario=scenario,
+        engine_options={"start_scenario": False, "traffic_utilization": not options.routing},
+    )
 
 
 def _load(options: DemoOptions) -> tuple[dict, Scenario]:

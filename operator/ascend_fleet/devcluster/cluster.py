@@ -1,8 +1,8 @@
 """``DevCluster``: the local Kubernetes API and the kubelet simulator, served from a background thread.
 
 One thread owns one asyncio loop that runs kmock's :class:`kmock.Server` with a
-:class:`~ascend_fleet.devcluster.apiserver.LocalKubernetes` emulator and a
-:class:`~ascend_fleet.devcluster.kubelet.KubeletSimulator`. The context manager is synchronous, so the same
+:class:`~ascend_fleet.devcluster.emulator.apiserver.LocalKubernetes` emulator and a
+:class:`~ascend_fleet.devcluster.fleet.kubelet.KubeletSimulator`. The context manager is synchronous, so the same
 object serves pytest fixtures and the ``ascend-fleet dev-cluster`` command (:func:`serve`)::
 
     with DevCluster(start_seconds=0.2) as cluster:
@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import kmock
 import yaml
 
-from ascend_fleet.devcluster.apiserver import LocalKubernetes
-from ascend_fleet.devcluster.kubelet import KubeletSimulator
+from ascend_fleet.devcluster.emulator.apiserver import LocalKubernetes
+from ascend_fleet.devcluster.fleet.kubelet import KubeletSimulator
+from ascend_fleet.devcluster.local.crds import install_crd
+from ascend_fleet.devcluster.local.signals import stop_on_signals
+from ascend_fleet.kube import Kube
+from ascend_fleet.kube.client import USER_AGENT
 
 CONTEXT_NAME = "ascend-fleet-dev"
 _STARTUP_TIMEOUT = 30.0
@@ -131,6 +134,18 @@ class DevCluster:
             raise RuntimeError("the dev cluster is not running")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
+    def kube(self, user_agent: str = USER_AGENT) -> Kube:
+        """A client of this cluster's administrator (through :attr:`kubeconfig_path`)."""
+        if self.kubeconfig_path is None:
+            raise RuntimeError("the cluster is not running")
+        kube = Kube.connect(str(self.kubeconfig_path))
+        kube.api.user_agent = user_agent
+        return kube
+
+    def install_crd(self, crd: Mapping[str, Any]) -> None:
+        """Create ``crd`` (kept if it exists) and wait until its resource is served."""
+        install_crd(self.kube(), crd)
+
     def start(self) -> Self:
         """Start the server thread and wait until the API answers; re-raises a startup failure."""
         if self._thread is not None:
@@ -203,27 +218,6 @@ async def _as_coroutine(function: Callable[[], _T]) -> _T:
     return function()
 
 
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event that SIGINT or SIGTERM sets while the block runs (``dev``, ``dev-cluster``: Ctrl+C stops
-    them cleanly); the previous handlers come back afterwards. Off the main thread, signals cannot be caught
-    and the event is only set by its owner."""
-    stopping = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stopping
-        return
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stopping.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stopping
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
 def serve(
     host: str = "127.0.0.1",
     port: int = 0,
@@ -238,30 +232,27 @@ def serve(
     Running pods are simulated engines that serve the OpenAI API on their pod IPs (as in ``ascend-fleet
     dev``), so ``ascend-fleet tune`` and plain HTTP clients can measure them; ``prometheus`` adds a real
     Prometheus scraping them."""
-    from ascend_fleet.devcluster.engines import SimulatedEngines
-    from ascend_fleet.devcluster.prometheus import PrometheusServer
-    from ascend_fleet.devcluster.scenario import Scenario
+    from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet.devcluster.stack import stack
 
     with (
         stop_on_signals() as stopping,
-        DevCluster(
-            host,
-            port,
+        stack(
+            host=host,
+            port=port,
             kubeconfig=kubeconfig,
             start_seconds=start_seconds,
             ready_seconds=ready_seconds,
             nodes=nodes,
             request_log_limit=10_000,
-        ) as cluster,
-        contextlib.ExitStack() as stack,
+            prometheus=prometheus,
+            scenario=Scenario.constant(0.0),
+        ) as local,
     ):
-        server = stack.enter_context(PrometheusServer(scrape_interval="1s")) if prometheus else None
-        engines = stack.enter_context(SimulatedEngines(Scenario.constant(0.0), prometheus=server))
-        cluster.kubelet.add_listener(engines)
-        print(f"Kubernetes API (local, no auth): {cluster.url}", flush=True)
-        if server is not None:
-            print(f"Prometheus (scraping the engines): {server.url}", flush=True)
-        print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
+        print(f"Kubernetes API (local, no auth): {local.cluster.url}", flush=True)
+        if local.prometheus is not None:
+            print(f"Prometheus (scraping the engines): {local.prometheus.url}", flush=True)
+        print(f"export KUBECONFIG={local.cluster.kubeconfig_path}", flush=True)
         print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
         while not stopping.wait(0.5):
             pass

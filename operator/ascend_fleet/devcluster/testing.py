@@ -1,7 +1,8 @@
 """Helpers for tests that talk to a Kubernetes API: clients, kubectl, polling and kopf in a thread.
 
 Plain functions and context managers (no pytest here), so that any test package can build its own fixtures
-on them. They work against a :class:`~ascend_fleet.devcluster.cluster.DevCluster` or any server URL::
+on them (polling is :func:`ascend_fleet.kube.wait_for`). They work against a
+:class:`~ascend_fleet.devcluster.cluster.DevCluster` or any server URL::
 
     with DevCluster(start_seconds=0.1) as cluster, kopf_operator(cluster.url, registry):
         core = kubernetes.client.CoreV1Api(api_client(cluster.url))
@@ -15,7 +16,6 @@ import contextlib
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,27 +34,6 @@ def api_client(url: str) -> kubernetes.client.ApiClient:
     configuration = kubernetes.client.Configuration()
     configuration.host = url
     return kubernetes.client.ApiClient(configuration)
-
-
-def wait_for(
-    condition: Callable[[], _T], *, timeout: float = 10.0, interval: float = 0.05, what: str = "the condition"
-) -> _T:
-    """Poll ``condition`` until it returns something truthy (returned) or ``timeout`` passes (AssertionError).
-
-    Exceptions from ``condition`` count as "not yet"; the last one is chained to the timeout error.
-    """
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            result = condition()
-            if result:
-                return result
-        except Exception as e:
-            last_error = e
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}") from last_error
-        time.sleep(interval)
 
 
 def kubectl(

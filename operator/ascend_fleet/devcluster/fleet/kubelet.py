@@ -1,7 +1,7 @@
 """A kubelet (and scheduler) simulator: pods go Pending -> Running -> Ready on loopback IPs.
 
 It plays the cluster components of the local cluster. Like a real kubelet it watches pods and writes their
-status, but it does so through the in-process :class:`~ascend_fleet.devcluster.store.ObjectStore` on the API
+status, but it does so through the in-process :class:`~ascend_fleet.devcluster.emulator.store.ObjectStore` on the API
 server's own event loop rather than over HTTP: the writes take exactly the path HTTP writes take (new
 resourceVersions, watch events, finalizers), with no client, credentials, serialization or reconnects to
 manage, and a test control such as :meth:`KubeletSimulator.crash` is visible to every watcher at once.
@@ -33,8 +33,9 @@ from typing import Any, Protocol, TypeVar
 
 import kmock
 
-from ascend_fleet.devcluster.store import PODS, ObjectStore, now_timestamp
-from ascend_fleet.devcluster.watches import WatchStream
+from ascend_fleet.devcluster.emulator.objects import now_timestamp
+from ascend_fleet.devcluster.emulator.store import PODS, ObjectStore
+from ascend_fleet.devcluster.emulator.watches import WatchStream
 
 logger = logging.getLogger(__name__)
 
@@ -297,21 +298,21 @@ class KubeletSimulator(SimulatedPods):
         Its ``restartCount`` grows by one, it is not ready, and the pod is not Ready but stays Running.
         Returns the pod; raises LookupError if the pod (or container) is not running here.
         """
-        return self._call(self._crash, namespace, name, container)
+        return self._run_on_loop(self._crash, namespace, name, container)
 
     def fail(self, namespace: str, name: str) -> dict[str, Any]:
         """Turn a pod to phase Failed (its containers terminated with exit code 1); returns the pod."""
-        return self._call(self._fail, namespace, name)
+        return self._run_on_loop(self._fail, namespace, name)
 
     def vanish(self, namespace: str, name: str) -> None:
         """Delete a pod, as if its node disappeared; raises LookupError if there is no such pod."""
-        self._call(self._vanish, namespace, name)
+        self._run_on_loop(self._vanish, namespace, name)
 
     def pod_ip(self, namespace: str, name: str) -> str | None:
         """The IP the simulator gave a pod, if it is running."""
-        return self._call(self._pod_ip, namespace, name)
+        return self._run_on_loop(self._pod_ip, namespace, name)
 
-    def _call(self, function: Callable[..., _T], *args: Any) -> _T:
+    def _run_on_loop(self, function: Callable[..., _T], *args: Any) -> _T:
         loop = self._loop
         if loop is None:
             raise RuntimeError("the kubelet simulator is not running")

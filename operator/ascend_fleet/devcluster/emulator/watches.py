@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ascend_fleet.devcluster.resources import ServedResource
-from ascend_fleet.devcluster.selectors import FieldSelector, LabelSelector
+from ascend_fleet.devcluster.emulator.resources import ServedResource
+from ascend_fleet.devcluster.emulator.selectors import FieldSelector, LabelSelector
 
 if TYPE_CHECKING:
-    from ascend_fleet.devcluster.store import ObjectStore
+    from ascend_fleet.devcluster.emulator.storage import VersionedStorage
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class WatchStream:
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: VersionedStorage,
         served: ServedResource,
         *,
         namespace: str | None,

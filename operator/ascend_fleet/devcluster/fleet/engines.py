@@ -8,11 +8,11 @@ loopback address) and exporter port, serving ``GET /metrics`` and ``GET /health`
 - on the leader (rank 0): the engine's own metrics, vLLM's or SGLang's, by the pod's command.
 
 The leader also serves the OpenAI API on its pod IP and ``--port`` (see
-:mod:`~ascend_fleet.devcluster.serving`): a continuously batching engine that follows the batch curve
+:mod:`~ascend_fleet.devcluster.fleet.serving`): a continuously batching engine that follows the batch curve
 and the limits on the pod's command line. Values come from a
-:class:`~ascend_fleet.devcluster.scenario.Scenario`, sampled at each scrape, except that while real
+:class:`~ascend_fleet.devcluster.fleet.scenario.Scenario`, sampled at each scrape, except that while real
 requests arrive the engine's own running/waiting/KV-cache/utilization figures replace the scenario's. An
-attached :class:`~ascend_fleet.devcluster.prometheus.PrometheusServer` gets one file_sd target
+attached :class:`~ascend_fleet.devcluster.fleet.prometheus.PrometheusServer` gets one file_sd target
 per pod, labelled with ``namespace``, ``inference``, ``replica``, ``rank`` and ``pod``.
 """
 
@@ -50,9 +50,10 @@ from ascend_fleet.exporter.metrics import (
 from ascend_fleet.render import EXPORTER_PORT
 from ascend_fleet.render.routing import PICKER_COMPONENT
 
+from .openai import openai_app
 from .prometheus import Target
 from .scenario import EngineSample, Scenario
-from .serving import BatchingEngine, EngineConfig, command_words, engine_config, engine_metrics, openai_app
+from .serving import BatchingEngine, EngineConfig, command_words, engine_config, engine_metrics
 
 VLLM = "vllm"
 SGLANG = "sglang"
@@ -66,7 +67,7 @@ _HEALTHY_COLLECTORS = {COLLECTOR_TORCH_NPU: 0, COLLECTOR_NPU_SMI: 0}
 
 
 class TargetSink(Protocol):
-    """Where scrape targets go; a :class:`~ascend_fleet.devcluster.prometheus.PrometheusServer` is one."""
+    """Where scrape targets go; a :class:`~ascend_fleet.devcluster.fleet.prometheus.PrometheusServer` is one."""
 
     def set_targets(self, targets: Iterable[Target]) -> None: ...
 

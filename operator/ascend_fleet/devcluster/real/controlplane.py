@@ -12,7 +12,7 @@ by the digest of its sources and the Go version, and reuses it while those are u
   account and token, node lifecycle, ...), each under its own service account as kubeadm sets it up;
 - kube-scheduler.
 
-It has no kubelet and no kube-proxy: :class:`~ascend_fleet.devcluster.nodeagent.NodeAgent` plays the nodes.
+It has no kubelet and no kube-proxy: :class:`~ascend_fleet.devcluster.real.nodeagent.NodeAgent` plays the nodes.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from typing import Any, Self
 
 import yaml
 
-from .prometheus import free_port
+from ascend_fleet.devcluster.local.ports import free_port
+from ascend_fleet.devcluster.local.process import LocalProcess
 
 CONTEXT_NAME = "ascend-fleet-real"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -52,7 +53,7 @@ class ControlPlaneUnavailable(RuntimeError):
 
 def source_dir() -> Path:
     """``tools/controlplane`` of the checkout this package runs from."""
-    return Path(__file__).resolve().parents[3] / "tools" / "controlplane"
+    return Path(__file__).resolve().parents[4] / "tools" / "controlplane"
 
 
 def cache_dir(name: str = "controlplane") -> Path:
@@ -172,8 +173,7 @@ class ControlPlane:
         self.verbosity = verbosity
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self._workdir = Path(workdir) if workdir else None
-        self._processes: dict[str, subprocess.Popen[bytes]] = {}
-        self._logs: dict[str, Any] = {}
+        self._processes: dict[str, LocalProcess] = {}
         self.etcd_port = 0
         self.port = 0
         self.timings: dict[str, float] = {}
@@ -277,9 +277,6 @@ class ControlPlane:
         """Stop every component, newest first, and remove a temporary workdir (idempotent)."""
         for component in reversed(list(self._processes)):
             self._terminate(component)
-        for handle in self._logs.values():
-            handle.close()
-        self._logs.clear()
         if self._tempdir is not None:
             self._tempdir.cleanup()
             self._tempdir = None
@@ -310,7 +307,7 @@ class ControlPlane:
 
     def running(self, component: str) -> bool:
         process = self._processes.get(component)
-        return process is not None and process.poll() is None
+        return process is not None and process.running
 
     # Waiting --------------------------------------------------------------------------------------------
 
@@ -359,23 +356,17 @@ class ControlPlane:
     # Processes ------------------------------------------------------------------------------------------
 
     def _spawn(self, component: str, args: list[str]) -> None:
-        log = self._logs.get(component)
-        if log is None:
-            log = self._logs[component] = open(self.workdir / f"{component}.log", "ab")  # noqa: SIM115
-        self._processes[component] = subprocess.Popen(
-            [str(self.binary), component, *args], stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
-        )
+        self._processes[component] = LocalProcess(
+            component,
+            [str(self.binary), component, *args],
+            cwd=self.workdir,
+            log=self.workdir / f"{component}.log",
+        ).start()
 
     def _terminate(self, component: str) -> None:
         process = self._processes.pop(component, None)
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        if process is not None:
+            process.stop(grace=15)
 
     def _write_component_kubeconfig(self, component: str) -> None:
         credentials = self._credentials(component)
@@ -483,7 +474,7 @@ class ControlPlane:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m ascend_fleet.devcluster.controlplane --build``: build the binary (``make control-plane``)."""
+    """``python -m ascend_fleet.devcluster.real.controlplane --build``: build the binary (``make control-plane``)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=main.__doc__)

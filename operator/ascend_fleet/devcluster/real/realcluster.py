@@ -5,26 +5,34 @@
     with RealCluster(nodes=4) as cluster:
         subprocess.run(["kubectl", "--kubeconfig", str(cluster.kubeconfig_path), "get", "nodes"])
 
-:attr:`kubelet` is the :class:`~ascend_fleet.devcluster.nodeagent.NodeAgent`, with the same listeners and test
+:attr:`kubelet` is the :class:`~ascend_fleet.devcluster.real.nodeagent.NodeAgent`, with the same listeners and test
 controls as the emulator's kubelet simulator.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Any, Self
 
-from ascend_fleet.devcluster.cluster import stop_on_signals
-from ascend_fleet.devcluster.controlplane import ControlPlane, ensure_binary
-from ascend_fleet.devcluster.kubelet import DEFAULT_NODE_CAPACITY
-from ascend_fleet.devcluster.nodeagent import NodeAgent
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+from ascend_fleet.devcluster.fleet.kubelet import DEFAULT_NODE_CAPACITY
+from ascend_fleet.devcluster.local.crds import install_crd
+from ascend_fleet.devcluster.local.signals import stop_on_signals
+from ascend_fleet.devcluster.real.controlplane import ControlPlane, ensure_binary
+from ascend_fleet.devcluster.real.nodeagent import NodeAgent
 from ascend_fleet.kube import Kube
-from ascend_fleet.kube.client import Conflict
+from ascend_fleet.kube.client import USER_AGENT
+
+if TYPE_CHECKING:
+    from ascend_fleet.devcluster.real.localpods import Route
 
 
 class RealCluster:
@@ -65,6 +73,18 @@ class RealCluster:
 
     def write_kubeconfig(self, path: str | Path, *, token: str | None = None) -> Path:
         return self.control_plane.write_kubeconfig(path, token=token)
+
+    def kube(self, user_agent: str = USER_AGENT) -> Kube:
+        """A client of this cluster's administrator (through :attr:`kubeconfig_path`)."""
+        if self.kubeconfig_path is None:
+            raise RuntimeError("the cluster is not running")
+        kube = Kube.connect(str(self.kubeconfig_path))
+        kube.api.user_agent = user_agent
+        return kube
+
+    def install_crd(self, crd: Mapping[str, Any]) -> None:
+        """Create ``crd`` (kept if it exists) and wait until its resource is served."""
+        install_crd(self.kube(), crd)
 
     def start(self) -> Self:
         began = time.monotonic()
@@ -108,23 +128,27 @@ def provide_model_claim(kube: Kube, namespace: str, claim: str = "models") -> No
     mount. The real scheduler places no pod whose claim is missing or unbound; the simulated nodes mount nothing.
     """
     volume = f"{claim}-{namespace}"
-    _create(kube, {
+    core = kubernetes.client.CoreV1Api(kube.api)
+    _create(core.create_persistent_volume, {
         "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
         "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadOnlyMany", "ReadWriteMany"],
                  "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
                  "hostPath": {"path": "/var/lib/ascend-fleet-dev-models"},
                  "claimRef": {"namespace": namespace, "name": claim}},
-    }, "/api/v1/persistentvolumes")  # fmt: skip
-    _create(kube, {
+    })  # fmt: skip
+    _create(functools.partial(core.create_namespaced_persistent_volume_claim, namespace), {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": namespace},
         "spec": {"accessModes": ["ReadOnlyMany"], "storageClassName": "", "volumeName": volume,
                  "resources": {"requests": {"storage": "1Ti"}}},
-    }, f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")  # fmt: skip
+    })  # fmt: skip
 
 
-def _create(kube: Kube, body: dict, path: str) -> None:
-    with contextlib.suppress(Conflict):  # there already
-        kube._call("POST", path, body=body)
+def _create(create: Callable[..., Any], body: dict) -> None:
+    try:
+        create(body)
+    except ApiException as error:
+        if error.status != 409:  # 409: there already
+            raise
 
 
 def serve(
@@ -141,34 +165,20 @@ def serve(
 
     Engine pods run as simulated engines serving the OpenAI API on their pod IPs; endpoint-picker pods run as
     the upstream picker behind an Envoy gateway each, whose address is printed as it comes up, and operator
-    pods (``helm install``) as this package's operator (:mod:`~ascend_fleet.devcluster.localpods`). The Inference Extension's CRDs are installed, as on a cluster with an inference
-    gateway. ``prometheus`` adds a real Prometheus scraping the engines."""
-    from ascend_fleet.devcluster.dataplane import DataPlaneUnavailable
-    from ascend_fleet.devcluster.engines import SimulatedEngines
-    from ascend_fleet.devcluster.localpods import LocalPods, Route, install_inference_extension
-    from ascend_fleet.devcluster.prometheus import PrometheusServer
-    from ascend_fleet.devcluster.scenario import Scenario
-
-    def on_route(route: Route, up: bool) -> None:
-        if up:
-            print(
-                f"InferencePool {route.namespace}/{route.pool}: send requests to {route.url} "
-                f"(Envoy -> endpoint picker pod {route.picker})",
-                flush=True,
-            )
-        else:
-            print(
-                f"InferencePool {route.namespace}/{route.pool}: picker pod {route.picker} stopped", flush=True
-            )
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    pods (``helm install``) as this package's operator (:mod:`~ascend_fleet.devcluster.real.localpods`). The
+    Inference Extension's CRDs are installed, as on a cluster with an inference gateway. ``prometheus`` adds a
+    real Prometheus scraping the engines."""
+    from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet.devcluster.stack import stack
 
     with stop_on_signals() as stopping:
-        ensure_binary(progress=say)
-        say("Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ...")
+        ensure_binary(progress=_say)
+        _say(
+            "Starting the Kubernetes control plane (etcd, kube-apiserver, controller manager, scheduler) ..."
+        )
         with (
-            RealCluster(
+            stack(
+                real=True,
                 workdir=workdir,
                 kubeconfig=kubeconfig,
                 nodes=nodes,
@@ -176,39 +186,59 @@ def serve(
                 resource_name=resource_name,
                 start_seconds=start_seconds,
                 ready_seconds=ready_seconds,
-            ) as cluster,
-            contextlib.ExitStack() as stack,
+                prometheus=prometheus,
+                scenario=Scenario.constant(0.0),
+            ) as local,
+            contextlib.ExitStack() as pods,
         ):
+            cluster = local.cluster
+            assert isinstance(cluster, RealCluster)  # real=True
             print(f"Kubernetes API (real kube-apiserver, RBAC on): {cluster.url}", flush=True)
             print(
                 f"{nodes} simulated nodes with {npus_per_node} x {resource_name} each, up in "
                 f"{cluster.start_time:.1f}s",
                 flush=True,
             )
-            kube = Kube.connect(str(cluster.kubeconfig_path))
-            server = stack.enter_context(PrometheusServer(scrape_interval="1s")) if prometheus else None
-            engines = stack.enter_context(SimulatedEngines(Scenario.constant(0.0), prometheus=server))
-            cluster.kubelet.add_listener(engines)
-            if server is not None:
-                print(f"Prometheus (scraping the engines): {server.url}", flush=True)
-            try:
-                installed = install_inference_extension(kube)
-                print(f"Inference Extension CRDs installed: {', '.join(installed)}", flush=True)
-            except DataPlaneUnavailable as error:
-                say(f"the Inference Extension CRDs are not installed: {error}")
-            try:
-                local = LocalPods(kube, cluster.control_plane, on_route=on_route)
-            except DataPlaneUnavailable as error:
-                say(
-                    f"endpoint-picker pods will not run (routing.mode inferencePool gets no gateway): {error}"
-                )
-                local = LocalPods(kube, cluster.control_plane, pickers=False)
-            # Operator pods (helm install) and picker pods run as real processes on this machine.
-            cluster.kubelet.add_listener(stack.enter_context(local))
+            if local.prometheus is not None:
+                print(f"Prometheus (scraping the engines): {local.prometheus.url}", flush=True)
+            _run_local_pods(local.kube, cluster, pods)
             # The examples mount the claim `models`; on a real cluster an admin provides the storage.
-            provide_model_claim(kube, "default")
+            provide_model_claim(local.kube, "default")
             print("claim default/models provided (a pre-bound volume the examples mount)", flush=True)
             print(f"export KUBECONFIG={cluster.kubeconfig_path}", flush=True)
-            say("Press Ctrl+C to stop.")
+            _say("Press Ctrl+C to stop.")
             while not stopping.wait(0.5):
                 pass
+
+
+def _run_local_pods(kube: Kube, cluster: RealCluster, pods: contextlib.ExitStack) -> None:
+    """The Inference Extension's CRDs, and operator and picker pods as real processes on this machine."""
+    from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable
+    from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension
+
+    try:
+        installed = install_inference_extension(kube)
+        print(f"Inference Extension CRDs installed: {', '.join(installed)}", flush=True)
+    except DataPlaneUnavailable as error:
+        _say(f"the Inference Extension CRDs are not installed: {error}")
+    try:
+        local = LocalPods(kube, cluster.control_plane, on_route=_print_route)
+    except DataPlaneUnavailable as error:
+        _say(f"endpoint-picker pods will not run (routing.mode inferencePool gets no gateway): {error}")
+        local = LocalPods(kube, cluster.control_plane, pickers=False)
+    cluster.kubelet.add_listener(pods.enter_context(local))
+
+
+def _print_route(route: Route, up: bool) -> None:
+    if up:
+        print(
+            f"InferencePool {route.namespace}/{route.pool}: send requests to {route.url} "
+            f"(Envoy -> endpoint picker pod {route.picker})",
+            flush=True,
+        )
+    else:
+        print(f"InferencePool {route.namespace}/{route.pool}: picker pod {route.picker} stopped", flush=True)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -15,8 +15,8 @@ from typing import Any
 
 import kmock
 
-from ascend_fleet.devcluster import tables
-from ascend_fleet.devcluster.selectors import LabelSelector
+from ascend_fleet.devcluster.emulator import tables
+from ascend_fleet.devcluster.emulator.selectors import LabelSelector
 
 CRD_RESOURCE = kmock.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 NAMESPACES = kmock.resource("", "v1", "namespaces")

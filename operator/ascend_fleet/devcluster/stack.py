@@ -1,0 +1,175 @@
+"""One way to assemble a local stack: a Kubernetes API with simulated NPU nodes, CRDs, Prometheus, engines.
+
+Two backends stand behind one :class:`LocalCluster` protocol: the in-process emulator
+(:class:`~ascend_fleet.devcluster.cluster.DevCluster`, milliseconds to start, fault injection) and the real
+control plane (:class:`~ascend_fleet.devcluster.real.realcluster.RealCluster`: etcd, kube-apiserver, the
+controllers, RBAC). :func:`stack` starts one of them and what the caller asks for on top of it, in one
+order, and stops everything in reverse; the CLI, the demo, the benchmarks and the test fixtures all use it::
+
+    with stack(real=False, crds=[crd()], prometheus=True, scenario=Scenario.demo()) as local:
+        local.kube.create(doc)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self
+
+from ascend_fleet.kube import Kube
+from ascend_fleet.kube.client import USER_AGENT
+
+if TYPE_CHECKING:
+    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+    from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
+    from ascend_fleet.devcluster.fleet.scenario import Scenario
+
+
+class SimulatedNodes(Protocol):
+    """The nodes of a local cluster: they run pods and tell listeners (the simulated engines) about them."""
+
+    def add_listener(self, listener: Any) -> None:
+        """Call ``listener.on_pod_running`` / ``on_pod_stopped`` as pods start and stop."""
+        ...
+
+
+class LocalCluster(Protocol):
+    """A Kubernetes cluster on this machine whose nodes this project simulates."""
+
+    kubeconfig_path: Path | None
+    nodes: int
+
+    @property
+    def url(self) -> str:
+        """The API server's URL."""
+        ...
+
+    @property
+    def kubelet(self) -> SimulatedNodes:
+        """The simulated nodes: their listeners and test controls (crash, fail, vanish)."""
+        ...
+
+    def kube(self, user_agent: str = USER_AGENT) -> Kube:
+        """A client with the cluster's administrator's rights."""
+        ...
+
+    def install_crd(self, crd: Mapping[str, Any]) -> None:
+        """Create a CustomResourceDefinition and wait until its resource is served."""
+        ...
+
+    def start(self) -> Self:
+        """Start the cluster and wait until its API answers."""
+        ...
+
+    def stop(self) -> None:
+        """Stop the cluster (idempotent)."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+@dataclass
+class Stack:
+    """A running local stack: the cluster, an admin client, and Prometheus and the engines when asked for."""
+
+    cluster: LocalCluster
+    kube: Kube
+    prometheus: PrometheusServer | None = None
+    engines: SimulatedEngines | None = None
+
+
+def local_cluster(
+    *,
+    real: bool = False,
+    nodes: int = 4,
+    start_seconds: float = 1.0,
+    ready_seconds: float = 1.0,
+    kubeconfig: str | Path | None = None,
+    npus_per_node: int = 8,
+    resource_name: str = "huawei.com/Ascend910",
+    node_capacity: Mapping[str, str] | None = None,
+    workdir: str | Path | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    request_log_limit: int | None = None,
+) -> LocalCluster:
+    """A cluster not yet started: the real control plane with ``real``, else the emulator.
+
+    ``npus_per_node``, ``resource_name``, ``node_capacity`` (entries that replace the node's defaults) and
+    ``workdir`` shape the real control plane's nodes; ``host``, ``port`` and ``request_log_limit`` the
+    emulator's API server.
+    """
+    if real:
+        from ascend_fleet.devcluster.real.realcluster import RealCluster
+
+        cluster = RealCluster(
+            workdir=workdir,
+            kubeconfig=kubeconfig,
+            nodes=nodes,
+            npus_per_node=npus_per_node,
+            resource_name=resource_name,
+            start_seconds=start_seconds,
+            ready_seconds=ready_seconds,
+        )
+        cluster.capacity = {**cluster.capacity, **(node_capacity or {})}
+        return cluster
+    from ascend_fleet.devcluster.cluster import DevCluster
+
+    return DevCluster(
+        host,
+        port,
+        kubeconfig=kubeconfig,
+        start_seconds=start_seconds,
+        ready_seconds=ready_seconds,
+        nodes=nodes,
+        request_log_limit=request_log_limit,
+    )
+
+
+@contextlib.contextmanager
+def stack(
+    cluster: LocalCluster | None = None,
+    *,
+    crds: Sequence[Mapping[str, Any]] = (),
+    prometheus: bool = False,
+    scenario: Scenario | None = None,
+    engine_options: Mapping[str, Any] | None = None,
+    user_agent: str = USER_AGENT,
+    **cluster_options: Any,
+) -> Iterator[Stack]:
+    """Start ``cluster`` (or :func:`local_cluster` of ``cluster_options``), install ``crds``, then a Prometheus
+    when ``prometheus`` and simulated engines fed by ``scenario`` when given; stop all of it in reverse.
+
+    ``engine_options`` go to :class:`~ascend_fleet.devcluster.fleet.engines.SimulatedEngines`; the engines
+    register with Prometheus as scrape targets.
+    """
+    if cluster is None:
+        cluster = local_cluster(**cluster_options)
+    elif cluster_options:
+        raise TypeError(f"options for a new cluster given with a cluster: {sorted(cluster_options)}")
+    with contextlib.ExitStack() as running:
+        running.enter_context(cluster)
+        kube = cluster.kube(user_agent)
+        for crd in crds:
+            cluster.install_crd(crd)
+        server = None
+        if prometheus:
+            from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
+
+            server = running.enter_context(PrometheusServer(scrape_interval="1s"))
+        engines = None
+        if scenario is not None:
+            from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+
+            engines = running.enter_context(
+                SimulatedEngines(scenario, prometheus=server, **(engine_options or {}))
+            )
+            cluster.kubelet.add_listener(engines)
+        yield Stack(cluster, kube, server, engines)
