@@ -46,7 +46,8 @@ test: lint
 	$(BIN)/pytest
 
 # Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images,
-# and checkov on the rendered pods. Their packages live in cached environments outside the checkout (so fresh
+# then each distinct one, translated for a CPU host, booted on vLLM's CPU build (make engine-vllm), and checkov
+# on the rendered pods. Their packages live in cached environments outside the checkout (so fresh
 # clones, as in CI, reuse them), keyed by the pinned requirements; ENGINES_CACHE moves them.
 ENGINES_CACHE ?= $(HOME)/.cache/ascend-fleet
 ENGINES_REQUIREMENTS := tests/engines/requirements.txt
@@ -68,7 +69,7 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
 	touch $@
 
-test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed
+test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed engine-vllm
 	# This checkout's package without its dependencies: the engines' plugin loaders must find its entry points.
 	$(ENGINES_VENV)/bin/pip install -q --no-deps --force-reinstall .
 	ASCEND_FLEET_ENGINES_PYTHON=$(ENGINES_VENV)/bin/python ASCEND_FLEET_CHECKOV=$(CHECKOV_VENV)/bin/checkov \
