@@ -71,7 +71,7 @@ def test_every_distinct_translated_vllm_command_line_boots(tmp_path):
         server = VllmServer(runnable, {"HF_HUB_OFFLINE": "1"}, tmp_path / f"boot-{index}.log", port).start()
         try:
             seconds = server.wait_healthy(START_TIMEOUT)
-            print(f"booted in {seconds:.0f} s: {shlex.join(argv[3:])} ({len(ids)} cases)")
+            print(f"booted in {seconds:.0f} s: {shlex.join(argv[3:])} (parser cases: {', '.join(ids)})")
         except ServerFailed as error:
             failed.append(f"{ids[0]} (+{len(ids) - 1} cases): {shlex.join(argv)}\n{error}")
         finally:
