@@ -275,7 +275,8 @@ class Exporter:
         self._threads.append(thread)
         thread.start()
         if self.backend == BACKEND_NONE:
-            logger.info(
+            # A warning: it shows under any host's logging, and an NPU pod without torch_npu is a broken image.
+            logger.warning(
                 "NPU exporter: torch_npu is not installed in this engine's environment, so there is no NPU "
                 'to read; port %d%s serves only %s{backend="%s"}',
                 self.config.port,
@@ -388,12 +389,13 @@ def show_in_engine_output(log: logging.Logger) -> None:
     vLLM configures only its own ``vllm`` logger, so without a handler the INFO lines would be dropped; a host
     that configures logging (a root handler, as pytest's) keeps its own routing.
     """
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
     if log.hasHandlers():
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s"))
     log.addHandler(handler)
-    log.setLevel(logging.INFO)
     log.propagate = False  # a root handler the engine adds later must not print each line twice
 
 
