@@ -71,7 +71,7 @@ class VllmServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> VllmServer:
-        """Start the server in a new session (its own process group)."""
+        """Start the server as the leader of its own process group (setsid)."""
         self.started = time.monotonic()
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
