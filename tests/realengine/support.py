@@ -1,0 +1,65 @@
+"""Rendered vllm-ascend pods and the cached vLLM CPU environment, for the real-engine tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from functools import cache
+
+import pytest
+import yaml
+
+from ascend_fleet.api import names
+from ascend_fleet.devcluster.real.vllm_env import VllmCpu, expected_environment, find_environment
+from tests.support.paths import EXAMPLES, ROOT
+
+# What the kubelet would put into the fieldRef variables.
+FIELD_VALUES = {"metadata.name": "llm-0", "metadata.namespace": "default", "status.podIP": "127.0.0.1"}
+
+
+def render(paths: list[str] | None = None, text: str | None = None) -> list[dict]:
+    """Objects as ``ascend-fleet render`` prints them (the command itself, not the library)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ascend_fleet.cli.main", "render", *(paths or ["-"])],
+        input=text,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [o for o in yaml.safe_load_all(result.stdout) if o]
+
+
+def engine_container(pod: dict) -> dict:
+    """The pod's ``engine`` container."""
+    return next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
+
+
+@cache
+def example_vllm_pods() -> tuple[tuple[str, dict], ...]:
+    """``(example/pod name, pod)`` for every vllm-ascend engine pod the examples render."""
+    example = {
+        doc["metadata"]["name"]: path.stem
+        for path in EXAMPLES
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    }
+    found = []
+    for obj in render([str(path) for path in EXAMPLES]):  # one render: each call imports the whole CLI
+        if obj["kind"] == "Pod" and "vllm" in " ".join(engine_container(obj)["command"]):
+            owner = obj["metadata"]["labels"][names.LABEL_NAME]
+            found.append((f"{example[owner]}/{obj['metadata']['name']}", obj))
+    return tuple(found)
+
+
+def vllm_cpu_or_skip() -> VllmCpu:
+    """The built environment; a skip naming ``make engine-vllm`` on a developer machine, a failure in CI."""
+    found = find_environment()
+    if found is not None:
+        return found
+    reason = f"vLLM's CPU environment is not built ({expected_environment().root}): run make engine-vllm"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
