@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from ascend_fleet.api import names
+from ascend_fleet.control.queries import Query, QueryWindow
 from ascend_fleet.render import InvalidSpec, validate
 from tests.support.paths import ROOT
 from tests.unit.test_cli import cli
@@ -92,6 +93,17 @@ def test_broken_promql_in_a_rule_is_refused_by_a_real_parser():
     (problem,) = problems(doc(rules=[{**rule, "query": "rate(x)"}]))
     assert "expected type matrix in call to function 'rate'" in problem
     assert validate(doc(rules=[{**rule, "query": "sum by (namespace, inference) (rate(x[5m]))"}]))
+
+
+def test_a_raw_query_cannot_close_the_operators_parentheses_and_escape_the_outage_guard():
+    # The control loop sends avg by (...) (<query>) and on () (<Prometheus was scraping>): a query that closes
+    # that parenthesis itself would put its own "or" outside the guard, acting on data from an outage.
+    rule = {"threshold": 2, "for": "5m", "action": "scale_up"}
+    escape = "x) or vector(100) or (x"
+    (problem,) = problems(doc(rules=[{**rule, "query": escape}]))
+    assert problem.startswith("spec.rules[0].query: not valid PromQL (")
+    window = QueryWindow(escape, 60.0, "fleet")
+    assert "vector(100) or (x) and on ()" in Query(window, "min").promql(15.0)  # what it would have sent
 
 
 def test_a_template_may_not_take_the_gang_out_of_its_pod_group():
