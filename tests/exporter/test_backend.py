@@ -11,9 +11,10 @@ from ascend_fleet.exporter.collectors import NpuSmi
 from ascend_fleet.exporter.config import ExporterConfig
 from ascend_fleet.exporter.metrics import DeviceSample, render_exposition
 from ascend_fleet.exporter.runtime import Exporter
+from ascend_fleet.kube import wait_for
 
 from .scrape import parse, scrape
-from .support import child_env, eventually, free_port
+from .support import child_env, free_port
 from .test_collectors import GOOD, Provider
 
 NONE = {(("backend", "none"),): 1.0}
@@ -42,7 +43,7 @@ def test_a_collector_that_turns_out_missing_no_longer_counts(tmp_path):
     config = ExporterConfig(port=free_port(), interval=0.1, spool_dir=tmp_path)
     exporter = Exporter(config, None, NpuSmi(str(tmp_path / "absent-npu-smi"))).start()
     try:
-        eventually(lambda: info(config.port) == NONE)
+        wait_for(lambda: info(config.port) == NONE)
     finally:
         exporter.stop()
 
@@ -65,7 +66,7 @@ def test_without_torch_npu_every_process_races_and_the_winner_says_so_once(tmp_p
         for _ in range(2)
     ]
     try:
-        assert eventually(lambda: info(port) == NONE)
+        assert wait_for(lambda: info(port) == NONE)
         body = scrape(port)[0]
     finally:
         for engine in engines:
@@ -85,7 +86,7 @@ def test_an_exporter_with_collectors_replaces_the_one_without(tmp_path, monkeypa
     reading = runtime.start_exporter(config, stats=Provider({0: GOOD}), npu_smi=NpuSmi("absent-npu-smi"))
     try:
         assert reading is not idle and reading.backend == metrics.COLLECTOR_TORCH_NPU
-        assert eventually(lambda: info(second_port) == {(("backend", "torch_npu"),): 1.0})
+        assert wait_for(lambda: info(second_port) == {(("backend", "torch_npu"),): 1.0})
         assert not idle.serving
     finally:
         reading.stop()
