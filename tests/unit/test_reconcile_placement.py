@@ -167,3 +167,13 @@ def test_slim_pods_keep_what_placement_reads():
     slim = slim_pod(pod)
     assert slim["spec"] == {"nodeName": "node-1", "schedulerName": "my-scheduler"}
     assert slim["metadata"]["creationTimestamp"] == rfc3339(NOW)
+
+
+def test_a_busy_scheduler_that_answered_another_pod_is_not_reported_missing():
+    valid = two_pod_replica()
+    observed = gang(
+        valid, NOW - 60, "node-1", None
+    )  # rank 0 bound by default-scheduler, rank 1 not tried yet
+    result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
+    assert ready_condition(result)["reason"] == "ReplicasNotReady"
+    assert not [e for e in result.events if e.type == "Warning"]

@@ -10,6 +10,7 @@ to a workload). With Volcano the PodGroup binds a gang whole or not at all, so t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..api.settings import ReconcileSettings
@@ -31,21 +32,32 @@ class Unplaced:
     why: str  # the scheduler's sentence, or that no scheduler of that name answers
 
 
-def _unplaced_pod(pod: ObservedPod, replica: int, now: float, grace: float) -> Unplaced | None:
+def answering_schedulers(groups: Iterable[ObservedReplica]) -> set[str]:
+    """The schedulers that bound or answered some pod of the object: a busy one is not a missing one."""
+    return {p.scheduler_name for g in groups for p in g.pods if p.node_name or p.scheduling_answered}
+
+
+def _unplaced_pod(
+    pod: ObservedPod, replica: int, now: float, grace: float, answering: set[str]
+) -> Unplaced | None:
     """Why this unbound pod is not placed, once that is known (None while the scheduler may still answer)."""
     if pod.node_name or pod.deleting:
         return None
     if pod.unschedulable is not None:
         return Unplaced(replica, pod.name, REASON_UNSCHEDULABLE, pod.unschedulable)
-    if not pod.scheduling_answered and pod.created is not None and now - pod.created >= grace:
+    silent = not pod.scheduling_answered and pod.scheduler_name not in answering
+    if silent and pod.created is not None and now - pod.created >= grace:
         why = f"it stays Pending and no scheduler named {pod.scheduler_name} answers"
         return Unplaced(replica, pod.name, REASON_NO_SCHEDULER, why)
     return None
 
 
-def unplaced(group: ObservedReplica, now: float, settings: ReconcileSettings) -> Unplaced | None:
+def unplaced(
+    group: ObservedReplica, now: float, settings: ReconcileSettings, answering: set[str]
+) -> Unplaced | None:
     """The first of the replica's pods known not to be placed, or None."""
-    found = (_unplaced_pod(p, group.index, now, settings.scheduler_grace) for p in group.pods)
+    grace = settings.scheduler_grace
+    found = (_unplaced_pod(p, group.index, now, grace, answering) for p in group.pods)
     return next((u for u in found if u is not None), None)
 
 

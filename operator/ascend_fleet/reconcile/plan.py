@@ -34,6 +34,7 @@ from .placement import (
     REASON_GANG_RELEASED,
     REASON_NO_SCHEDULER,
     REASON_UNSCHEDULABLE,
+    answering_schedulers,
     gang_release_due,
     next_placement_look,
     placement_problem,
@@ -139,11 +140,12 @@ def _placement_problem(
 ) -> tuple[str, str] | None:
     """Why wanted replicas that are not ready cannot be placed; looks again when a silent pod's grace ends."""
     found = []
+    answering = answering_schedulers(groups.values())
     for index in range(wanted):
         group = groups.get(index)
         if group is None or group.ready(ppr):
             continue
-        if (item := unplaced(group, now, settings)) is not None:
+        if (item := unplaced(group, now, settings, answering)) is not None:
             found.append(item)
         if (wait := next_placement_look(group, now, settings)) is not None:
             result.later(wait)
