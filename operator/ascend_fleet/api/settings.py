@@ -125,6 +125,23 @@ class ReconcileSettings(Model):
         default=300.0,
         description="Server-side timeout of each watch; kopf then resumes it (or relists on 410).",
     )
+    # Kueue's waitForPodsReady gives a workload 5 minutes to get all its pods running before it evicts and
+    # requeues it; a gang here holds whole NPU nodes the same way, so the same 5 minutes.
+    gang_timeout: Duration = Field(
+        default=300.0,
+        gt=0,
+        description="How long a replica may keep some pods placed while others cannot be scheduled; then its "
+        "pods are deleted (NPUs given back) and recreated with the restart backoff. Not with Volcano, whose "
+        "PodGroup places a gang whole or not at all.",
+    )
+    # kube-scheduler answers a new pod within a second; a restarting one takes its 15 s leader lease to take
+    # over, so twice that before a pod with no PodScheduled condition reads as having no scheduler.
+    scheduler_grace: Duration = Field(
+        default=30.0,
+        gt=0,
+        description="How long a pod may stay Pending with no PodScheduled condition before the status says "
+        "no scheduler of its schedulerName answers.",
+    )
 
 
 class RoutingSettings(Model):

@@ -33,6 +33,7 @@ def derive_status(
     now: float,
     refused: dict[tuple[str, str], Refusal] | None = None,
     routing_problem: str | None = None,
+    placement_problem: tuple[str, str] | None = None,
 ) -> dict:
     """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing."""
     wanted, ppr = layout.data, layout.pods_per_replica
@@ -55,6 +56,7 @@ def derive_status(
         generation,
         refused,
         routing_problem,
+        placement_problem,
     )
     status = AscendInferenceStatus(
         **kept_fields(obj.status),
@@ -119,6 +121,7 @@ def _conditions(
     generation: int | None,
     refused: dict[tuple[str, str], Refusal] | None,
     routing_problem: str | None,
+    placement_problem: tuple[str, str] | None = None,
 ) -> list[dict]:
     """Ready, Progressing and Degraded from this pass's counts; other condition types are kept."""
     wanted, ready, extra = counts.wanted, counts.ready, counts.extra
@@ -129,6 +132,9 @@ def _conditions(
         ready_condition = (False, refusals[0].reason, f"{readiness}; {sentence}")
     elif routing_problem:
         ready_condition = (False, ROUTING_UNAVAILABLE, f"{readiness}; {routing_problem}")
+    elif placement_problem and ready < wanted:
+        reason, sentence = placement_problem
+        ready_condition = (False, reason, f"{readiness}; {sentence}")
     elif ready >= wanted:
         ready_condition = (True, "AllReplicasReady", readiness)
     else:

@@ -30,6 +30,17 @@ from ..status import ObservedReplica, observed_replicas, set_condition
 from ..status.conditions import get_condition
 from .drift import drifted, managed_spec
 from .fleet_status import derive_status, kept_fields, stored_status, wire_status
+from .placement import (
+    REASON_GANG_RELEASED,
+    REASON_NO_SCHEDULER,
+    REASON_UNSCHEDULABLE,
+    answering_schedulers,
+    gang_release_due,
+    next_placement_look,
+    placement_problem,
+    release_sentence,
+    unplaced,
+)
 from .routing import ROUTING_UNAVAILABLE, plan_routing
 from .timing import REQUEUE_AFTER_WRITE_SECONDS, ROLLOUT_BLOCKED_SECONDS
 from .writes import Delete, Event, Observed, PassPlan, Patch
@@ -95,22 +106,72 @@ def plan_pass(
                         f"replica {index}: replacing not-ready pods with revision {rev}",
                     ),
                 )
-        else:
+        elif not _release_hoarding_gang(obj, group, restarts, now, settings, result):
             _forget_stable_restarts(group, ppr, restarts, now, settings)
             _restore_serving(group, result)
 
     _roll_out(outdated, budget, rev, spec.disruption.drain_seconds, now, result)
     _collect_pod_groups(obj, groups, result)
+    unplaced_problem = _placement_problem(groups, wanted, ppr, now, settings, result)
     result.status = derive_status(
-        obj, layout, groups, rev, list(restarts.values()), now, observed.refused, routing_problem
+        obj,
+        layout,
+        groups,
+        rev,
+        list(restarts.values()),
+        now,
+        observed.refused,
+        routing_problem,
+        unplaced_problem,
     )
-    if routing_problem:
-        before = get_condition(stored_status(obj).get("conditions", []), "Ready") or {}
-        if before.get("reason") != ROUTING_UNAVAILABLE:
-            result.events.append(Event("Warning", ROUTING_UNAVAILABLE, routing_problem, with_status=True))
+    _report_transitions(obj, result.status, routing_problem, result)
     if result.writes_children:
         result.later(REQUEUE_AFTER_WRITE_SECONDS)
     return result
+
+
+def _placement_problem(
+    groups: dict[int, ObservedReplica],
+    wanted: int,
+    ppr: int,
+    now: float,
+    settings: ReconcileSettings,
+    result: PassPlan,
+) -> tuple[str, str] | None:
+    """Why wanted replicas that are not ready cannot be placed; looks again when a silent pod's grace ends."""
+    found = []
+    answering = answering_schedulers(groups.values())
+    for index in range(wanted):
+        group = groups.get(index)
+        if group is None or group.ready(ppr):
+            continue
+        if (item := unplaced(group, now, settings, answering)) is not None:
+            found.append(item)
+        if (wait := next_placement_look(group, now, settings)) is not None:
+            result.later(wait)
+    return placement_problem(found)
+
+
+def _report_transitions(
+    obj: AscendInference, status: dict | None, routing_problem: str | None, result: PassPlan
+) -> None:
+    """A Warning Event when Ready turns to a problem the user must act on (once per distinct sentence)."""
+    before = get_condition(stored_status(obj).get("conditions", []), "Ready") or {}
+    if routing_problem:
+        if before.get("reason") != ROUTING_UNAVAILABLE:
+            result.events.append(Event("Warning", ROUTING_UNAVAILABLE, routing_problem, with_status=True))
+        return
+    after = get_condition((status or {}).get("conditions", []), "Ready") or {}
+    reason, message = after.get("reason"), after.get("message", "")
+    if reason in (REASON_UNSCHEDULABLE, REASON_NO_SCHEDULER) and (
+        before.get("reason"),
+        before.get("message"),
+    ) != (
+        reason,
+        message,
+    ):
+        # The readiness count before the first ";" is not news; the scheduler's sentence after it is.
+        result.events.append(Event("Warning", reason, message.partition("; ")[2], with_status=True))
 
 
 def _roll_out(
@@ -226,13 +287,49 @@ def creation_event(created: list[dict]) -> Event | None:
     return Event("Normal", "CreatedReplica" if replicas else "Created", "created " + "; ".join(parts))
 
 
-def _restart_gang(
-    group: ObservedReplica, restarts: dict, now: float, settings: ReconcileSettings, result: PassPlan
-) -> None:
+def _count_restart(
+    group: ObservedReplica, restarts: dict, now: float, settings: ReconcileSettings
+) -> tuple[int, float]:
+    """Record one more restart of the replica; its count and the backoff before it is recreated."""
     previous = restarts.get(group.index)
     count = (previous["count"] if previous else 0) + 1
     restarts[group.index] = {"replica": group.index, "count": count, "lastTime": rfc3339_ms(now)}
-    delay = backoff_delay(count, settings)
+    return count, backoff_delay(count, settings)
+
+
+def _release_hoarding_gang(
+    obj: AscendInference,
+    group: ObservedReplica,
+    restarts: dict,
+    now: float,
+    settings: ReconcileSettings,
+    result: PassPlan,
+) -> bool:
+    """Delete a gang whose placed pods have held their NPUs for the others longer than the gang timeout."""
+    due, wait = gang_release_due(group, now, settings, uses_volcano(obj.spec))
+    if wait is not None:
+        result.later(wait)
+    if not due:
+        return False
+    sentence = release_sentence(group, settings.gang_timeout)
+    count, delay = _count_restart(group, restarts, now, settings)
+    _delete_group(
+        group,
+        result,
+        Event(
+            "Warning",
+            REASON_GANG_RELEASED,
+            sentence + (f"; recreating in {delay:g}s (restart {count})" if delay else "; recreating"),
+        ),
+    )
+    result.later(max(delay, REQUEUE_AFTER_WRITE_SECONDS))
+    return True
+
+
+def _restart_gang(
+    group: ObservedReplica, restarts: dict, now: float, settings: ReconcileSettings, result: PassPlan
+) -> None:
+    count, delay = _count_restart(group, restarts, now, settings)
     failed = [p.name for p in group.pods if p.failed] or ["a missing rank"]
     _delete_group(
         group,

@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from ..api import names
 from ..api.times import parse_rfc3339
 
+# The scheduler a pod without spec.schedulerName gets (the API server's default).
+DEFAULT_SCHEDULER = "default-scheduler"
+
 
 @dataclass(frozen=True)
 class ObservedPod:
@@ -24,6 +27,13 @@ class ObservedPod:
     drain_started: float | None
     drain_reason: str | None
     deleting: bool
+    # Placement: the node it is bound to ("" while unbound), the scheduler it asked for, the scheduler's
+    # PodScheduled=False sentence, whether any PodScheduled condition exists, and when the pod was created.
+    node_name: str = ""
+    scheduler_name: str = DEFAULT_SCHEDULER
+    unschedulable: str | None = None
+    scheduling_answered: bool = False
+    created: float | None = None
 
     @classmethod
     def from_pod(cls, pod: dict) -> ObservedPod | None:
@@ -35,7 +45,8 @@ class ObservedPod:
             replica, rank = int(labels[names.LABEL_REPLICA]), int(labels[names.LABEL_RANK])
         except (KeyError, ValueError):
             return None
-        status = pod.get("status") or {}
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        scheduled = pod_condition(pod, "PodScheduled")
         return cls(
             name=meta.get("name", ""),
             replica=replica,
@@ -48,6 +59,11 @@ class ObservedPod:
             drain_started=parse_rfc3339(annotations.get(names.ANNOTATION_DRAIN_STARTED)),
             drain_reason=annotations.get(names.ANNOTATION_DRAIN_REASON),
             deleting=bool(meta.get("deletionTimestamp")),
+            node_name=spec.get("nodeName") or "",
+            scheduler_name=spec.get("schedulerName") or DEFAULT_SCHEDULER,
+            unschedulable=_unschedulable(scheduled),
+            scheduling_answered=scheduled is not None,
+            created=parse_rfc3339(meta.get("creationTimestamp")),
         )
 
 
@@ -60,6 +76,13 @@ def pod_condition(pod: dict, type_: str) -> dict | None:
 def pod_ready(pod: dict) -> bool:
     """Whether the pod's Ready condition is True: the kubelet's verdict that it serves."""
     return (pod_condition(pod, "Ready") or {}).get("status") == "True"
+
+
+def _unschedulable(scheduled: dict | None) -> str | None:
+    """The scheduler's sentence when it could not place the pod (PodScheduled=False), else None."""
+    if scheduled is None or scheduled.get("status") != "False":
+        return None
+    return scheduled.get("message") or scheduled.get("reason") or "the scheduler could not place the pod"
 
 
 def _failed(status: dict) -> bool:
@@ -146,7 +169,9 @@ POD_METADATA = (
     "annotations",
     "ownerReferences",
     "deletionTimestamp",
+    "creationTimestamp",
 )
+POD_SPEC = ("nodeName", "schedulerName")
 POD_STATUS = ("phase", "conditions", "containerStatuses", "startTime")
 
 
@@ -157,7 +182,9 @@ def slim_pod(pod: dict) -> dict:
     the operator's memory a few KiB per pod.
     """
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    spec = pod.get("spec") or {}
     return {
         "metadata": {k: meta[k] for k in POD_METADATA if k in meta},
+        "spec": {k: spec[k] for k in POD_SPEC if k in spec},
         "status": {k: status[k] for k in POD_STATUS if k in status},
     }

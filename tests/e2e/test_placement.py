@@ -1,0 +1,144 @@
+"""Replicas the real scheduler cannot place: its sentence in status, and a half-placed gang gives its NPUs back.
+
+The emulator binds every pod at once, whatever it asks for, so both tests need the real kube-scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ascend_fleet.api import names
+from ascend_fleet.api.settings import ReconcileSettings
+from ascend_fleet.kube import wait_for
+from tests.e2e.conftest import fast_settings
+from tests.e2e.fleet import example
+
+pytestmark = pytest.mark.e2e
+
+GANG = "deepseek-70b"
+SINGLE = "qwen-1-5b"
+RESOURCE = "huawei.com/Ascend910"
+NPUS_PER_POD = 8
+GANG_TIMEOUT = 10.0
+LABEL = "e2e.ascendfleet.io/placement"  # the one node this test's gang may use
+
+
+@pytest.fixture
+def settings():
+    """The suite's timers, with a gang timeout and scheduler grace short enough to watch."""
+    base = fast_settings()
+    base.reconcile = ReconcileSettings.model_validate(
+        {**base.reconcile.wire(), "gangTimeout": f"{GANG_TIMEOUT:g}s", "schedulerGrace": "3s"}
+    )
+    return base
+
+
+@pytest.fixture
+def real(cluster):
+    if cluster is None or hasattr(cluster, "emulator"):
+        pytest.skip("needs the real kube-scheduler and the control plane's kubectl")
+    return cluster
+
+
+def free_npus(real) -> dict[str, int]:
+    """NPUs not requested by any unfinished pod, by node."""
+    nodes = json.loads(real.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    free = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(RESOURCE, "0")) for n in nodes}
+    pods = json.loads(real.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        if node in free and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            for container in pod["spec"]["containers"]:
+                free[node] -= int(((container.get("resources") or {}).get("requests") or {}).get(RESOURCE, 0))
+    return free
+
+
+@pytest.fixture
+def one_pod_of_room(real, fleet):
+    """One node labelled for this test, filled until exactly one 8-NPU pod fits on it; the label goes after."""
+    free = free_npus(real)
+    node = max(free, key=lambda n: free[n])
+    assert free[node] >= NPUS_PER_POD, free
+    real.kubectl("label", "node", node, f"{LABEL}={fleet.namespace}")
+    filler = free[node] - NPUS_PER_POD
+    if filler:
+        npus = {RESOURCE: str(filler)}
+        fleet.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "filler", "namespace": fleet.namespace},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {"name": "c", "image": "filler", "resources": {"requests": npus, "limits": npus}}
+                    ],
+                },
+            }
+        )
+    yield node
+    real.kubectl("label", "node", node, f"{LABEL}-")
+
+
+def gang_pods(fleet) -> list[dict]:
+    return [p for p in fleet.pods(GANG) if not p["metadata"].get("deletionTimestamp")]
+
+
+def test_a_gang_that_cannot_be_completed_says_why_and_gives_its_node_back(real, fleet, one_pod_of_room):
+    doc = example(
+        "vllm-multinode-tp8-pp4.yaml",
+        parallelism={"tensor": 8, "pipeline": 2, "data": 1},
+        scheduling={"nodeSelector": {LABEL: fleet.namespace}},
+    )
+    fleet.apply(doc)
+
+    ready = wait_for(
+        lambda: (c := fleet.condition(GANG, "Ready")).get("reason") == "Unschedulable" and c,
+        30,
+        "Ready=False/Unschedulable",
+    )
+    pods = gang_pods(fleet)
+    bound = [p for p in pods if p["spec"].get("nodeName")]
+    waiting = [p for p in pods if not p["spec"].get("nodeName")]
+    assert [p["spec"]["nodeName"] for p in bound] == [one_pod_of_room] and len(waiting) == 1
+    scheduler_says = next(
+        c["message"] for c in waiting[0]["status"]["conditions"] if c["type"] == "PodScheduled"
+    )
+    assert "Insufficient huawei.com/Ascend910" in scheduler_says
+    assert ready["status"] == "False"
+    assert ready["message"] == (
+        f"0 of 1 replicas ready; replica 0 cannot be placed: pod {waiting[0]['metadata']['name']}: "
+        f"{scheduler_says}"
+    )
+    (warning,) = wait_for(lambda: fleet.events("Unschedulable"), 10, "the Unschedulable Event")
+    assert warning["type"] == "Warning" and scheduler_says in warning["message"]
+    assert not fleet.events("GangReleased")  # within the gang timeout the placed pod keeps its node
+
+    # After the timeout the placed pod is deleted, freeing its NPUs; the gang comes back with the backoff.
+    held = bound[0]["metadata"]["uid"]
+    (released,) = wait_for(lambda: fleet.events("GangReleased"), GANG_TIMEOUT + 20, "GangReleased")
+    assert released["type"] == "Warning"
+    assert f"{bound[0]['metadata']['name']} on {one_pod_of_room}" in released["message"]
+    wait_for(lambda: held not in {p["metadata"]["uid"] for p in fleet.pods(GANG)}, 30, "the held pod gone")
+    restarts = wait_for(lambda: fleet.get(GANG)["status"].get("groupRestarts"), 10, "a recorded restart")
+    assert restarts[0]["replica"] == 0 and restarts[0]["count"] >= 1
+    wait_for(lambda: len(gang_pods(fleet)) == 2, 30, "the gang recreated")
+
+
+def test_a_scheduler_name_nobody_answers_is_named_in_status(real, fleet):
+    fleet.apply(example("sglang-small.yaml", scheduling={"schedulerName": "no-such-scheduler"}))
+    ready = wait_for(
+        lambda: (c := fleet.condition(SINGLE, "Ready")).get("reason") == "NoScheduler" and c,
+        30,
+        "Ready=False/NoScheduler",
+    )
+    assert ready["message"] == (
+        f"0 of 1 replicas ready; replica 0 cannot be placed: pod {SINGLE}-0: it stays Pending and no "
+        "scheduler named no-such-scheduler answers"
+    )
+    (warning,) = fleet.events("NoScheduler")
+    assert warning["type"] == "Warning" and "no scheduler named no-such-scheduler" in warning["message"]
+    (pod,) = fleet.pods(SINGLE)
+    assert not pod["spec"].get("nodeName") and pod["metadata"]["labels"][names.LABEL_REPLICA] == "0"
