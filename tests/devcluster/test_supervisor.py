@@ -20,15 +20,7 @@ from ascend_fleet.devcluster.local.supervisor import (
     restart_delay,
 )
 from ascend_fleet.kube import WaitTimeout, wait_for
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` in /proc (``Z``: a zombie), None when no such process is left."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[0]
+from tests.support.procfs import process_state
 
 
 @pytest.fixture
