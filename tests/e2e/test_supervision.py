@@ -9,13 +9,16 @@ this test's outage, so the test marks them as the controller would), and the fle
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from datetime import UTC, datetime
 
 import pytest
 
 from ascend_fleet.kube import scaled, wait_for
+from tests.e2e.fleet import example
 from tests.support.procfs import process_state
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +56,56 @@ def test_a_killed_api_server_is_reaped_and_restarted_serving(real, kube):
     assert control_plane.supervisor.exits("kube-apiserver")[-1] == -signal.SIGKILL
     # Serving objects again, from the same etcd: what was there is still there.
     wait_for(lambda: kube.get("Namespace", None, "default"), 30, "the default namespace")
+
+
+def _mark_not_ready(kube, pod: dict) -> None:
+    """What the node lifecycle controller does to the pods of a node whose heartbeats it missed."""
+    current = kube.get("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])
+    for condition in current["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition.update(status="False", reason="NodeNotReady")
+    kube.replace("Pod", current["metadata"]["namespace"], current["metadata"]["name"], current, "status")
+
+
+def _ready(pod: dict) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def _lease_renewed_after(real, node: str, moment: datetime) -> bool:
+    status, body = real.control_plane.request(
+        f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+    )
+    if status != 200:
+        return False
+    lease = json.loads(body)
+    renewed = datetime.strptime(lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return renewed > moment
+
+
+def test_after_an_api_outage_the_node_agent_sets_its_pods_ready_again(fleet, operator, real, kube):
+    fleet.apply(example("sglang-small.yaml"))
+    fleet.wait_ready("qwen-1-5b", 1, timeout=60)
+    agent = real.kubelet
+    resyncs = agent.status_resyncs
+
+    with real.control_plane.outage("kube-apiserver"):
+        time.sleep(scaled(OUTAGE_SECONDS))
+    back = datetime.now(UTC)
+
+    # Heartbeats resume soon after the API is back (backing off while it was down, not a full period late).
+    for node in agent.node_names:
+        wait_for(lambda node=node: _lease_renewed_after(real, node, back), 15, f"a fresh lease of {node}")
+    pods = fleet.pods("qwen-1-5b")
+    assert pods and all(_ready(pod) for pod in pods)
+    for pod in pods:
+        _mark_not_ready(kube, pod)
+    wait_for(
+        lambda: all(_ready(pod) for pod in fleet.pods("qwen-1-5b")), 30, "the pods Ready again", interval=0.2
+    )
+    assert agent.status_resyncs >= resyncs + len(pods)
+    fleet.wait_ready("qwen-1-5b", 1, timeout=60)
+    assert operator.thread is not None and operator.thread.error is None
 
 
 def test_an_etcd_outage_is_survived_and_the_api_answers_again(real, kube):
