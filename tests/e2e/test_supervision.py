@@ -109,7 +109,7 @@ def test_after_an_api_outage_the_node_agent_sets_its_pods_ready_again(fleet, ope
 
 
 def test_an_etcd_outage_is_survived_and_the_api_answers_again(real, kube):
-    with real.control_plane.outage("etcd"):
+    with real.outage("etcd"):
         time.sleep(scaled(5.0))
         assert not _serving(real)  # the API server reports it cannot reach its storage
     assert _serving(real)

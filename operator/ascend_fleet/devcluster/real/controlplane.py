@@ -43,7 +43,7 @@ from ascend_fleet.devcluster.local.supervisor import Supervisor
 CONTEXT_NAME = "ascend-fleet-real"
 SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
-_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 # The components clients talk to (directly or through the API server): /readyz answers once they are back.
 _STORAGE_AND_API = ("etcd", "kube-apiserver")
 
