@@ -140,6 +140,8 @@ class Supervisor:
     def _check(self, program: Supervised) -> None:
         now = time.monotonic()
         with self._lock:
+            if self._programs.get(program.process.name) is not program:
+                return  # forgotten since this poll's snapshot: being stopped on purpose
             # `running` polls the child, which reaps it once it has exited.
             if program.held or program.process.running:
                 return
