@@ -1,6 +1,6 @@
 """The real dev cluster survives what it is used to test: a killed API server and an API outage.
 
-A kube-apiserver killed with SIGKILL is reaped (no zombie left in /proc) and started again by the control
+A kube-apiserver or etcd killed with SIGKILL is reaped (no zombie left in /proc) and started again by the control
 plane's supervisor, serving on the same port. After an API outage the node agent resumes its heartbeats and,
 as a kubelet's status manager does, writes its pods' status again where the API's copy differs: the node
 lifecycle controller marks the pods of a node it lost NotReady (here after its 90 s grace period, longer than
@@ -38,23 +38,24 @@ def _serving(real) -> bool:
     return status == 200 and body.strip() == b"ok"
 
 
-def test_a_killed_api_server_is_reaped_and_restarted_serving(real, kube):
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_a_killed_component_is_reaped_and_restarted_serving(real, kube, component):
     control_plane = real.control_plane
-    killed = control_plane.pid("kube-apiserver")
-    restarts = control_plane.restarts("kube-apiserver")
+    killed = control_plane.pid(component)
+    restarts = control_plane.restarts(component)
     assert killed is not None and process_state(killed) not in (None, "Z")
 
     os.kill(killed, signal.SIGKILL)
     wait_for(
-        lambda: control_plane.pid("kube-apiserver") != killed and _serving(real),
+        lambda: control_plane.pid(component) != killed and _serving(real),
         60,
-        "kube-apiserver restarted and ready",
+        f"{component} restarted and the API ready",
         interval=0.2,
     )
-    assert process_state(killed) is None, f"the killed kube-apiserver {killed} was left in /proc"
-    assert control_plane.restarts("kube-apiserver") == restarts + 1
-    assert control_plane.supervisor.exits("kube-apiserver")[-1] == -signal.SIGKILL
-    # Serving objects again, from the same etcd: what was there is still there.
+    assert process_state(killed) is None, f"the killed {component} {killed} was left in /proc"
+    assert control_plane.restarts(component) == restarts + 1
+    assert control_plane.supervisor.exits(component)[-1] == -signal.SIGKILL
+    # Serving objects again from the same etcd data: what was there is still there.
     wait_for(lambda: kube.get("Namespace", None, "default"), 30, "the default namespace")
 
 
