@@ -28,6 +28,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,11 +38,14 @@ import yaml
 
 from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess
+from ascend_fleet.devcluster.local.supervisor import Supervisor
 
 CONTEXT_NAME = "ascend-fleet-real"
 SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
-_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# The components clients talk to (directly or through the API server): /readyz answers once they are back.
+_STORAGE_AND_API = ("etcd", "kube-apiserver")
 
 
 class ControlPlaneUnavailable(RuntimeError):
@@ -174,6 +178,7 @@ class ControlPlane:
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self._workdir = Path(workdir) if workdir else None
         self._processes: dict[str, LocalProcess] = {}
+        self.supervisor = Supervisor("control plane")
         self.etcd_port = 0
         self.port = 0
         self.timings: dict[str, float] = {}
@@ -250,6 +255,8 @@ class ControlPlane:
             self._spawn("kube-scheduler", self._scheduler_args())
             self._wait_for_service_account("default", "default")
             self.timings["ready"] = time.monotonic() - began
+            # Supervision starts once everything came up: a failed start is an error, not a restart loop.
+            self.supervisor.start()
         except BaseException:
             self.stop()
             raise
@@ -275,6 +282,7 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Stop every component, newest first, and remove a temporary workdir (idempotent)."""
+        self.supervisor.stop()
         for component in reversed(list(self._processes)):
             self._terminate(component)
         if self._tempdir is not None:
@@ -284,18 +292,60 @@ class ControlPlane:
 
     def restart_apiserver(self, downtime: float = 0.0) -> None:
         """Stop kube-apiserver, wait ``downtime`` seconds, start it again on the same port and wait until ready."""
-        self._terminate("kube-apiserver")
-        time.sleep(downtime)
-        self._spawn("kube-apiserver", self._apiserver_args())
-        self.wait_ready()
+        with self.outage("kube-apiserver"):
+            time.sleep(downtime)
 
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver only (clients then see connection refused until :meth:`start_apiserver`)."""
-        self._terminate("kube-apiserver")
+        self.stop_component("kube-apiserver")
 
     def start_apiserver(self) -> None:
-        self._spawn("kube-apiserver", self._apiserver_args())
-        self.wait_ready()
+        """Start a stopped kube-apiserver again and wait until it is ready."""
+        self.start_component("kube-apiserver")
+
+    def stop_component(self, component: str) -> None:
+        """Stop one component (SIGTERM, reaped) and keep it stopped: the supervisor restarts it no more until
+        :meth:`start_component`. For outage tests; a component that dies on its own is restarted."""
+        if component not in self._processes:
+            raise LookupError(
+                f"no component {component!r}; the control plane runs {', '.join(self._processes)}"
+            )
+        self.supervisor.hold(component, grace=15)
+
+    def start_component(self, component: str, *, wait: bool = True) -> None:
+        """Start a component stopped by :meth:`stop_component`; with ``wait``, until the API answers ready."""
+        self.supervisor.release(component)
+        if wait and component in _STORAGE_AND_API and all(self.running(c) for c in _STORAGE_AND_API):
+            self.wait_ready()
+
+    @contextlib.contextmanager
+    def outage(self, *components: str) -> Iterator[None]:
+        """Stop ``components`` (kube-apiserver by default) for the block, then start them, last stopped
+        first, and wait until the API is ready::
+
+            with cluster.control_plane.outage("etcd"):
+                time.sleep(30)
+        """
+        components = components or ("kube-apiserver",)
+        stopped: list[str] = []
+        try:
+            for component in components:
+                self.stop_component(component)
+                stopped.append(component)
+            yield
+        finally:
+            for component in reversed(stopped):
+                self.start_component(component, wait=False)
+            self.wait_ready()
+
+    def pid(self, component: str) -> int | None:
+        """The process id of a component's current (or last) process; None when it does not run here."""
+        process = self._processes.get(component)
+        return process.pid if process is not None else None
+
+    def restarts(self, component: str) -> int:
+        """How often a component was restarted by the supervisor after dying on its own."""
+        return self.supervisor.restarts(component)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -306,6 +356,7 @@ class ControlPlane:
         self.stop()
 
     def running(self, component: str) -> bool:
+        """Whether ``component``'s process runs (it may still be starting up)."""
         process = self._processes.get(component)
         return process is not None and process.running
 
@@ -362,11 +413,11 @@ class ControlPlane:
             cwd=self.workdir,
             log=self.workdir / f"{component}.log",
         ).start()
+        self.supervisor.watch(self._processes[component])
 
     def _terminate(self, component: str) -> None:
-        process = self._processes.pop(component, None)
-        if process is not None:
-            process.stop(grace=15)
+        if self._processes.pop(component, None) is not None:
+            self.supervisor.forget(component, grace=15)
 
     def _write_component_kubeconfig(self, component: str) -> None:
         credentials = self._credentials(component)

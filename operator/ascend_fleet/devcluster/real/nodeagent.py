@@ -10,6 +10,10 @@ It does over HTTP what a kubelet does for the parts this project depends on, aga
   with a unique loopback ``podIP`` (127.11.0.1 upwards), ``containerStatuses`` and conditions; after
   ``ready_seconds`` more, ``Ready``. Listeners (:class:`~ascend_fleet.devcluster.fleet.kubelet.PodListener`) hear
   ``on_pod_running``/``on_pod_stopped``: that is where simulated engines start and stop;
+- comes back from an API outage as a kubelet does: heartbeats and the pod watch back off while the API is
+  down (:class:`Backoff`), the pods are listed again once it answers, and a pod whose status in the API differs
+  from what this agent last wrote (the node lifecycle controller marks the pods of a node it lost NotReady) gets
+  the agent's status written again, as the kubelet's status manager reconciles;
 - honours graceful deletion: once a pod has a ``deletionTimestamp`` its engine stops, then the pod is deleted
   with grace period 0 and the pod's uid as precondition, as a kubelet does once its containers have exited.
 
@@ -43,6 +47,11 @@ from ascend_fleet.devcluster.real.controlplane import Credentials
 logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40
+# One request may wait this long (an API server without etcd answers only after its own timeout).
+REQUEST_TIMEOUT_SECONDS = 15.0
+# Retries while the API is down start quick and slow down to this (the watch and the heartbeats).
+FIRST_RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 5.0
 _T = TypeVar("_T")
 
 
@@ -52,6 +61,38 @@ def _now() -> str:
 
 def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class HeartbeatFailed(RuntimeError):
+    """A node's status or Lease could not be written."""
+
+
+class Backoff:
+    """Waits that double from ``first`` to ``cap`` while failures go on; :meth:`reset` after a success."""
+
+    def __init__(self, first: float = FIRST_RETRY_SECONDS, cap: float = MAX_RETRY_SECONDS) -> None:
+        """A backoff whose next wait is ``first``."""
+        self.first, self.cap = first, cap
+        self._next = first
+
+    def next(self) -> float:
+        """The wait before the next attempt; the one after is twice as long, up to ``cap``."""
+        wait, self._next = self._next, min(self._next * 2, self.cap)
+        return wait
+
+    def reset(self) -> None:
+        """Start again from ``first`` (the last attempt succeeded)."""
+        self._next = self.first
+
+
+def status_signature(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a kubelet owns in a pod's status, comparable: phase, IP, condition states, container states."""
+    conditions = sorted((c.get("type"), c.get("status")) for c in status.get("conditions") or [])
+    containers = sorted(
+        (c.get("name"), bool(c.get("ready")), tuple(sorted(c.get("state") or {})))
+        for c in status.get("containerStatuses") or []
+    )
+    return status.get("phase"), status.get("podIP"), tuple(conditions), tuple(containers)
 
 
 class NodeAgent(SimulatedPods):
@@ -80,6 +121,11 @@ class NodeAgent(SimulatedPods):
         self._started = threading.Event()
         self._failure: BaseException | None = None
         self.watch_restarts = 0
+        self.status_resyncs = 0
+        self.heartbeats = 0
+        # The status this agent last wrote per pod uid, and the pods with a status write out.
+        self._published: dict[str, dict[str, Any]] = {}
+        self._republishing: set[str] = set()
 
     # Lifecycle ------------------------------------------------------------------------------------------
 
@@ -121,7 +167,10 @@ class NodeAgent(SimulatedPods):
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context(), limit=20)
-        async with aiohttp.ClientSession(self.credentials.url, connector=connector) as session:
+        timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
+        async with aiohttp.ClientSession(
+            self.credentials.url, connector=connector, timeout=timeout
+        ) as session:
             self._session = session
             for name in self.node_names:
                 await self._register_node(name)
@@ -190,10 +239,21 @@ class NodeAgent(SimulatedPods):
         return status
 
     async def _heartbeat(self, name: str) -> None:
-        await self._patch_status(f"/api/v1/nodes/{name}", self._node_status(name))
+        code, body = await self._request(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            {"status": self._node_status(name)},
+            content_type="application/merge-patch+json",
+        )
+        if code == 404:
+            # The Node was deleted while this agent was away: a kubelet registers it again.
+            await self._register_node(name)
+            return
+        if code >= 300:
+            raise HeartbeatFailed(f"node {name} status: {code} {body.get('message')}")
         lease_path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
         spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": _micro_now()}
-        code, _ = await self._request(
+        code, body = await self._request(
             "PATCH", lease_path, {"spec": spec}, content_type="application/merge-patch+json"
         )
         if code == 404:
@@ -203,29 +263,49 @@ class NodeAgent(SimulatedPods):
                 "metadata": {"name": name, "namespace": "kube-node-lease"},
                 "spec": spec,
             }
-            await self._request(
+            code, body = await self._request(
                 "POST", "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", lease
             )
+        if code >= 300:
+            raise HeartbeatFailed(f"node {name} lease: {code} {body.get('message')}")
+        self.heartbeats += 1
 
     async def _heartbeats(self) -> None:
+        retry = Backoff()
+        wait = HEARTBEAT_SECONDS
         while True:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+            await asyncio.sleep(wait)
+            failed = False
             for name in self.node_names:
                 try:
                     await self._heartbeat(name)
-                except (aiohttp.ClientError, OSError, TimeoutError) as error:
+                except (
+                    aiohttp.ClientError,
+                    OSError,
+                    TimeoutError,
+                    RuntimeError,
+                ) as error:  # HeartbeatFailed too
+                    failed = True
                     logger.info("node heartbeat for %s failed (%s); retrying", name, error)
+            # While the API is down, try again soon (backing off), so the nodes are fresh soon after it is back.
+            if failed:
+                wait = min(retry.next(), HEARTBEAT_SECONDS)
+            else:
+                retry.reset()
+                wait = HEARTBEAT_SECONDS
 
     # Pods ------------------------------------------------------------------------------------------------
 
     async def _watch_pods(self) -> None:
         assert self._session is not None
         selector = {"fieldSelector": "spec.nodeName!="}
+        retry = Backoff()
         while True:
             try:
                 code, listing = await self._request("GET", "/api/v1/pods", params=selector)
                 if code != 200:
                     raise aiohttp.ClientError(f"pod list answered {code}")
+                retry.reset()
                 for pod in listing.get("items") or []:
                     self._seen(pod)
                 self._forget_missing({item["metadata"]["uid"] for item in listing.get("items") or []})
@@ -234,7 +314,7 @@ class NodeAgent(SimulatedPods):
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError) as error:
                 logger.info("pod watch interrupted (%s); starting over", error)
                 self.watch_restarts += 1
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(retry.next())
 
     async def _follow(self, selector: Mapping[str, str], version: str) -> None:
         assert self._session is not None
@@ -272,6 +352,37 @@ class NodeAgent(SimulatedPods):
         if (pod.get("spec") or {}).get("nodeName") not in self.node_names:
             return
         self._track(pod)
+        self._resync(pod)
+
+    def _resync(self, pod: dict[str, Any]) -> None:
+        """Write this agent's status again where the API's copy differs (someone else changed it)."""
+        uid = pod["metadata"]["uid"]
+        published = self._published.get(uid)
+        if published is None or uid in self._republishing or uid not in self._pods:
+            return
+        if status_signature(pod.get("status") or {}) == status_signature(published):
+            return
+        self._republishing.add(uid)
+        asyncio.create_task(self._republish(self._pods[uid]), name=f"status of {pod['metadata']['name']}")
+
+    async def _republish(self, state: SimulatedPod) -> None:
+        try:
+            published = self._published.get(state.uid)
+            if published is None:
+                return
+            written = await self._patch_status(self._pod_path(state), published)
+            if written is not None and written.get("metadata", {}).get("uid") == state.uid:
+                state.last = written
+                self.status_resyncs += 1
+                logger.info(
+                    "pod %s/%s: status written again (it differed in the API)", state.namespace, state.name
+                )
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            logger.info(
+                "pod %s/%s: status not written again (%s); next list", state.namespace, state.name, error
+            )
+        finally:
+            self._republishing.discard(state.uid)
 
     def _stopped(self, pod: dict[str, Any]) -> None:
         if self._signal_stopped(pod):
@@ -294,10 +405,16 @@ class NodeAgent(SimulatedPods):
     async def _edit(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         pod = copy.deepcopy(state.last)
         change(pod)
-        written = await self._patch_status(self._pod_path(state), pod.get("status") or {})
+        # While this write is out, the watch may bring its result first: no status to reconcile against yet.
+        self._republishing.add(state.uid)
+        try:
+            written = await self._patch_status(self._pod_path(state), pod.get("status") or {})
+        finally:
+            self._republishing.discard(state.uid)
         if written is None or written.get("metadata", {}).get("uid") != state.uid:
             raise PodGone
         state.last = written
+        self._published[state.uid] = copy.deepcopy(written.get("status") or {})
         return written
 
     async def _write(self, state: SimulatedPod, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
@@ -317,6 +434,7 @@ class NodeAgent(SimulatedPods):
             )
         finally:
             self._pods.pop(state.uid, None)
+            self._published.pop(state.uid, None)
             if state.running:
                 await self._notify("on_pod_stopped", state.last)
             if state.last.get("metadata", {}).get("deletionTimestamp"):

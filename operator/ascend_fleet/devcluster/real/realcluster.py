@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from ascend_fleet.devcluster.fleet.kubelet import DEFAULT_NODE_CAPACITY
 from ascend_fleet.devcluster.local.crds import install_crd
 from ascend_fleet.devcluster.local.signals import stop_on_signals
-from ascend_fleet.devcluster.real.controlplane import ControlPlane, ensure_binary
+from ascend_fleet.devcluster.real.controlplane import CONTROL_PLANE_COMPONENTS, ControlPlane, ensure_binary
 from ascend_fleet.devcluster.real.nodeagent import NodeAgent
 from ascend_fleet.kube import Kube
 from ascend_fleet.kube.client import USER_AGENT
@@ -70,6 +70,19 @@ class RealCluster:
         if self._agent is None:
             raise RuntimeError("the cluster is not running")
         return self._agent
+
+    def outage(self, *components: str) -> contextlib.AbstractContextManager[None]:
+        """Stop control-plane ``components`` (kube-apiserver by default) for a ``with`` block, then start them
+        and wait until the API is ready (:meth:`ControlPlane.outage`)."""
+        return self.control_plane.outage(*components)
+
+    def stop_component(self, component: str) -> None:
+        """Stop one control-plane component and keep it down (not restarted) until :meth:`start_component`."""
+        self.control_plane.stop_component(component)
+
+    def start_component(self, component: str) -> None:
+        """Start a component stopped by :meth:`stop_component` and wait until the API is ready."""
+        self.control_plane.start_component(component)
 
     def write_kubeconfig(self, path: str | Path, *, token: str | None = None) -> Path:
         return self.control_plane.write_kubeconfig(path, token=token)
@@ -199,6 +212,7 @@ def serve(
                 f"{cluster.start_time:.1f}s",
                 flush=True,
             )
+            _print_components(cluster.control_plane)
             if local.prometheus is not None:
                 print(f"Prometheus (scraping the engines): {local.prometheus.url}", flush=True)
             _run_local_pods(local.kube, cluster, pods)
@@ -227,6 +241,12 @@ def _run_local_pods(kube: Kube, cluster: RealCluster, pods: contextlib.ExitStack
         _say(f"endpoint-picker pods will not run (routing.mode inferencePool gets no gateway): {error}")
         local = LocalPods(kube, cluster.control_plane, pickers=False)
     cluster.kubelet.add_listener(pods.enter_context(local))
+
+
+def _print_components(control_plane: ControlPlane) -> None:
+    """The components' process ids: ``kill -9`` one to see it restarted, ``kill -STOP``/``-CONT`` for a hang."""
+    pids = ", ".join(f"{name} {control_plane.pid(name)}" for name in CONTROL_PLANE_COMPONENTS)
+    print(f"control plane processes (restarted when they die): {pids}", flush=True)
 
 
 def _print_route(route: Route, up: bool) -> None:
