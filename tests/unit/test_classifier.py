@@ -85,3 +85,14 @@ def test_envoy_without_classifier_has_the_picker_alone():
     config = envoy_config(8080, 8081, picker_port=9002)
     manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     assert len(manager["http_filters"]) == 2
+
+
+def test_responses_bypass_the_classifier():
+    # Its router buffers a streamed response to the end: through it, the first token would arrive with the last.
+    config = envoy_config(8080, 8081, picker_port=9002, classifier_port=9004)
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    modes = {f["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]: f["typed_config"]["processing_mode"]
+             for f in manager["http_filters"] if "grpc_service" in f["typed_config"]}  # fmt: skip
+    assert modes["classifier"]["response_body_mode"] == "NONE"
+    assert modes["classifier"]["response_header_mode"] == "SKIP"
+    assert modes["endpoint_picker"]["response_body_mode"] == "FULL_DUPLEX_STREAMED"

@@ -300,7 +300,7 @@ def envoy_config(
     if (
         classifier_port is not None
     ):  # before the picker, as the Inference Extension chains its body-based router
-        filters.append(_ext_proc_filter("classifier"))
+        filters.append(_ext_proc_filter("classifier", responses=False))
         clusters.append(_ext_proc_cluster("classifier", classifier_port))
     if picker_port is not None:
         target = "picked_endpoint"
@@ -335,8 +335,13 @@ def envoy_config(
     }  # fmt: skip
 
 
-def _ext_proc_filter(cluster: str = "endpoint_picker") -> dict[str, Any]:
-    """Headers and bodies of requests and responses streamed to ``cluster``, as the Inference Extension expects."""
+def _ext_proc_filter(cluster: str = "endpoint_picker", *, responses: bool = True) -> dict[str, Any]:
+    """Headers and bodies of requests (and responses) streamed to ``cluster``, as the Inference Extension expects.
+
+    The classifier has no response plugin, and its router buffers a streamed response to its end: without
+    ``responses`` its filter never sees them, so first tokens reach the client as the engine sends them.
+    """
+    answer = "SEND" if responses else "SKIP"
     return {
         "name": f"envoy.filters.http.ext_proc.{cluster}",
         "typed_config": {
@@ -344,11 +349,11 @@ def _ext_proc_filter(cluster: str = "endpoint_picker") -> dict[str, Any]:
             "grpc_service": {"envoy_grpc": {"cluster_name": cluster}, "timeout": "10s"},
             "processing_mode": {
                 "request_header_mode": "SEND",
-                "response_header_mode": "SEND",
+                "response_header_mode": answer,
                 "request_body_mode": "FULL_DUPLEX_STREAMED",
-                "response_body_mode": "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "FULL_DUPLEX_STREAMED" if responses else "NONE",
                 "request_trailer_mode": "SEND",
-                "response_trailer_mode": "SEND",
+                "response_trailer_mode": answer,
             },
             # The picker holds a request while flow control queues it: as long as the client waits.
             "message_timeout": "600s",
