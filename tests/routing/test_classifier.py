@@ -129,9 +129,11 @@ def complete(url: str, words: int, headers: dict[str, str] | None = None) -> tup
     async def send():
         prompt = " ".join([uuid.uuid4().hex, *["word"] * (words - 1)])
         body = {"model": "qwen", "prompt": prompt, "max_tokens": 2}
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
-            async with session.post(url + "/v1/completions", json=body, headers=headers or {}) as response:
-                return response.status, await response.text()
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
+            session.post(url + "/v1/completions", json=body, headers=headers or {}) as response,
+        ):
+            return response.status, await response.text()
 
     try:
         return asyncio.run(send())

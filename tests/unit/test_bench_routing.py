@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 
-from ascend_fleet.simulate.curve import BatchCurve
 from bench.routing.figures import (
     LoadRun,
     Outcome,
@@ -18,6 +17,8 @@ from bench.routing.figures import (
     report,
     service_time,
 )
+
+from ascend_fleet.simulate.curve import BatchCurve
 
 
 def test_floor_is_the_share_over_one_second_alone_on_an_idle_engine():

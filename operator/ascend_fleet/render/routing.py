@@ -19,9 +19,8 @@ Pure: the same spec gives the same objects; nothing here talks to a cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import json
+from dataclasses import dataclass
 
 import yaml
 
