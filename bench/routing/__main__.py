@@ -182,6 +182,22 @@ async def replay(url: str, requests: list[Request], obj: AscendInference, mode: 
         return await asyncio.gather(*tasks)
 
 
+def answers(url: str, obj: AscendInference, mode: str) -> bool:
+    """Whether one short request through the fleet's data plane succeeds: the picker has seen its pool and pods.
+
+    Without it a trace shorter than the picker's start-up was shed whole, and the fleet measured nothing.
+    """
+    warm_up = Request(0.0, 8, 1)
+    header = objective_name(NAME, obj.spec.routing.classes[0]) if mode == "pool" else None
+
+    async def one() -> int:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            status, *_ = await send(session, url, warm_up, header)
+            return status
+
+    return asyncio.run(one()) == 200
+
+
 def start_data_plane(cluster: RealCluster, obj: AscendInference, mode: str, workdir: Path) -> list:
     """The picker (and for classed fleets the classifier) with their rendered flags; Envoy last."""
     namespace = Owner.of(obj).namespace
@@ -222,6 +238,7 @@ def run_fleet(cluster: RealCluster, mode: str, requests: list[Request], workdir:
             processes = start_data_plane(cluster, obj, mode, workdir)
         else:
             processes = [Envoy(endpoints=[engines.api_endpoint(namespace, n) for n in leaders]).start()]
+        wait_until(lambda: answers(processes[-1].url, obj, mode), 90, f"fleet {mode} to answer a request")
         time.sleep(2.0)  # the picker's first scrapes
         began = time.monotonic()
         outcomes = asyncio.run(replay(processes[-1].url, requests, obj, mode))
