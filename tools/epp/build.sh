@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# Build the endpoint picker: build.sh OUTPUT. The picker is the upstream one, at the release go.mod pins.
+# Build the endpoint picker and, next to it, the body-based router with the prompt-length classifier:
+# build.sh OUTPUT writes OUTPUT (the picker) and OUTPUT's directory/classifier. Both are the upstream
+# programs at the release go.mod pins; the classifier only adds a plugin (classify/).
 set -euo pipefail
 cd "$(dirname "$0")"
+classifier="$(dirname "$1")/classifier"
+go build -trimpath -ldflags="-s -w" -o "$classifier.tmp" ./classifier
 go build -trimpath -ldflags="-s -w" -o "$1.tmp" .
+mv "$classifier.tmp" "$classifier"
 mv "$1.tmp" "$1"

@@ -472,7 +472,8 @@ class PriorityClass(Model):
 def default_classes() -> list[PriorityClass]:
     """The seeds' three classes by prompt length: over 2048 tokens, over 512, the rest (queues 16, 32, 64).
 
-    Short prompts are dispatched first, as the seeds' scheduler does, so long prompts stop holding them up.
+    Short prompts are dispatched first, so long prompts stop holding them up (the seed's code ran long ones
+    first; bench/routing measured both orders without a winner, docs/routing.md).
     """
     return [
         PriorityClass(name="long", priority=0, max_queue=16, min_prompt_tokens=2049),

@@ -19,6 +19,7 @@ Pure: the same spec gives the same objects; nothing here talks to a cluster.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import yaml
@@ -44,6 +45,15 @@ PICKER_UID = 65532  # the distroless "nonroot" user of the upstream picker image
 # The release whose picker and CRDs the operator is tested with (tools/epp, tests/data/inference-extension).
 PICKER_RELEASE = "v1.5.0"
 DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PICKER_RELEASE}"
+# The body-based router (the Inference Extension's BBR) with the prompt-length classifier plugin
+# (tools/epp/classify): it runs in front of the picker and names the objective of a request that has none.
+CLASSIFIER_PLUGIN = "prompt-length-objective"
+CLASSIFIER_GRPC_PORT = 9004  # the upstream router's defaults
+CLASSIFIER_HEALTH_PORT = 9005
+CLASSIFIER_METRICS_PORT = 9091
+# The request body field vLLM (``--scheduling-policy priority``) and SGLang (``--enable-priority-scheduling``)
+# read a request's priority from.
+ENGINE_PRIORITY_FIELD = "priority"
 # How long a request may wait in the picker's queues before it is shed, unless the client sets a deadline.
 REQUEST_TTL = "60s"
 # Engine queue depth at which the picker counts an endpoint as saturated and holds requests back: small, so
@@ -229,6 +239,45 @@ def picker_args(
         # The picker's own /metrics stays readable by Prometheus without a token review.
         "--metrics-endpoint-auth=false",
         "--tracing=false",
+        "--zap-encoder", "json",
+    ]  # fmt: skip
+
+
+def classifier_plugin(spec: AscendInferenceSpec, owner: Owner) -> dict:
+    """The prompt-length classifier's parameters: one entry per class, its objective and where it starts.
+
+    With ``scheduling.priority`` the request body also gets ``priority``: the class's priority negated,
+    because both engines (as rendered) serve lower values first while the picker dispatches higher first.
+    """
+    classes = []
+    for c in spec.routing.classes:
+        entry: dict = {"objective": objective_name(owner.name, c), "minPromptTokens": c.min_prompt_tokens}
+        if spec.scheduling.priority:
+            entry["enginePriority"] = -c.priority
+        classes.append(entry)
+    parameters: dict = {"header": OBJECTIVE_HEADER, "classes": classes}
+    if spec.scheduling.priority:
+        parameters["priorityField"] = ENGINE_PRIORITY_FIELD
+    return parameters
+
+
+def classifier_args(
+    spec: AscendInferenceSpec,
+    owner: Owner,
+    *,
+    grpc_port: int = CLASSIFIER_GRPC_PORT,
+    health_port: int = CLASSIFIER_HEALTH_PORT,
+    metrics_port: int = CLASSIFIER_METRICS_PORT,
+) -> list[str]:
+    """The classifier's command line: the upstream body-based router's flags with one plugin, ours."""
+    plugin = json.dumps(classifier_plugin(spec, owner), separators=(",", ":"))
+    return [
+        "--plugin", f"{CLASSIFIER_PLUGIN}:{CLASSIFIER_PLUGIN}:{plugin}",
+        "--streaming",  # Envoy streams the body full-duplex, as it does to the picker
+        "--grpc-port", str(grpc_port),
+        "--grpc-health-port", str(health_port),
+        "--metrics-port", str(metrics_port),
+        "--metrics-endpoint-auth=false",
         "--zap-encoder", "json",
     ]  # fmt: skip
 

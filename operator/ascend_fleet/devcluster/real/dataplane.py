@@ -82,6 +82,14 @@ def port_open(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
+def ensure_classifier(*, build: bool = True, progress: Any = None) -> Path:
+    """The body-based router with the prompt-length classifier: built by ``tools/epp`` next to the picker."""
+    binary = ensure_picker(build=build, progress=progress).parent / "classifier"
+    if not binary.is_file():
+        raise DataPlaneUnavailable(f"no classifier next to the endpoint picker ({binary}); run make epp")
+    return binary
+
+
 # Processes ------------------------------------------------------------------------------------------
 
 
@@ -183,6 +191,39 @@ class Picker(Process):
         return self.start()
 
 
+class Classifier(Process):
+    """The upstream body-based router with the prompt-length classifier, run in front of the picker."""
+
+    name = "classifier"
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        kubeconfig: str | Path,
+        *,
+        binary: str | Path | None = None,
+        workdir: str | Path | None = None,
+    ) -> None:
+        """``args`` as :func:`ascend_fleet.render.routing.classifier_args` renders them."""
+        super().__init__(workdir)
+        self.binary = Path(binary) if binary else ensure_classifier()
+        self.args = list(args)
+        self.kubeconfig = Path(kubeconfig)
+        self.grpc_port = int(flag(self.args, "--grpc-port") or 9004)
+
+    def start(self, timeout: float = _START_TIMEOUT) -> Self:
+        self._spawn([str(self.binary), *self.args], env={"KUBECONFIG": str(self.kubeconfig)})
+        try:
+            self._wait_listening(self.grpc_port, timeout, "the classifier")
+        except DataPlaneUnavailable:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+
 class Envoy(Process):
     """Envoy in front of the engines: through the endpoint picker, or random choice as a Service does."""
 
@@ -195,14 +236,22 @@ class Envoy(Process):
         endpoints: Sequence[str] = (),
         port: int | None = None,
         workdir: str | Path | None = None,
+        classifier_port: int | None = None,
     ) -> None:
-        """With ``picker_port`` the picker chooses; otherwise requests spread randomly over ``endpoints``."""
+        """With ``picker_port`` the picker chooses; otherwise requests spread randomly over ``endpoints``.
+        With ``classifier_port`` the classifier sees each request first (it names the objective)."""
         super().__init__(workdir)
         if picker_port is None and not endpoints:
             raise ValueError("Envoy needs the endpoint picker's port or a list of endpoints")
         self.port = port or free_port()
         self.admin_port = free_port()
-        self.config = envoy_config(self.port, self.admin_port, picker_port=picker_port, endpoints=endpoints)
+        self.config = envoy_config(
+            self.port,
+            self.admin_port,
+            picker_port=picker_port,
+            endpoints=endpoints,
+            classifier_port=classifier_port,
+        )
 
     @property
     def url(self) -> str:
@@ -222,17 +271,27 @@ class Envoy(Process):
 
 
 def envoy_config(
-    port: int, admin_port: int, *, picker_port: int | None = None, endpoints: Sequence[str] = ()
+    port: int,
+    admin_port: int,
+    *,
+    picker_port: int | None = None,
+    endpoints: Sequence[str] = (),
+    classifier_port: int | None = None,
 ) -> dict[str, Any]:
     """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines."""
     router = {"name": "envoy.filters.http.router",
               "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}  # fmt: skip
     filters: list[dict[str, Any]] = []
     clusters: list[dict[str, Any]] = []
+    if (
+        classifier_port is not None
+    ):  # before the picker, as the Inference Extension chains its body-based router
+        filters.append(_ext_proc_filter("classifier", responses=False))
+        clusters.append(_ext_proc_cluster("classifier", classifier_port))
     if picker_port is not None:
         target = "picked_endpoint"
         filters.append(_ext_proc_filter())
-        clusters += [_picked_cluster(target), _picker_cluster(picker_port)]
+        clusters += [_picked_cluster(target), _ext_proc_cluster("endpoint_picker", picker_port)]
     else:
         target = "service"
         clusters.append(_random_cluster(target, endpoints))
@@ -262,20 +321,25 @@ def envoy_config(
     }  # fmt: skip
 
 
-def _ext_proc_filter() -> dict[str, Any]:
-    """Headers and bodies of requests and responses streamed to the picker, as the Inference Extension expects."""
+def _ext_proc_filter(cluster: str = "endpoint_picker", *, responses: bool = True) -> dict[str, Any]:
+    """Headers and bodies of requests (and responses) streamed to ``cluster``, as the Inference Extension expects.
+
+    The classifier has no response plugin, and its router buffers a streamed response to its end: without
+    ``responses`` its filter never sees them, so first tokens reach the client as the engine sends them.
+    """
+    answer = "SEND" if responses else "SKIP"
     return {
-        "name": "envoy.filters.http.ext_proc",
+        "name": f"envoy.filters.http.ext_proc.{cluster}",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-            "grpc_service": {"envoy_grpc": {"cluster_name": "endpoint_picker"}, "timeout": "10s"},
+            "grpc_service": {"envoy_grpc": {"cluster_name": cluster}, "timeout": "10s"},
             "processing_mode": {
                 "request_header_mode": "SEND",
-                "response_header_mode": "SEND",
+                "response_header_mode": answer,
                 "request_body_mode": "FULL_DUPLEX_STREAMED",
-                "response_body_mode": "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "FULL_DUPLEX_STREAMED" if responses else "NONE",
                 "request_trailer_mode": "SEND",
-                "response_trailer_mode": "SEND",
+                "response_trailer_mode": answer,
             },
             # The picker holds a request while flow control queues it: as long as the client waits.
             "message_timeout": "600s",
@@ -295,10 +359,10 @@ def _picked_cluster(name: str) -> dict[str, Any]:
     }
 
 
-def _picker_cluster(port: int) -> dict[str, Any]:
-    """The picker's ext_proc gRPC server: HTTP/2 over TLS with its self-signed certificate."""
+def _ext_proc_cluster(name: str, port: int) -> dict[str, Any]:
+    """An ext_proc gRPC server (picker or classifier): HTTP/2 over TLS with its self-signed certificate."""
     return {
-        "name": "endpoint_picker",
+        "name": name,
         "type": "STATIC",
         "connect_timeout": "5s",
         "circuit_breakers": _unbounded(),
@@ -315,7 +379,7 @@ def _picker_cluster(port: int) -> dict[str, Any]:
                 "common_tls_context": {"alpn_protocols": ["h2"]},
             },
         },
-        "load_assignment": {"cluster_name": "endpoint_picker", "endpoints": [{"lb_endpoints": [_endpoint("127.0.0.1", port)]}]},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [_endpoint("127.0.0.1", port)]}]},
     }  # fmt: skip
 
 

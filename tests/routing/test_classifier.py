@@ -1,0 +1,178 @@
+"""The server classifies: requests without an objective header get their class from their prompt length.
+
+On the real control plane, as tests/routing/test_dataplane.py: the upstream CRDs and every rendered object
+are applied, the node agent serves the engine pods as simulated engines, and Envoy chains the classifier (the
+upstream body-based router with the prompt-length plugin of tools/epp/classify) before the upstream endpoint
+picker, each with its rendered command line. The picker's own request counter, labelled by the priority of
+the objective it resolved, shows where each request went.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import urllib.request
+import uuid
+
+import aiohttp
+import pytest
+import yaml
+
+from ascend_fleet.api import names
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.local.ports import free_port
+from ascend_fleet.devcluster.real.dataplane import (
+    Classifier,
+    DataPlaneUnavailable,
+    Envoy,
+    Picker,
+    ensure_classifier,
+    ensure_picker,
+    envoy_binary,
+)
+from ascend_fleet.kube import wait_for
+from ascend_fleet.render import Owner, render_all, validate
+from ascend_fleet.render.routing import (
+    OBJECTIVE_HEADER,
+    classifier_args,
+    picker_args,
+    picker_config,
+    picker_name,
+)
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.e2e
+UPSTREAM_CRDS = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
+NAME = "llm"
+REQUESTS = re.compile(r"^inference_objective_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def binaries():
+    try:
+        return (
+            ensure_picker(progress=lambda line: print(line, flush=True)),
+            ensure_classifier(),
+            envoy_binary(),
+        )
+    except DataPlaneUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the data plane: {error}")
+        pytest.skip(str(error))
+
+
+@pytest.fixture(scope="module")
+def fleet(real_cluster, binaries, tmp_path_factory):
+    """The seeds' default classes with engine priority; (url, picker, classifier)."""
+    namespace = f"classify-{uuid.uuid4().hex[:6]}"
+    real_cluster.kubectl("create", "namespace", namespace)
+    real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
+    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
+    engines = SimulatedEngines(Scenario.constant(0.0))
+    real_cluster.kubelet.add_listener(engines)
+    processes: list = []
+    try:
+        obj = validate({
+            "apiVersion": names.API_VERSION, "kind": names.KIND,
+            "metadata": {"name": NAME, "namespace": namespace},
+            "spec": {"model": {"name": "qwen", "path": "/models/qwen"}, "engine": {"type": "vllm-ascend"},
+                     "routing": {"mode": "inferencePool"}, "scheduling": {"priority": True}},
+        }).obj  # fmt: skip
+        objects = render_all(obj)
+        real_cluster.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+        leaders = [o["metadata"]["name"] for o in objects
+                   if o["kind"] == "Pod" and o["metadata"]["labels"][names.LABEL_ROLE] == names.ROLE_LEADER]  # fmt: skip
+        wait_for(lambda: all(engines.api_endpoint(namespace, n) for n in leaders), 60, "serving engines", 0.2)
+        token = real_cluster.kubectl("create", "token", picker_name(NAME), "-n", namespace).stdout.strip()
+        kubeconfig = real_cluster.cluster.control_plane.write_kubeconfig(
+            tmp_path_factory.mktemp("epp") / "kubeconfig", token=token, namespace=namespace
+        )
+        owner = Owner.of(obj)
+        ports = {"grpc_port": free_port(), "health_port": free_port(), "metrics_port": free_port()}
+        picker = Picker(picker_args(owner, **ports), picker_config(obj.spec), kubeconfig, binary=binaries[0])
+        processes.append(picker.start())
+        ports = {"grpc_port": free_port(), "health_port": free_port(), "metrics_port": free_port()}
+        classifier = Classifier(classifier_args(obj.spec, owner, **ports), kubeconfig, binary=binaries[1])
+        processes.append(classifier.start())
+        envoy = Envoy(picker_port=picker.grpc_port, classifier_port=classifier.grpc_port)
+        processes.append(envoy.start())
+        try:
+            wait_for(
+                lambda: complete(envoy.url, 4)[0] == 200,
+                90,
+                "an answer through the classifier and picker",
+                0.2,
+            )
+        except AssertionError:
+            raise AssertionError(f"no answer\nclassifier:\n{classifier.log()[-3000:]}\nEPP:\n"
+                                 f"{picker.log()[-3000:]}\nEnvoy:\n{envoy.log()[-2000:]}") from None  # fmt: skip
+        yield envoy.url, picker, classifier
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        real_cluster.kubelet.remove_listener(engines)
+        engines.close()
+        real_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def complete(url: str, words: int, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """(status, body) of one completion whose prompt is ``words`` words long."""
+
+    async def send():
+        prompt = " ".join([uuid.uuid4().hex, *["word"] * (words - 1)])
+        body = {"model": "qwen", "prompt": prompt, "max_tokens": 2}
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session,
+            session.post(url + "/v1/completions", json=body, headers=headers or {}) as response,
+        ):
+            return response.status, await response.text()
+
+    try:
+        return asyncio.run(send())
+    except (TimeoutError, aiohttp.ClientError) as error:
+        return 599, str(error)
+
+
+def requests_by_priority(picker: Picker) -> dict[str, float]:
+    """The picker's ``inference_objective_request_total``, summed per ``priority`` label."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{picker.metrics_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    counts: dict[str, float] = {}
+    for labels, value in REQUESTS.findall(text):
+        priority = dict(re.findall(r'(\w+)="([^"]*)"', labels)).get("priority", "")
+        counts[priority] = counts.get(priority, 0.0) + float(value)
+    return counts
+
+
+def sent_one(picker: Picker, before: dict[str, float]) -> dict[str, float]:
+    """What one request added to the picker's counts, once it shows."""
+    return wait_for(
+        lambda: {p: n - before.get(p, 0.0) for p, n in requests_by_priority(picker).items()
+                 if n != before.get(p, 0.0)},
+        10, "the picker's request counter", 0.2,
+    )  # fmt: skip
+
+
+def test_prompts_without_a_header_are_classed_by_length(fleet):
+    """3000 words is the long class (priority 0), 600 medium (1), 10 short (2): the seeds' thresholds."""
+    url, picker, classifier = fleet
+    for words, priority in ((3000, "0"), (600, "1"), (10, "2")):
+        before = requests_by_priority(picker)
+        status, body = complete(url, words)
+        assert status == 200, body
+        assert sent_one(picker, before) == {priority: 1.0}, (words, classifier.log()[-2000:])
+    # The classifier's own account: each prompt's estimated tokens (max of words and characters / 4).
+    classified = [json.loads(line) for line in classifier.log().splitlines() if "classified request" in line]
+    estimates = {entry["objective"]: entry["promptTokens"] for entry in classified}
+    assert estimates["llm-long"] >= 3000 and 600 <= estimates["llm-medium"] <= 2048, estimates
+
+
+def test_a_header_the_client_sends_still_wins(fleet):
+    url, picker, _ = fleet
+    before = requests_by_priority(picker)
+    status, body = complete(url, 3000, {OBJECTIVE_HEADER: f"{NAME}-short"})
+    assert status == 200, body
+    assert sent_one(picker, before) == {"2": 1.0}

@@ -1,0 +1,98 @@
+"""The prompt-length classifier's rendered command line, and Envoy's chain of classifier then picker.
+
+The classifier itself (tools/epp/classify) has Go tests; tests/routing/test_classifier.py runs it in front of
+the upstream picker on the real control plane.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ascend_fleet.api import names
+from ascend_fleet.devcluster.real.dataplane import envoy_config, flag
+from ascend_fleet.render import Owner, validate
+from ascend_fleet.render.routing import (
+    CLASSIFIER_PLUGIN,
+    OBJECTIVE_HEADER,
+    classifier_args,
+    classifier_plugin,
+)
+
+
+def inference(**spec):
+    doc = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": "llm", "namespace": "default"},
+        "spec": {
+            "model": {"name": "qwen", "path": "/models/qwen"},
+            "engine": {"type": "vllm-ascend"},
+            "routing": {"mode": "inferencePool"},
+            **spec,
+        },
+    }
+    return validate(doc).obj
+
+
+def plugin_parameters(args: list[str]) -> dict:
+    kind, name, parameters = flag(args, "--plugin").split(":", 2)
+    assert (kind, name) == (CLASSIFIER_PLUGIN, CLASSIFIER_PLUGIN)
+    return json.loads(parameters)
+
+
+def test_classifier_names_each_class_objective_at_its_threshold():
+    obj = inference()
+    parameters = plugin_parameters(classifier_args(obj.spec, Owner.of(obj)))
+    assert parameters == {
+        "header": OBJECTIVE_HEADER,
+        "classes": [
+            {"objective": "llm-long", "minPromptTokens": 2049},
+            {"objective": "llm-medium", "minPromptTokens": 513},
+            {"objective": "llm-short", "minPromptTokens": 0},
+        ],
+    }
+
+
+def test_engine_priority_is_the_class_priority_negated_with_priority_scheduling():
+    # The picker dispatches higher first; vLLM and SGLang (as rendered) serve lower values first.
+    obj = inference(scheduling={"priority": True})
+    parameters = classifier_plugin(obj.spec, Owner.of(obj))
+    assert parameters["priorityField"] == "priority"
+    assert {c["objective"]: c["enginePriority"] for c in parameters["classes"]} == {
+        "llm-long": 0, "llm-medium": -1, "llm-short": -2}  # fmt: skip
+
+
+def test_classifier_ports_are_the_given_ones():
+    obj = inference()
+    args = classifier_args(obj.spec, Owner.of(obj), grpc_port=1, health_port=2, metrics_port=3)
+    assert [flag(args, f) for f in ("--grpc-port", "--grpc-health-port", "--metrics-port")] == ["1", "2", "3"]
+    assert "--streaming" in args
+
+
+def test_envoy_calls_the_classifier_before_the_picker():
+    config = envoy_config(8080, 8081, picker_port=9002, classifier_port=9004)
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    calls = [f["typed_config"].get("grpc_service", {}).get("envoy_grpc", {}).get("cluster_name")
+             for f in manager["http_filters"]]  # fmt: skip
+    assert calls == ["classifier", "endpoint_picker", None]  # None: the router
+    ports = {c["name"]: c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+             ["socket_address"]["port_value"] for c in config["static_resources"]["clusters"]
+             if c["name"] in ("classifier", "endpoint_picker")}  # fmt: skip
+    assert ports == {"classifier": 9004, "endpoint_picker": 9002}
+
+
+def test_envoy_without_classifier_has_the_picker_alone():
+    config = envoy_config(8080, 8081, picker_port=9002)
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert len(manager["http_filters"]) == 2
+
+
+def test_responses_bypass_the_classifier():
+    # Its router buffers a streamed response to the end: through it, the first token would arrive with the last.
+    config = envoy_config(8080, 8081, picker_port=9002, classifier_port=9004)
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    modes = {f["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]: f["typed_config"]["processing_mode"]
+             for f in manager["http_filters"] if "grpc_service" in f["typed_config"]}  # fmt: skip
+    assert modes["classifier"]["response_body_mode"] == "NONE"
+    assert modes["classifier"]["response_header_mode"] == "SKIP"
+    assert modes["endpoint_picker"]["response_body_mode"] == "FULL_DUPLEX_STREAMED"
