@@ -105,6 +105,7 @@ KINDS = {
     "InferenceObjective": _Kind("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives"),
     "HTTPRoute": _Kind("gateway.networking.k8s.io", "v1", "httproutes"),
     "Deployment": _Kind("apps", "v1", "deployments"),
+    "Lease": _Kind("coordination.k8s.io", "v1", "leases"),  # leader election among operator replicas
     "ConfigMap": _Kind("", "v1", "configmaps"),
     "ServiceAccount": _Kind("", "v1", "serviceaccounts"),
     "Role": _Kind("rbac.authorization.k8s.io", "v1", "roles"),
