@@ -224,6 +224,16 @@ class LocalPods:
             del self._running[key]
         self._stop(current)
 
+    def kill(self, namespace: str, name: str) -> bool:
+        """SIGKILL a pod's programs, as a crashed container (the pod object stays); False if none runs here."""
+        with self._lock:
+            running = self._running.get((namespace, name))
+        if running is None:
+            return False
+        for process in running.processes:
+            process.kill()
+        return True
+
     def close(self) -> None:
         with self._lock:
             running, self._running = list(self._running.values()), {}
