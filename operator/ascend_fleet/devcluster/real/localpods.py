@@ -230,8 +230,9 @@ class LocalPods:
             running = self._running.get((namespace, name))
         if running is None:
             return False
-        for process in running.processes:
-            process.kill()
+        for program in running.processes:
+            if program.process is not None:
+                program.process.kill()
         return True
 
     def close(self) -> None:
