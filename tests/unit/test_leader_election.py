@@ -261,3 +261,19 @@ def test_run_elected_starts_the_operator_only_on_the_holder_and_hands_over_on_st
 
     asyncio.run(scenario())
     assert running == []
+
+
+def test_each_process_is_a_new_candidate_named_after_its_pod():
+    first, second = (leader.candidate_identity({"POD_NAME": "op-7d9f-abcde"}) for _ in range(2))
+    assert first.startswith("op-7d9f-abcde_") and second.startswith("op-7d9f-abcde_")
+    assert first != second
+
+
+def test_run_with_a_lease_needs_its_namespace(monkeypatch, capsys):
+    from ascend_fleet.cli.main import build_parser
+    from ascend_fleet.cli.runtime import run_with_lease
+
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    args = build_parser().parse_args(["run", "--leader-elect-lease", "ascend-fleet"])
+    assert run_with_lease(cast(OperatorContext, None), RunOptions(), args) == 2
+    assert "--leader-elect-namespace" in capsys.readouterr().err
