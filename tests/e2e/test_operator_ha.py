@@ -7,9 +7,13 @@ log tells the two replicas apart: every write of the first must come before ever
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -17,7 +21,8 @@ from ascend_fleet.api import names
 from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.real.localpods import LocalPods, operator_container
-from ascend_fleet.kube import NotFound, wait_for
+from ascend_fleet.handlers.leader import LOST_EXIT_CODE
+from ascend_fleet.kube import Kube, NotFound, wait_for
 from ascend_fleet.kube.client import USER_AGENT
 from tests.chart import helm
 from tests.e2e.fleet import example
@@ -36,7 +41,7 @@ def real(cluster):
     return cluster
 
 
-def holder(kube, namespace: str, lease: str) -> str:
+def holder(kube: Kube, namespace: str, lease: str) -> str:
     """The Lease's holderIdentity ("" while there is none)."""
     try:
         return (kube.get("Lease", namespace, lease).get("spec") or {}).get("holderIdentity") or ""
@@ -44,11 +49,52 @@ def holder(kube, namespace: str, lease: str) -> str:
         return ""
 
 
-def ready(kube, namespace: str, name: str) -> bool:
+def ready(kube: Kube, namespace: str, name: str) -> bool:
     return (kube.get(names.KIND, namespace, name).get("status") or {}).get("readyReplicas") == 1
 
 
-def test_killing_the_active_operator_hands_over_within_15s_without_double_writes(real, kube, namespace):
+@dataclass
+class HA:
+    """Two chart operator pods, both running here, one holding the Lease, and a fleet it reconciled."""
+
+    real: object
+    kube: Kube
+    local: LocalPods
+    home: str
+    lease: str
+    namespace: str
+    name: str
+    first: str  # the first holder's identity
+
+    def holder(self) -> str:
+        return holder(self.kube, self.home, self.lease)
+
+    def first_pod(self) -> str:
+        return self.first.rsplit("_", 1)[0]
+
+    def new_holder(self) -> str:
+        return wait_for(lambda: h if (h := self.holder()) != self.first else "", 30, "a new holder")
+
+    def check_the_new_holder_acts_alone(self, second: str) -> None:
+        """A deleted engine pod comes back, created by the new holder, and the two never wrote at once."""
+        (pod,) = self.kube.list("Pod", self.namespace, {names.LABEL_NAME: self.name})
+        self.kube.delete("Pod", self.namespace, pod["metadata"]["name"])
+        wait_for(
+            lambda: any(w[0] == second and w[2] == "pods" for w in writes(self.real, self.home)),
+            60,
+            "the new holder recreating the deleted engine pod",
+        )
+        wait_for(lambda: ready(self.kube, self.namespace, self.name), 120, "the fleet ready again")
+        by_writer = defaultdict(list)
+        for identity, stamp, _resource in writes(self.real, self.home):
+            by_writer[identity].append(stamp)
+        assert set(by_writer) == {self.first, second}, sorted(by_writer)
+        assert max(by_writer[self.first]) < min(by_writer[second]), "two operators wrote at overlapping times"
+        assert lease_verbs(self.real, self.home) == {"get", "create", "update"}
+
+
+@pytest.fixture
+def ha(real, kube, namespace) -> Iterator[HA]:
     release = f"ha-{uuid.uuid4().hex[:6]}"
     home = f"{release}-system"
     kube.create_namespace(home)
@@ -61,16 +107,12 @@ def test_killing_the_active_operator_hands_over_within_15s_without_double_writes
     }
     try:
         installed = helm.install(real.kubeconfig, release, home, values, driver="secret")
-        (args,) = [
-            operator_container(o["spec"]["template"])["args"]
-            for o in installed.objects
-            if o["kind"] == "Deployment"
-        ]
+        (deployment,) = [o for o in installed.objects if o["kind"] == "Deployment"]
+        args = (operator_container(deployment["spec"]["template"]) or {})["args"]
         lease = next(a.split("=", 1)[1] for a in args if a.startswith("--leader-elect-lease="))
         wait_for(
             lambda: (
-                len([p for p in kube.list("Pod", home) if (home, p["metadata"]["name"]) in local.running()])
-                == 2
+                sum((home, p["metadata"]["name"]) in local.running() for p in kube.list("Pod", home)) == 2
             ),
             120,
             f"both operator pods running ({local.failures})",
@@ -81,36 +123,38 @@ def test_killing_the_active_operator_hands_over_within_15s_without_double_writes
         kube.create(doc)
         name = doc["metadata"]["name"]
         wait_for(lambda: ready(kube, namespace, name), 120, "the fleet reconciled by the elected operator")
-
-        killed_at = time.monotonic()
-        assert local.kill(home, first.rsplit("_", 1)[0])
-        second = wait_for(lambda: (h := holder(kube, home, lease)) != first and h, 30, "a new holder")
-        takeover = time.monotonic() - killed_at
-        print(f"operator_takeover_s={takeover:.1f} ({first} -> {second})")
-        assert takeover < TAKEOVER_LIMIT_SECONDS
-
-        # The new holder acts: a deleted engine pod comes back, created by it.
-        (pod,) = kube.list("Pod", namespace, {names.LABEL_NAME: name})
-        kube.delete("Pod", namespace, pod["metadata"]["name"])
-        wait_for(
-            lambda: any(w[0] == second and w[2] == "pods" for w in writes(real, home)),
-            60,
-            "the new holder recreating the deleted engine pod",
-        )
-        wait_for(lambda: ready(kube, namespace, name), 120, "the fleet ready again")
-
-        by_writer = defaultdict(list)
-        for identity, stamp, _resource in writes(real, home):
-            by_writer[identity].append(stamp)
-        assert set(by_writer) == {first, second}, sorted(by_writer)
-        assert max(by_writer[first]) < min(by_writer[second]), "the two operators wrote at overlapping times"
-        assert lease_verbs(real, home) == {"get", "create", "update"}
+        yield HA(real, kube, local, home, lease, namespace, name, first)
     finally:
         real.kubelet.remove_listener(local)
         real.kubelet.remove_listener(engines)
         local.close()
         engines.close()
         kube.delete_namespace(home)
+
+
+def test_killing_the_active_operator_hands_over_within_15s_without_double_writes(ha):
+    killed_at = time.monotonic()
+    (program,) = ha.local.programs(ha.home, ha.first_pod())
+    program.kill()  # SIGKILL
+    second = ha.new_holder()
+    takeover = time.monotonic() - killed_at
+    print(f"operator_takeover_s={takeover:.1f} ({ha.first} -> {second})")
+    assert takeover < TAKEOVER_LIMIT_SECONDS
+    ha.check_the_new_holder_acts_alone(second)
+
+
+def test_a_frozen_holder_that_wakes_after_losing_the_lease_ends_without_writing(ha):
+    """SIGSTOP as a cut from the API longer than the Lease: on SIGCONT the old holder must not act again."""
+    (program,) = ha.local.programs(ha.home, ha.first_pod())
+    assert program.pid is not None
+    os.kill(program.pid, signal.SIGSTOP)
+    try:
+        second = ha.new_holder()
+    finally:
+        os.kill(program.pid, signal.SIGCONT)
+    wait_for(lambda: program.returncode is not None, 30, "the old holder ending on waking")
+    assert program.returncode == LOST_EXIT_CODE
+    ha.check_the_new_holder_acts_alone(second)
 
 
 def writes(real, home: str) -> list[tuple[str, str, str]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
@@ -224,10 +225,10 @@ def test_run_elected_starts_the_operator_only_on_the_holder_and_hands_over_on_st
     running: list[str] = []
 
     async def fake_operator(ctx, options, stop_flag=None, ready_flag=None):
-        running.append(ctx)
+        running.append(ctx.name)
         while not stop_flag.is_set():
             await asyncio.sleep(0.01)
-        running.remove(ctx)
+        running.remove(ctx.name)
 
     monkeypatch.setattr(leader, "run_operator", fake_operator)
     api = FakeLeases()
@@ -238,7 +239,8 @@ def test_run_elected_starts_the_operator_only_on_the_holder_and_hands_over_on_st
         runs = {
             name: asyncio.create_task(
                 run_elected(
-                    cast(OperatorContext, name),  # the fake operator only records which replica runs
+                    # the fake operator only records which replica runs
+                    cast(OperatorContext, SimpleNamespace(name=name, kube=SimpleNamespace(fence=None))),
                     RunOptions(),
                     LeaderElection("ops", "lease", name, timing),
                     stops[name],
@@ -277,3 +279,21 @@ def test_run_with_a_lease_needs_its_namespace(monkeypatch, capsys):
     args = build_parser().parse_args(["run", "--leader-elect-lease", "ascend-fleet"])
     assert run_with_lease(cast(OperatorContext, None), RunOptions(), args) == 2
     assert "--leader-elect-namespace" in capsys.readouterr().err
+
+
+def test_the_fence_refuses_every_request_once_the_deadline_passed():
+    from kubernetes import client
+
+    from ascend_fleet.kube import Kube
+
+    api, clock = FakeLeases(), Clock()
+    a = elector(api, "a", clock)
+    a.attempt()
+    lost: list[bool] = []
+    kube = Kube(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    kube.fence = leader.fence(a, lambda: lost.append(True))
+    kube.fence()  # within the deadline: allowed
+    clock.advance(7)
+    with pytest.raises(KubeError, match="no longer holds"):
+        kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}})
+    assert lost == [True]

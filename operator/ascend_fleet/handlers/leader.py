@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from ..kube import KubeError
 from ..kube.lease import LeaseApi, LeaseElector, LeaseTiming
 from .operator import OperatorContext, RunOptions, _stopped, _wait_stop, run_operator
 
@@ -78,6 +79,21 @@ class Watchdog:
                 return
 
 
+def fence(elector: LeaseElector, on_lost: Callable[[], None]) -> Callable[[], None]:
+    """A check before each request of the operator's client: past the renew deadline nothing is sent.
+
+    The watchdog alone could lose a race after the process was frozen (SIGSTOP, a stalled VM): on waking,
+    a worker thread might send a write before the watchdog's next look. The fence sees the deadline first.
+    """
+
+    def check() -> None:
+        if elector.deadline_passed():
+            on_lost()
+            raise KubeError(0, "LeaseLost", "this operator no longer holds the leader lease")
+
+    return check
+
+
 async def _serve_standby_health(port: int | None) -> web.AppRunner | None:
     """The liveness endpoint kopf serves once it runs, answered meanwhile so the standby is not restarted."""
     if not port:
@@ -129,6 +145,7 @@ async def run_elected(
         return
     log.info("holding the leader lease %s/%s as %s", election.namespace, election.name, election.identity)
     watchdog = Watchdog(elector, on_lost).start()
+    ctx.kube.fence = fence(elector, on_lost)
     kopf_stop = threading.Event()
     operator = asyncio.create_task(run_operator(ctx, options, stop_flag=kopf_stop, ready_flag=ready_flag))
     try:
