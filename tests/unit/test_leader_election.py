@@ -297,3 +297,46 @@ def test_the_fence_refuses_every_request_once_the_deadline_passed():
     with pytest.raises(KubeError, match="no longer holds"):
         kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}})
     assert lost == [True]
+
+
+def test_a_slow_stop_keeps_the_lease_until_the_operator_has_ended(monkeypatch):
+    """kopf's last passes may write while it stops: the Lease is renewed meanwhile, released only after."""
+    running: list[str] = []
+    stopped_at: list[float] = []
+
+    async def slow_operator(ctx, options, stop_flag=None, ready_flag=None):
+        running.append(ctx.name)
+        while not stop_flag.is_set():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.5)  # longer than the Lease: without renewals a standby would take over
+        running.remove(ctx.name)
+        stopped_at.append(asyncio.get_running_loop().time())
+
+    monkeypatch.setattr(leader, "run_operator", slow_operator)
+    api = FakeLeases()
+    timing = LeaseTiming(lease_duration=1.0, renew_deadline=0.6, retry_period=0.05)
+
+    def replica(name: str, stop: threading.Event):
+        ctx = cast(OperatorContext, SimpleNamespace(name=name, kube=SimpleNamespace(fence=None)))
+        election = LeaderElection("ops", "lease", name, timing)
+        return run_elected(ctx, RunOptions(), election, stop, api=api, on_lost=pytest.fail)
+
+    async def scenario() -> None:
+        stop_a, stop_b = threading.Event(), threading.Event()
+        a = asyncio.create_task(replica("a", stop_a))
+        await asyncio.sleep(0.3)
+        b = asyncio.create_task(replica("b", stop_b))
+        await asyncio.sleep(0.3)
+        stop_a.set()
+        overlap = False
+        while not a.done():
+            overlap |= running == ["a", "b"] or running == ["b", "a"]
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        assert not overlap
+        assert running == ["b"]
+        stop_b.set()
+        await asyncio.wait_for(b, 5)
+
+    asyncio.run(scenario())
+    assert len(stopped_at) == 2

@@ -28,6 +28,7 @@ from .operator import OperatorContext, RunOptions, _stopped, _wait_stop, run_ope
 log = logging.getLogger(__name__)
 LOST_EXIT_CODE = 3  # the process ends with this when it lost the Lease (its pod restarts as a standby)
 WATCHDOG_PERIOD = 0.1  # how often the watchdog looks at the renew deadline
+STOP_TIMEOUT = 30.0  # how long a clean stop waits for kopf before the Lease is released anyway
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,14 @@ async def _acquire(elector: LeaseElector, stop_flag) -> bool:
     return True
 
 
+async def _hold(elector: LeaseElector, operator: asyncio.Task, give_up: Callable[[], bool]) -> None:
+    """Renew the Lease every retry period until the operator ends, ``give_up`` says so, or the deadline passes."""
+    while not operator.done() and not give_up() and not elector.deadline_passed():
+        await asyncio.wait({operator}, timeout=elector.timing.retry_period)
+        if not operator.done():
+            await asyncio.to_thread(elector.attempt)
+
+
 async def run_elected(
     ctx: OperatorContext,
     options: RunOptions,
@@ -149,16 +158,17 @@ async def run_elected(
     kopf_stop = threading.Event()
     operator = asyncio.create_task(run_operator(ctx, options, stop_flag=kopf_stop, ready_flag=ready_flag))
     try:
-        while not operator.done() and not _stopped(stop_flag) and not elector.deadline_passed():
-            await asyncio.wait({operator}, timeout=election.timing.retry_period)
-            if not operator.done():
-                await asyncio.to_thread(elector.attempt)
+        await _hold(elector, operator, lambda: _stopped(stop_flag))
     finally:
         kopf_stop.set()
-        await asyncio.wait({operator}, timeout=30)
+        # Keep renewing while kopf stops: its last passes may still write, and only a holder may.
+        stopping_until = asyncio.get_running_loop().time() + STOP_TIMEOUT
+        await _hold(elector, operator, lambda: asyncio.get_running_loop().time() > stopping_until)
         watchdog.stop()
+    if not operator.done():
+        log.warning("the operator did not stop within %.0fs: the lease is left to expire", STOP_TIMEOUT)
+        return
     if not watchdog.fired.is_set() and not elector.deadline_passed():
-        await asyncio.to_thread(elector.release)
+        await asyncio.to_thread(elector.release)  # only once nothing of this operator runs any more
         log.info("released the leader lease")
-    if operator.done():
-        operator.result()  # an error that ended the operator ends the caller too
+    operator.result()  # an error that ended the operator ends the caller too
