@@ -172,14 +172,16 @@ def writes(real, home: str) -> list[tuple[str, str, str]]:
     """(candidate identity, time received, resource) of every write the chart's operators made, bar the Lease."""
     found = []
     for event in audit_events(real.cluster.control_plane.audit_log):
-        agent = event.get("userAgent") or ""
+        user_agent = event.get("userAgent") or ""
         ref = event.get("objectRef") or {}
         user = (event.get("user") or {}).get("username", "")
         if not user.startswith(f"system:serviceaccount:{home}:") or event.get("verb") not in WRITES:
             continue
-        if ref.get("resource") == "leases" or not agent.startswith(f"{USER_AGENT} "):
+        if ref.get("resource") == "leases" or not user_agent.startswith(f"{USER_AGENT} "):
             continue
-        found.append((agent.split(" ", 1)[1], event["requestReceivedTimestamp"], ref.get("resource", "")))
+        found.append(
+            (user_agent.split(" ", 1)[1], event["requestReceivedTimestamp"], ref.get("resource", ""))
+        )
     return found
 
 
