@@ -214,7 +214,8 @@ def test_every_option_creates_every_kind(releases):
         "PrometheusRule",
         "CustomResourceDefinition",  # the Inference Extension's, with inferenceExtension.installCRDs
     }
-    assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == set(WATCHED)
+    # The operator's Role in each watched namespace, and the leader-election Role in the release namespace.
+    assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == {*WATCHED, NAMESPACE}
 
 
 def test_inference_extension_crds_from_the_chart_are_served(api, releases):
@@ -308,12 +309,14 @@ def test_operator_command_line(releases):
         "--log-level=info",
     ]
     args = container(releases["everything"])["args"]
-    assert [a for a in args if a.startswith(("--namespace", "--peering"))] == [
+    assert [a for a in args if a.startswith(("--namespace", "--peering", "--leader-elect"))] == [
         "--namespace=llm-prod",
         "--namespace=llm-staging",
         "--peering=ascend-fleet-peering",
+        "--leader-elect-lease=ascend-fleet-leader",
     ]
     assert "--peering=peering-ascend-fleet" in container(releases["peering"])["args"]
+    assert "--leader-elect-lease=peering-ascend-fleet" in container(releases["peering"])["args"]
 
 
 def test_the_operator_parses_the_command_line(releases):
@@ -325,7 +328,7 @@ def test_the_operator_parses_the_command_line(releases):
         assert args.config == "/etc/ascend-fleet/config.yaml" and args.health_port == 8081
 
 
-def test_strategy_and_replicas_follow_peering(releases):
+def test_strategy_and_replicas_follow_leader_election(releases):
     alone = one(releases["defaults"], "Deployment")["spec"]
     assert (alone["replicas"], alone["strategy"]["type"]) == (1, "Recreate")
     peered = one(releases["peering"], "Deployment")["spec"]
@@ -423,6 +426,24 @@ def test_cluster_wide_rbac(releases):
     }
 
 
+LEASES = {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+
+def test_leader_election_rbac_is_a_role_on_leases_in_the_release_namespace(releases):
+    """Get, create and update (a standby reads, the first pod creates, the holder renews), nowhere else."""
+    elected = [
+        r for r in find(releases["peering"], "Role") if r["metadata"]["name"].endswith("-leader-election")
+    ]
+    assert [(r["metadata"]["namespace"], granted(r)) for r in elected] == [(NAMESPACE, LEASES)]
+    (binding,) = [
+        b
+        for b in find(releases["peering"], "RoleBinding")
+        if b["roleRef"]["name"] == elected[0]["metadata"]["name"]
+    ]
+    assert binding["subjects"][0]["name"] == one(releases["peering"], "ServiceAccount")["metadata"]["name"]
+    assert not find(releases["defaults"], "Role")
+
+
 def test_namespaced_rbac(releases):
     assert granted(one(releases["namespaced"], "ClusterRole")) == {**CRD_READ, **NAMESPACE_WATCH}
     roles = find(releases["namespaced"], "Role")
@@ -430,7 +451,8 @@ def test_namespaced_rbac(releases):
     for role in roles:
         assert granted(role) == NAMESPACED_RULES
     for role in find(releases["everything"], "Role"):
-        assert granted(role) == {**NAMESPACED_RULES, **NAMESPACED_PEERING}
+        elected = role["metadata"]["name"].endswith("-leader-election")
+        assert granted(role) == (LEASES if elected else {**NAMESPACED_RULES, **NAMESPACED_PEERING})
 
 
 @pytest.mark.parametrize("release", RELEASES)

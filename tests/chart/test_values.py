@@ -39,7 +39,11 @@ BAD_VALUES = {
     "misspelt nested key": {"operator": {"imagee": {"repository": "x"}}},
     "replicas as a string": {"operator": {"replicas": "2"}},
     "negative replicas": {"operator": {"replicas": -1}},
-    "two replicas without peering": {"operator": {"replicas": 2}},
+    "two replicas without leader election": {"operator": {"replicas": 2}},
+    "two replicas with peering alone (equal priorities pause every pod)": {
+        "operator": {"replicas": 2, "peering": {"enabled": True}}
+    },
+    "leader election flag as a string": {"operator": {"leaderElection": {"enabled": "true"}}},
     "peering flag as a string": {"operator": {"peering": {"enabled": "true"}}},
     "peering name with capitals": {"operator": {"peering": {"enabled": True, "name": "My_Peering"}}},
     "unknown log level": {"operator": {"logLevel": "trace"}},

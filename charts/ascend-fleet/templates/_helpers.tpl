@@ -82,6 +82,13 @@ Name of kopf's peering object.
 {{- end }}
 
 {{/*
+The Lease the operator pods elect their acting one with (operator.leaderElection).
+*/}}
+{{- define "ascend-fleet.leaseName" -}}
+{{- default (include "ascend-fleet.fullname" .) .Values.operator.leaderElection.name }}
+{{- end }}
+
+{{/*
 True (non-empty) when the operator watches only the listed namespaces.
 */}}
 {{- define "ascend-fleet.namespaced" -}}

@@ -45,6 +45,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="peering priority: with several replicas, give each a different one (highest acts)",
     )
     run.add_argument(
+        "--leader-elect-lease",
+        metavar="NAME",
+        help="run several operator replicas with one acting: the holder of the Lease NAME (default: off)",
+    )
+    run.add_argument(
+        "--leader-elect-namespace",
+        metavar="NS",
+        help="namespace of the leader Lease (default: $POD_NAMESPACE)",
+    )
+    run.add_argument(
         "--health-port", type=int, default=8081, help="liveness endpoint port (/healthz; 0 = off)"
     )
     run.add_argument(
@@ -226,5 +236,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         ctx.extra_startup.append(control_loop_hook(ControlLoop(settings, kube, namespaces=namespaces)))
     else:
         logging.getLogger(__name__).warning("no prometheus.url configured: the control loop (rules) is off")
+    if args.leader_elect_lease:
+        return run_with_lease(ctx, options, args)
     asyncio.run(run_operator(ctx, options))
+    return 0
+
+
+def run_with_lease(ctx, options, args: argparse.Namespace) -> int:
+    """Stand by for the Lease, then act; the identity goes into the client's User-Agent (the audit log)."""
+    import asyncio
+
+    from ..handlers.leader import LeaderElection, candidate_identity, run_elected
+
+    namespace = args.leader_elect_namespace or os.environ.get("POD_NAMESPACE")
+    if not namespace:
+        print("error: --leader-elect-lease needs --leader-elect-namespace or $POD_NAMESPACE", file=sys.stderr)
+        return 2
+    identity = candidate_identity(os.environ)
+    ctx.kube.api.user_agent = f"{ctx.kube.api.user_agent} {identity}"
+    asyncio.run(run_elected(ctx, options, LeaderElection(namespace, args.leader_elect_lease, identity)))
     return 0

@@ -105,6 +105,7 @@ KINDS = {
     "InferenceObjective": _Kind("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives"),
     "HTTPRoute": _Kind("gateway.networking.k8s.io", "v1", "httproutes"),
     "Deployment": _Kind("apps", "v1", "deployments"),
+    "Lease": _Kind("coordination.k8s.io", "v1", "leases"),  # leader election among operator replicas
     "ConfigMap": _Kind("", "v1", "configmaps"),
     "ServiceAccount": _Kind("", "v1", "serviceaccounts"),
     "Role": _Kind("rbac.authorization.k8s.io", "v1", "roles"),
@@ -136,6 +137,8 @@ class Kube:
         # Identifies the operator's traffic in API server audit logs (and in the RBAC test).
         self.api.user_agent = user_agent
         self.on_request = on_request
+        # Called before every request; raises to refuse it (leader election's fence: a lost Lease sends nothing).
+        self.fence: Callable[[], None] | None = None
         self.events = EventCache()
 
     @classmethod
@@ -174,6 +177,8 @@ class Kube:
         query: list | None = None,
         content_type: str = "application/json",
     ) -> dict:
+        if self.fence is not None:
+            self.fence()
         started, status = time.monotonic(), 0
         try:
             status, data = self._send(method, path, body, query or [], content_type)

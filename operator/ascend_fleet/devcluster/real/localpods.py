@@ -42,6 +42,7 @@ import yaml
 
 from ascend_fleet.api.names import LABEL_APP_COMPONENT
 from ascend_fleet.devcluster.local.ports import free_port
+from ascend_fleet.devcluster.local.process import LocalProcess
 from ascend_fleet.kube import Kube, KubeError
 from ascend_fleet.render.routing import PICKER_COMPONENT
 
@@ -223,6 +224,12 @@ class LocalPods:
                 return
             del self._running[key]
         self._stop(current)
+
+    def programs(self, namespace: str, name: str) -> list[LocalProcess]:
+        """The running processes of a pod's programs (to crash or freeze one in a test); [] if none runs here."""
+        with self._lock:
+            running = self._running.get((namespace, name))
+        return [p.process for p in (running.processes if running else []) if p.process is not None]
 
     def close(self) -> None:
         with self._lock:
