@@ -185,6 +185,10 @@ class Engine(ABC):
     def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
         """Settings the image's engine version cannot run, each with what would fit."""
 
+    def version_warnings(self, spec: AscendInferenceSpec, image: str) -> list[str]:
+        """Settings the image's engine starts with but does not act on, each with what to do instead."""
+        return []
+
     def argv(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[str]:
         """Generated flags as tokens, then the user's args."""
         return [t for flag in self.flags(spec, layout, at) for t in flag.tokens()] + list(spec.engine.args)

@@ -36,6 +36,12 @@ TAG = "v0.5.14-cann9.0.0"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
 MODELSLIM: Version = (0, 5, 7)  # --quantization modelslim
 PLUGINS: Version = (0, 5, 14)  # the sglang.srt.plugins entry point group (absent up to 0.5.10)
+PREFILL_DELAYER_FLAG: Version = (0, 5, 8)  # --enable-prefill-delayer (absent in 0.5.7's parser)
+PREFILL_DELAYER_KNOBS: Version = (
+    0,
+    5,
+    12,
+)  # --prefill-delayer-max-delay-ms, --prefill-delayer-queue-min-ratio
 
 # Newer SGLang writes each queue gauge once with priority="" (the total) and again per priority value: the
 # total alone is selected (older versions have no priority label, which priority="" also matches).
@@ -150,12 +156,31 @@ class SGLang(Engine):
         return [{"name": "dist-init", "containerPort": DIST_PORT, "protocol": "TCP"}]
 
     def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
-        """int8 on an image whose SGLang predates ModelSlim support."""
+        """int8 or the prefill delayer on an image whose SGLang predates them (its parser refuses the flag)."""
         version = FACTS.image_version(image)
+        problems = []
         if spec.precision == "int8" and version < MODELSLIM:
-            return [
+            problems.append(
                 f"spec.precision: int8 needs SGLang's --quantization modelslim, which SGLang "
                 f"{format_version(version)} (image {image}) lacks; use an image with SGLang "
                 f"{format_version(MODELSLIM)} or newer, or precision bf16"
-            ]
-        return []
+            )
+        delayer = spec.batching.prefill_delayer
+        if delayer is not None and delayer.enabled:
+            knobs = delayer.max_delay_ms is not None or delayer.queue_min_ratio is not None
+            needed = PREFILL_DELAYER_KNOBS if knobs else PREFILL_DELAYER_FLAG
+            if version < needed:
+                flag = (
+                    "--prefill-delayer-max-delay-ms/-queue-min-ratio" if knobs else "--enable-prefill-delayer"
+                )
+                problems.append(
+                    f"spec.batching.prefillDelayer: SGLang {format_version(version)} (image {image}) has no "
+                    f"{flag}, so its launcher would refuse the flag and the pod would not start; use an image "
+                    f"with SGLang {format_version(needed)} or newer"
+                    + (
+                        ", or leave out maxDelayMs and queueMinRatio"
+                        if knobs and version >= PREFILL_DELAYER_FLAG
+                        else ""
+                    )
+                )
+        return problems

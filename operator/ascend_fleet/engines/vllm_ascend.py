@@ -35,6 +35,9 @@ MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively 
 TAG = "v0.23.0.post1"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
 NATIVE_MULTI_NODE: Version = (0, 23, 0)  # --nnodes/--node-rank/--master-addr/--headless
+# The newest vllm-ascend whose source was read for short_request_first_config (0.11.0, 0.13.0, 0.18.0, 0.23.0: none
+# reads it; 0.11.0 had an ascend_scheduler_config instead): images up to here get a warning, newer ones are trusted.
+SHORT_REQUEST_FIRST_CHECKED: Version = (0, 23, 0)
 
 FACTS = EngineFacts(
     type="vllm-ascend",
@@ -167,6 +170,20 @@ class VllmAscend(Engine):
         if multi_node_mode(spec) == "ray":
             return [{"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"}]
         return [{"name": "dist-init", "containerPort": MASTER_PORT, "protocol": "TCP"}]
+
+    def version_warnings(self, spec: AscendInferenceSpec, image: str) -> list[str]:
+        """Short-request-first: rendered, but no vllm-ascend release reads the key (checked up to 0.23.0)."""
+        if (
+            spec.scheduling.policy != "short-request-first"
+            or FACTS.image_version(image) > SHORT_REQUEST_FIRST_CHECKED
+        ):
+            return []
+        return [
+            f"spec.scheduling.policy: short-request-first is rendered as --additional-config "
+            f"scheduler_config.short_request_first_config, which no vllm-ascend release up to "
+            f"{format_version(SHORT_REQUEST_FIRST_CHECKED)} reads (image {image}); the engine starts and serves "
+            "first come, first served; use the routing classes (spec.routing) to order requests by length"
+        ]
 
     def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
         """A native multi-pod launch on an image whose vLLM predates it."""

@@ -24,6 +24,7 @@ __all__ = [
     "exporter_enabled",
     "leader_ports",
     "version_problems",
+    "version_warnings",
 ]
 
 EXPORTER_PORT = 9410  # the engine exporter's /metrics; container port name "npu-metrics"
@@ -97,3 +98,11 @@ def version_problems(spec: AscendInferenceSpec, layout: Layout) -> list[str]:
     if image is None:
         return []
     return engine_for(spec.engine.type).version_problems(spec, layout, image)
+
+
+def version_warnings(spec: AscendInferenceSpec) -> list[str]:
+    """Settings the image's engine starts with but does not act on, each with what to do instead."""
+    image = spec.image()
+    if image is None:
+        return []
+    return engine_for(spec.engine.type).version_warnings(spec, image)

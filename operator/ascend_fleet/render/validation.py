@@ -19,7 +19,7 @@ from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan
 from .agreement import Agreement, check_agreement
 from .children import render_replica
-from .engine import arg_conflicts, exporter_enabled, version_problems
+from .engine import arg_conflicts, exporter_enabled, version_problems, version_warnings
 from .metadata import Owner
 from .template import schema_problems, template_problems
 
@@ -101,7 +101,7 @@ def image_problems(spec: AscendInferenceSpec) -> list[str]:
 
 def spec_warnings(spec: AscendInferenceSpec) -> list[str]:
     """What renders but differs from what the spec asks for, as sentences for the user."""
-    warnings = []
+    warnings = version_warnings(spec)
     image = spec.image() or ""
     if spec.engine.exporter and not exporter_enabled(spec):
         warnings.append(
