@@ -65,16 +65,18 @@ def test_values_in_the_docs_are_accepted_by_the_chart():
 def test_set_flags_name_real_values():
     for line in shell_lines(INSTALL):
         words = shlex.split(line.split("#")[0])
+        override: dict[str, Any] = {}  # the --set flags of one command go together, as helm takes them
         for i, word in enumerate(words):
             if word == "--set":
                 key, _, value = words[i + 1].partition("=")
-                override: dict[str, Any] = {}
                 node = override
                 *parents, leaf = key.split(".")
                 for part in parents:
                     node = node.setdefault(part, {})
-                node[leaf] = value.strip("{}").split(",") if value.startswith("{") else value
-                assert_chart_accepts(override)
+                # Helm's --set reads 2 as a number and true as a boolean, as YAML does; {a,b} is a list.
+                node[leaf] = value.strip("{}").split(",") if value.startswith("{") else yaml.safe_load(value)
+        if override:
+            assert_chart_accepts(override)
 
 
 def test_ignored_field_is_the_scale_subresources_replica_path():

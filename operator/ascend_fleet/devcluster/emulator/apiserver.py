@@ -54,8 +54,8 @@ logger = logging.getLogger(__name__)
 _SUBRESOURCE_VERBS = ["get", "patch", "update"]
 _SERVER_VERSION = {
     "major": "1",
-    "minor": "33",
-    "gitVersion": "v1.33.0-ascend-fleet-dev",
+    "minor": "34",
+    "gitVersion": "v1.34.4-ascend-fleet-dev",  # the release of the real control plane (tools/controlplane)
     "gitCommit": "",
     "gitTreeState": "clean",
     "buildDate": "2025-01-01T00:00:00Z",

@@ -502,7 +502,7 @@ def node_status(name: str, capacity: Mapping[str, str]) -> dict[str, Any]:
         "conditions": [ready],
         "addresses": [{"type": "InternalIP", "address": HOST_IP}, {"type": "Hostname", "address": name}],
         "nodeInfo": {
-            "kubeletVersion": "v1.33.0-sim",
+            "kubeletVersion": "v1.34.4-sim",
             "containerRuntimeVersion": "sim://1.0",
             "operatingSystem": "linux",
             "architecture": "amd64",
