@@ -28,7 +28,7 @@ from ..engines.base import PREFILL_DELAYER, SHORT_REQUEST_FIRST
 from ..engines.registry import BUILTIN_TYPES, builtin_facts, engine_types, facts_of
 from .checks import (
     DEFAULT_NPUS_PER_NODE,
-    ENGINE,
+    ENGINE_TYPE,
     MAX_DURATION_LENGTH,
     MAX_MODEL_DIMENSION,
     MAX_WINDOW_SECONDS,
@@ -114,7 +114,7 @@ def _engine_types_with(feature: str) -> list[str]:
 
 def _cel_engine_is_one_of(types: list[str]) -> str:
     """CEL that holds for the listed engine types."""
-    return " || ".join(f"{ENGINE} == '{t}'" for t in types)
+    return " || ".join(f"{ENGINE_TYPE} == '{t}'" for t in types)
 
 
 def _has_feature(engine_type: str, feature: str) -> bool:

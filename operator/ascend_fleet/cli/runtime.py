@@ -148,7 +148,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
     if args.real:
         from ..devcluster.real.controlplane import ControlPlaneUnavailable
-        from ..devcluster.real.realcluster import serve as serve_real
+        from ..devcluster.real.realcluster import serve_real
 
         logging.basicConfig(level=logging.WARNING)
         try:
@@ -165,9 +165,9 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0
-    from ..devcluster.cluster import serve
+    from ..devcluster.cluster import serve_emulator
 
-    serve(
+    serve_emulator(
         "127.0.0.1",
         args.port,
         args.kubeconfig or "~/.kube/ascend-fleet-dev.yaml",

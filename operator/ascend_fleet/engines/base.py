@@ -160,7 +160,7 @@ class Flag:
         return [self.name] if self.value is None else [self.name, self.value]
 
 
-class Engine(ABC):
+class EngineRenderer(ABC):
     """One engine's renderer: the parts of an engine pod that differ between engines."""
 
     facts: EngineFacts

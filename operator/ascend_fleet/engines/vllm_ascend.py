@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from .base import (
     SHORT_REQUEST_FIRST,
-    Engine,
     EngineFacts,
+    EngineRenderer,
     Flag,
     Metrics,
     Rank,
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 RAY_PORT = 6379  # Ray GCS on the leader of a multi-pod vLLM replica
 MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod replica
 
-TAG = "v0.23.0.post1"
+VLLM_ASCEND_TAG = "v0.23.0.post1"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
 NATIVE_MULTI_NODE: Version = (0, 23, 0)  # --nnodes/--node-rank/--master-addr/--headless
 
-FACTS = EngineFacts(
+VLLM_ASCEND_FACTS = EngineFacts(
     type="vllm-ascend",
     label="vLLM",
     default_port=8000,
@@ -45,8 +45,8 @@ FACTS = EngineFacts(
     chips=("ascend910b", "ascend910_93"),
     chip_support="vllm-ascend supports Atlas A2 (ascend910b), Atlas A3 (ascend910_93) and Atlas 300I only",
     releases=(
-        Release(f"quay.io/ascend/vllm-ascend:{TAG}", "0.23.0", "9.1.0", ("ascend910b",)),
-        Release(f"quay.io/ascend/vllm-ascend:{TAG}-a3", "0.23.0", "9.1.0", ("ascend910_93",)),
+        Release(f"quay.io/ascend/vllm-ascend:{VLLM_ASCEND_TAG}", "0.23.0", "9.1.0", ("ascend910b",)),
+        Release(f"quay.io/ascend/vllm-ascend:{VLLM_ASCEND_TAG}-a3", "0.23.0", "9.1.0", ("ascend910_93",)),
     ),
     metrics=Metrics(
         queue_depth="vllm:num_requests_waiting",
@@ -74,7 +74,7 @@ def multi_node_mode(spec: AscendInferenceSpec) -> str:
     """How a multi-pod replica starts: ``engine.multiNode``, else native where the image's vLLM has it."""
     if spec.engine.multi_node:
         return spec.engine.multi_node
-    version = FACTS.image_version(spec.image() or "")
+    version = VLLM_ASCEND_FACTS.image_version(spec.image() or "")
     return "native" if version >= NATIVE_MULTI_NODE else "ray"
 
 
@@ -93,10 +93,10 @@ def short_request_first_config(spec: AscendInferenceSpec) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
-class VllmAscend(Engine):
+class VllmAscend(EngineRenderer):
     """``vllm serve``, or Ray on every pod of a multi-pod replica where the image's vLLM has no native mode."""
 
-    facts = FACTS
+    facts = VLLM_ASCEND_FACTS
 
     def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
         """vLLM's flags for this pod, before the user's own args."""
@@ -114,7 +114,7 @@ class VllmAscend(Engine):
                 "spec.memory.staticFraction + dynamicFraction",
             ),
         ]
-        flags += shared_flags(spec, FACTS.spelling)
+        flags += shared_flags(spec, VLLM_ASCEND_FACTS.spelling)
         if spec.batching.chunked_prefill is not None:
             switch = (
                 "--enable-chunked-prefill" if spec.batching.chunked_prefill else "--no-enable-chunked-prefill"
@@ -170,7 +170,7 @@ class VllmAscend(Engine):
 
     def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
         """A native multi-pod launch on an image whose vLLM predates it."""
-        version = FACTS.image_version(image)
+        version = VLLM_ASCEND_FACTS.image_version(image)
         if layout.multi_pod and spec.engine.multi_node == "native" and version < NATIVE_MULTI_NODE:
             return [
                 f"spec.engine.multiNode: native needs vLLM {format_version(NATIVE_MULTI_NODE)} "

@@ -33,7 +33,7 @@ from .metrics import COLLECTOR_NPU_SMI, COLLECTOR_TORCH_NPU, render_exposition
 from .records import ProcessRecord, TimedUsage, merge
 from .spool import read_records, remove_record, write_record
 
-logger = logging.getLogger("ascend_fleet.exporter")
+_log = logging.getLogger("ascend_fleet.exporter")
 
 _WATCH_POLL_SECONDS = 1.0
 _SERVE_POLL_SECONDS = 0.2
@@ -94,7 +94,7 @@ class Exporter:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: http.MetricsServer | None = None
-        self._problems = ProblemLog(logger)
+        self._problems = ProblemLog(_log)
         self._told_port_taken = False
         # Devices this process uses, by its own ids (``_owned``) and by the container's (``_devices``);
         # ``None`` when no allocator can tell (torch_npu missing): npu-smi then reports every device.
@@ -164,7 +164,7 @@ class Exporter:
                 if not step():
                     return
             except Exception:  # a sampling bug must cost a sample, never the engine
-                logger.exception("NPU exporter step failed; retrying in %s s", self.config.interval)
+                _log.exception("NPU exporter step failed; retrying in %s s", self.config.interval)
             if self._stopping.wait(self.config.interval):
                 return
 
@@ -205,7 +205,7 @@ class Exporter:
         return True
 
     def _collector_unavailable(self, collector: str, error: CollectorUnavailable) -> bool:
-        logger.warning("NPU exporter: %s", error)
+        _log.warning("NPU exporter: %s", error)
         with self._lock:
             self._errors[collector] += 1
             if collector == COLLECTOR_TORCH_NPU:
@@ -237,7 +237,7 @@ class Exporter:
         if server is None:
             if not self._told_port_taken:
                 self._told_port_taken = True
-                logger.info(
+                _log.info(
                     "NPU exporter: port %d is taken, normally by another engine process of this pod "
                     "that serves all of them; taking over if it goes away",
                     self.config.port,
@@ -256,9 +256,7 @@ class Exporter:
         )
         self._threads.append(thread)
         thread.start()
-        logger.info(
-            "NPU exporter: serving this pod's NPU metrics on port %d%s", self.config.port, METRICS_PATH
-        )
+        _log.info("NPU exporter: serving this pod's NPU metrics on port %d%s", self.config.port, METRICS_PATH)
         return False
 
 

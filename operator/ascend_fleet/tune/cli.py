@@ -12,7 +12,7 @@ import yaml
 
 from ..api.units import parse_duration, parse_threshold
 from .choice import DEFAULT_MIN_GAIN, DEFAULT_TOLERANCE, Goal
-from .client import INSTALL_HINT, ClientError, Load, available
+from .client import BENCH_CLIENT_INSTALL_HINT, ClientError, Load, available
 from .ladder import DEFAULT_LADDER, parse_ladder, rounded_ladder, rungs
 from .table import format_table
 
@@ -173,7 +173,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     if not available():
-        print(f"error: {INSTALL_HINT}", file=sys.stderr)
+        print(f"error: {BENCH_CLIENT_INSTALL_HINT}", file=sys.stderr)
         return EXIT_USAGE
     print(
         f"tuning {title}: ladder {', '.join(r.label for r in plan.rungs)}; load {plan.load.describe()}; "

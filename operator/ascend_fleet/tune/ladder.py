@@ -29,11 +29,11 @@ class Variant:
 
 
 PLAIN = Variant()
-PREFILL_DELAYER = Variant("prefillDelayer", (("prefillDelayer", {"enabled": True}),))
+PREFILL_DELAYER_VARIANT = Variant("prefillDelayer", (("prefillDelayer", {"enabled": True}),))
 NO_CHUNKED_PREFILL = Variant("chunkedPrefill=false", (("chunkedPrefill", False),))
 # The knobs each engine has (vLLM has no prefill delayer; both chunk prefills by default).
 ADAPTIVE_VARIANTS: dict[str, tuple[Variant, ...]] = {
-    "sglang": (PREFILL_DELAYER, NO_CHUNKED_PREFILL),
+    "sglang": (PREFILL_DELAYER_VARIANT, NO_CHUNKED_PREFILL),
     "vllm-ascend": (NO_CHUNKED_PREFILL,),
 }
 # Every batching field a variant may set, so a plain rung clears what an adaptive one set before it.

@@ -53,10 +53,8 @@ from ascend_fleet.render.routing import PICKER_COMPONENT
 from .openai import openai_app
 from .prometheus import Target
 from .scenario import EngineSample, Scenario
-from .serving import BatchingEngine, EngineConfig, command_words, engine_config, engine_metrics
+from .serving import SGLANG, VLLM, BatchingEngine, EngineConfig, command_words, engine_config, engine_metrics
 
-VLLM = "vllm"
-SGLANG = "sglang"
 METRICS_PORT_NAME = "npu-metrics"
 NPU_RESOURCE_PREFIX = "huawei.com/"
 FALLBACK_HOST = "127.0.0.1"

@@ -38,9 +38,9 @@ from ascend_fleet.devcluster.fleet.kubelet import (
     SimulatedPod,
     SimulatedPods,
 )
-from ascend_fleet.devcluster.real.controlplane import Credentials
+from ascend_fleet.devcluster.real.controlplane import ApiServerAccess
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40
 _T = TypeVar("_T")
@@ -59,7 +59,7 @@ class NodeAgent(SimulatedPods):
 
     def __init__(
         self,
-        credentials: Credentials,
+        credentials: ApiServerAccess,
         *,
         nodes: int = 4,
         node_capacity: Mapping[str, str] | None = None,
@@ -113,7 +113,7 @@ class NodeAgent(SimulatedPods):
             asyncio.run(self._main())
         except BaseException as error:  # reported to the starting thread
             self._failure = error
-            logger.exception("the node agent stopped")
+            _log.exception("the node agent stopped")
         finally:
             self._started.set()
 
@@ -171,7 +171,7 @@ class NodeAgent(SimulatedPods):
         if code == 404:
             return None
         if code >= 300:
-            logger.warning("status write to %s refused: %s %s", path, code, body.get("message"))
+            _log.warning("status write to %s refused: %s %s", path, code, body.get("message"))
             return None
         return body
 
@@ -214,7 +214,7 @@ class NodeAgent(SimulatedPods):
                 try:
                     await self._heartbeat(name)
                 except (aiohttp.ClientError, OSError, TimeoutError) as error:
-                    logger.info("node heartbeat for %s failed (%s); retrying", name, error)
+                    _log.info("node heartbeat for %s failed (%s); retrying", name, error)
 
     # Pods ------------------------------------------------------------------------------------------------
 
@@ -232,7 +232,7 @@ class NodeAgent(SimulatedPods):
                 version = listing["metadata"]["resourceVersion"]
                 await self._follow(selector, version)
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError) as error:
-                logger.info("pod watch interrupted (%s); starting over", error)
+                _log.info("pod watch interrupted (%s); starting over", error)
                 self.watch_restarts += 1
                 await asyncio.sleep(1.0)
 
@@ -309,7 +309,7 @@ class NodeAgent(SimulatedPods):
         except PodGone:
             pass
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            logger.info(
+            _log.info(
                 "pod %s/%s: the API went away (%s); picking it up again on the next list",
                 state.namespace,
                 state.name,
