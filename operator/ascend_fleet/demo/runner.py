@@ -40,6 +40,7 @@ from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
 from ..kube import Kube, KubeError
 from ..render import InvalidSpec, validate
+from ..status import pod_ready
 from . import view
 from .traffic import Traffic
 
@@ -321,7 +322,7 @@ class Story:
                 ),
             )
             row.pods += 1
-            row.ready += _is_ready(pod)
+            row.ready += pod_ready(pod)
             row.draining |= labels.get(names.LABEL_SERVING) == "false"
         conditions = {c["type"]: f"{c['status']}({c['reason']})" for c in status.get("conditions", [])}
         return view.Frame(
@@ -400,13 +401,6 @@ def _compare(value: float, comparison: str, threshold: float) -> bool:
         "<": value < threshold,
         "<=": value <= threshold,
     }[comparison]
-
-
-def _is_ready(pod: dict) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in pod.get("status", {}).get("conditions", [])
-    )
 
 
 def _running_npus(pods: list[dict]) -> int:
