@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from .base import (
     SHORT_REQUEST_FIRST,
+    Dialect,
     EngineFacts,
     EngineRenderer,
     Flag,
@@ -35,6 +36,10 @@ MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively 
 VLLM_ASCEND_TAG = "v0.23.0.post1"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
 NATIVE_MULTI_NODE: Version = (0, 23, 0)  # --nnodes/--node-rank/--master-addr/--headless
+
+# vLLM's request latency buckets, which its end-to-end and queue-time histograms share.
+_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                    240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
 VLLM_ASCEND_FACTS = EngineFacts(
     type="vllm-ascend",
@@ -67,6 +72,45 @@ VLLM_ASCEND_FACTS = EngineFacts(
     underscores=True,
     tune_backend="vllm",
     features=frozenset({SHORT_REQUEST_FIRST}),
+    dialect=Dialect(
+        command_word="vllm",
+        metric_prefix="vllm:",
+        series_labels=("engine",),
+        ttft_buckets=(
+            0.001,
+            0.005,
+            0.01,
+            0.02,
+            0.04,
+            0.06,
+            0.08,
+            0.1,
+            0.25,
+            0.5,
+            0.75,
+            1.0,
+            2.5,
+            5.0,
+            7.5,
+            10.0,
+            20.0,
+            40.0,
+            80.0,
+            160.0,
+            640.0,
+            2560.0,
+        ),  # fmt: skip
+        e2e_buckets=_LATENCY_BUCKETS,
+        queue_buckets=_LATENCY_BUCKETS,
+        finished_requests="request_success",
+        finished_reason=True,
+        aborted_requests=None,
+        cache_config_info=True,
+        error_at_top=False,
+        max_queued_flag=None,
+        priority_flag=("--scheduling-policy", "priority"),
+        low_priority_first_flag=None,
+    ),
 )
 
 

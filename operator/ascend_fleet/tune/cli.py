@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from ..api.units import parse_duration, parse_threshold
+from ..engines import engine_types
 from .choice import DEFAULT_MIN_GAIN, DEFAULT_TOLERANCE, Goal
 from .client import BENCH_CLIENT_INSTALL_HINT, ClientError, Load, available
 from .ladder import DEFAULT_LADDER, parse_ladder, rounded_ladder, rungs
@@ -54,8 +55,8 @@ def _add_target(tune: argparse.ArgumentParser) -> None:
     )
     where.add_argument(
         "--engine",
-        choices=["vllm-ascend", "sglang"],
-        help="the engine behind --endpoint (default: the fleet's, else vllm-ascend)",
+        choices=engine_types(),
+        help=f"the engine behind --endpoint (default: the fleet's, else {engine_types()[0]})",
     )
     where.add_argument(
         "--chip",
@@ -255,7 +256,7 @@ def _plan(args: argparse.Namespace):
     model = args.model or (spec.model.name if spec else None)
     if not model:
         raise ValueError("--endpoint alone needs --model (the served model name requests carry)")
-    engine = args.engine or (spec.engine.type if spec else "vllm-ascend")
+    engine = args.engine or (spec.engine.type if spec else engine_types()[0])
     chip = args.chip or (spec.hardware.chip if spec else None)
     sizes = parse_ladder(args.ladder)
     notes: list[str] = []
