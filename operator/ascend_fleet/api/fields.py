@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from ..engines.registry import BUILTIN_TYPES, engine_types
+from .actions import ACTION_NAMES
 from .checks import (
     MAX_DURATION_LENGTH,
     window_validations,
@@ -64,9 +65,11 @@ Threshold = Annotated[
 MultiNode = Literal["ray", "native"]
 Chip = Literal["ascend910a", "ascend910b", "ascend910_93"]
 Precision = Literal["bf16", "fp16", "int8"]
-Action = Literal["scale_up", "scale_down", "restart_service", "notify"]
+if TYPE_CHECKING:
+    Action = str  # one of ACTION_NAMES: a type checker cannot read a literal built from a table
+else:
+    Action = Literal[ACTION_NAMES]
 Comparison = Literal[">", ">=", "<", "<="]
-Scope = Literal["fleet", "replica"]
 RoutingMode = Literal["service", "inferencePool"]
 SchedulingPolicy = Literal["fcfs", "short-request-first"]
 

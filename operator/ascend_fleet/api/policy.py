@@ -7,7 +7,9 @@ from pydantic import (
     Field,
     model_validator,
 )
+from pydantic.json_schema import JsonDict
 
+from .actions import ACTIONS, Scope, action_kind
 from .checks import (
     MAX_WINDOW_SECONDS,
     window_sentence,
@@ -19,7 +21,6 @@ from .fields import (
     Model,
     RoutingMode,
     SchedulingPolicy,
-    Scope,
     Threshold,
     Window,
     cel_or_default,
@@ -208,12 +209,16 @@ class Autoscaling(Model):
         return self
 
 
-DEFAULT_SCOPE: dict[str, Scope] = {
-    "scale_up": "fleet",
-    "scale_down": "fleet",
-    "restart_service": "replica",
-    "notify": "fleet",
-}
+DEFAULT_SCOPE: dict[str, str] = {kind.name: kind.scope for kind in ACTIONS}
+# An action bound to one scope refuses every other, in the CRD (CEL) as in the model.
+_SCOPE_RULES: list[JsonDict] = [
+    {
+        "rule": f"self.action != '{kind.name}' || !has(self.scope) || self.scope == '{kind.scope}'",
+        "message": kind.scope_sentence(),
+    }
+    for kind in ACTIONS
+    if kind.scope_only
+]
 
 
 class Rule(Model):
@@ -226,10 +231,7 @@ class Rule(Model):
                     "rule": "has(self.metric) != has(self.query)",
                     "message": "a rule needs exactly one of metric (a catalog name) or query (raw PromQL)",
                 },
-                {
-                    "rule": "self.action != 'restart_service' || !has(self.scope) || self.scope == 'replica'",
-                    "message": "restart_service acts on one replica; use scope: replica (the default)",
-                },
+                *_SCOPE_RULES,
             ]
         }
     )
@@ -259,10 +261,11 @@ class Rule(Model):
     def _check(self) -> Rule:
         if (self.metric is None) == (self.query is None):
             raise ValueError("a rule needs exactly one of metric (a catalog name) or query (raw PromQL)")
+        kind = action_kind(self.action)
         if self.scope is None:
-            self.scope = DEFAULT_SCOPE[self.action]
-        if self.action == "restart_service" and self.scope != "replica":
-            raise ValueError("restart_service acts on one replica; use scope: replica (the default)")
+            self.scope = kind.scope
+        if kind.scope_only and self.scope != kind.scope:
+            raise ValueError(kind.scope_sentence())
         if self.for_ > MAX_WINDOW_SECONDS:
             raise ValueError(window_sentence())
         return self

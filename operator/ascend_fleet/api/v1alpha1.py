@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from ..engines.base import PREFILL_DELAYER, SHORT_REQUEST_FIRST
 from ..engines.registry import builtin_facts, facts_of
+from .actions import Scope
 from .checks import (
     ENGINE_TYPE,
     engine_chip_problem,
@@ -34,7 +35,6 @@ from .fields import (
     RegisteredEngineType,
     RoutingMode,
     SchedulingPolicy,
-    Scope,
     Threshold,
     Window,
 )

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..api import names
+from ..api.actions import ACTIONS, action_kind
 from ..api.settings import OperatorSettings
 from ..api.times import rfc3339_ms
 from ..kube import Conflict, Kube, KubeError, NotFound
@@ -56,12 +57,7 @@ ENGINE_PODS = {names.LABEL_APP_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP_COM
 DRAIN_REASON = "rule restart"
 WRITE_ATTEMPTS = 3
 PARALLEL_WRITES = 4
-EVENT_REASONS = {
-    "scale_up": "ScaleUp",
-    "scale_down": "ScaleDown",
-    "restart_service": "RuleRestart",
-    "notify": "RuleNotify",
-}
+EVENT_REASONS = {kind.name: kind.event_reason for kind in ACTIONS}
 
 
 @dataclass
@@ -365,7 +361,7 @@ class ControlLoop:
             self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
             _log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
             return False
-        event_type = "Warning" if decision.action == "notify" else "Normal"
+        event_type = "Warning" if action_kind(decision.action).warning else "Normal"
         self.kube.event(
             fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message()
         )
