@@ -4,23 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    PlainSerializer,
-    WithJsonSchema,
-)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from ..engines.registry import BUILTIN_TYPES, engine_types
 from .actions import ACTION_NAMES
-from .checks import (
-    MAX_DURATION_LENGTH,
-    window_validations,
-)
+from .checks import MAX_DURATION_LENGTH, window_validations
 from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
 
 _DURATION_SCHEMA = {

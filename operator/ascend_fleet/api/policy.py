@@ -1,19 +1,15 @@
-"""How a fleet is reached and changed: request scheduling and priority classes, routing, autoscaling, the control loop's rules and disruption."""
+"""How a fleet is reached and changed.
+
+Request scheduling and priority classes, routing, autoscaling, the control loop's rules and disruption.
+"""
 
 from __future__ import annotations
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict
 
 from .actions import ACTIONS, Scope, action_kind
-from .checks import (
-    MAX_WINDOW_SECONDS,
-    window_sentence,
-)
+from .checks import MAX_WINDOW_SECONDS, window_sentence
 from .fields import (
     Action,
     Comparison,

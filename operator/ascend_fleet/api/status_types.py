@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import (
-    Field,
-)
+from pydantic import Field
 
 from .fields import Action, Model
 

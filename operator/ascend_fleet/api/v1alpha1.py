@@ -2,28 +2,22 @@
 
 Field names are snake_case in Python and camelCase on the wire. Defaults are filled in here,
 so every later layer sees a complete spec. The CRD's OpenAPI schema is generated from these
-models (see ``crd.py``); the cross-field rules below are mirrored there as CEL so the API server
-rejects the same inputs.
+models (see ``crd.py``); their cross-field rules are mirrored there as CEL so the API server
+rejects the same inputs. The parts live by concept in ``fields``, ``workload``, ``policy``, ``status_types``
+and ``actions``; this module holds the spec and the object and exports every part under its old path.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from ..engines.base import PREFILL_DELAYER, SHORT_REQUEST_FIRST
 from ..engines.registry import builtin_facts, facts_of
 from .actions import Scope
-from .checks import (
-    ENGINE_TYPE,
-    engine_chip_problem,
-)
+from .checks import ENGINE_TYPE, engine_chip_problem
 from .fields import (
     Action,
     Chip,

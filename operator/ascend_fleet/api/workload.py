@@ -1,21 +1,17 @@
-"""What one replica runs: the model, the engine, the parallel layout, the hardware, batching, memory and the pod template."""
+"""What one replica runs.
+
+The model, the engine, the parallel layout, the hardware, batching, memory and the pod template.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict
 
 from ..engines.registry import facts_of
-from .checks import (
-    DEFAULT_NPUS_PER_NODE,
-    MAX_MODEL_DIMENSION,
-)
+from .checks import DEFAULT_NPUS_PER_NODE, MAX_MODEL_DIMENSION
 from .fields import Chip, Duration, Model, MultiNode, RegisteredEngineType, cel_or_default
 from .k8s import EnvVarSource, ResourceRequirements, Size, VolumeSource, env_name_problem
 
