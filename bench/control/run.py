@@ -38,6 +38,7 @@ from ascend_fleet.api import names
 from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
 from ascend_fleet.kube import Kube
 from ascend_fleet.render import Owner, render_replica, validate
+from ascend_fleet.status import pod_ready
 
 from ..backends import backend
 from .exporter import FleetShape, SyntheticExporter
@@ -113,14 +114,7 @@ def set_windows(kube: Kube, shape: FleetShape, windows: list[float]) -> None:
 
 
 def ready_pods(kube: Kube) -> int:
-    return sum(
-        1
-        for pod in kube.list("Pod", None)
-        if any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (pod.get("status") or {}).get("conditions") or []
-        )
-    )
+    return sum(1 for pod in kube.list("Pod", None) if pod_ready(pod))
 
 
 def run_operator(

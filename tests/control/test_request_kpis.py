@@ -16,7 +16,7 @@ from ascend_fleet.api.catalog import Catalog
 from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
 from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.fleet.serving import VLLM_LATENCY_BUCKETS, VLLM_TTFT_BUCKETS
+from ascend_fleet.devcluster.fleet.serving import dialect_of
 from ascend_fleet.kube import scaled
 
 from .helpers import NAME, NS
@@ -101,9 +101,9 @@ def test_request_kpis_follow_the_requests_the_engine_served(prometheus_binary):
     assert values["slow_request_share"]["0"] == pytest.approx(slow, abs=0.01)
     # A quantile from buckets lies in the bucket of the true value (99 % of 6 requests: the slowest).
     worst_ttft = max(first for first, _ in measured)
-    low, high = bucket(worst_ttft, VLLM_TTFT_BUCKETS)
+    low, high = bucket(worst_ttft, dialect_of("vllm").ttft_buckets)
     assert low <= values["ttft_p99"]["0"] <= high
     # The last request waited for the five before it; the client saw that wait within its first token.
     worst_queue = worst_ttft - 0.05
-    low, high = bucket(worst_queue, VLLM_LATENCY_BUCKETS)
+    low, high = bucket(worst_queue, dialect_of("vllm").queue_buckets)
     assert low * 0.9 <= values["queue_time_p99"]["0"] <= high

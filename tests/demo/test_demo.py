@@ -152,7 +152,7 @@ def test_summary_reports_time_to_each_action_and_npu_minutes():
 
 
 def test_live_frame_shows_replicas_and_rule_progress():
-    snapshot = view.Snapshot(
+    snapshot = view.Frame(
         elapsed=75,
         name="qwen",
         desired=3,

@@ -27,7 +27,7 @@ def test_window_counts_each_class_over_the_last_seconds():
 
 
 def test_the_live_frame_and_the_log_line_show_routed_traffic():
-    snapshot = view.Snapshot(
+    snapshot = view.Frame(
         elapsed=12,
         name="qwen",
         desired=2,
@@ -45,5 +45,5 @@ def test_the_live_frame_and_the_log_line_show_routed_traffic():
     line = view.status_line(snapshot)
     assert "routed short 3.5/s 25.0% >1s 1 shed, long 0.5/s - >1s" in line
     # Without routing nothing about traffic is shown.
-    plain = view.Snapshot(elapsed=12, name="qwen", desired=2, ready=2, conditions={})
+    plain = view.Frame(elapsed=12, name="qwen", desired=2, ready=2, conditions={})
     assert "routed" not in "\n".join(view.frame(plain)) + view.status_line(plain)

@@ -1,4 +1,4 @@
-"""The dev cluster runner: start, kubeconfig, clean stop, and the ``serve`` entry point of the CLI."""
+"""The dev cluster runner: start, kubeconfig, clean stop, and the ``serve_emulator`` entry point of the CLI."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import ascend_fleet
-from ascend_fleet.devcluster.cluster import CONTEXT_NAME, DevCluster
+from ascend_fleet.devcluster.cluster import EMULATOR_CONTEXT, DevCluster
 from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.kube import wait_for
 
@@ -54,9 +54,9 @@ def test_the_kubeconfig_reaches_the_cluster_without_credentials(tmp_path):
         path = cluster.write_kubeconfig(tmp_path / "nested" / "config")
         assert cluster.kubeconfig_path == path
         config = yaml.safe_load(path.read_text())
-        assert config["current-context"] == CONTEXT_NAME
-        assert config["clusters"] == [{"name": CONTEXT_NAME, "cluster": {"server": cluster.url}}]
-        assert config["users"] == [{"name": CONTEXT_NAME, "user": {}}]
+        assert config["current-context"] == EMULATOR_CONTEXT
+        assert config["clusters"] == [{"name": EMULATOR_CONTEXT, "cluster": {"server": cluster.url}}]
+        assert config["users"] == [{"name": EMULATOR_CONTEXT, "user": {}}]
         client = kubernetes.config.new_client_from_config(config_file=str(path))
         with client:
             assert "default" in {
@@ -89,8 +89,8 @@ def test_a_port_in_use_fails_the_start():
 def test_serve_runs_until_a_signal_and_prints_how_to_connect(tmp_path, stop_signal):
     kubeconfig = tmp_path / "kubeconfig"
     code = (
-        "from ascend_fleet.devcluster.cluster import serve; "
-        f"serve(host='127.0.0.1', port=0, kubeconfig={str(kubeconfig)!r}, "
+        "from ascend_fleet.devcluster.cluster import serve_emulator; "
+        f"serve_emulator(host='127.0.0.1', port=0, kubeconfig={str(kubeconfig)!r}, "
         "start_seconds=0.1, ready_seconds=0.1)"
     )
     env = {

@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.devcluster.fleet.engines import SGLANG, VLLM, SimulatedEngines, engine_pod, render_metrics
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines, engine_pod, render_metrics
 from ascend_fleet.devcluster.fleet.prometheus import Target
 from ascend_fleet.devcluster.fleet.scenario import FragmentationModel, Scenario
 from ascend_fleet.exporter import metrics as exporter_metrics
@@ -136,13 +136,13 @@ def test_engine_pod_reads_identity_devices_port_and_engine():
 @pytest.mark.parametrize(
     ("command", "engine"),
     [
-        (["python3", "-m", "sglang.launch_server", "--model-path", "/m"], SGLANG),
-        (["python3", "-m", "ascend_fleet.exporter.sglang", "--tp-size", "8"], SGLANG),
+        (["python3", "-m", "sglang.launch_server", "--model-path", "/m"], "sglang"),
+        (["python3", "-m", "ascend_fleet.exporter.sglang", "--tp-size", "8"], "sglang"),
         (
             ["/bin/bash", "-c", "ray start --head --port=6379 && exec vllm serve /m --served-model-name=q"],
-            VLLM,
+            "vllm",
         ),
-        (["/bin/bash", "-c", "exec ray start --address=$(LEADER_ADDRESS):6379 --block"], VLLM),
+        (["/bin/bash", "-c", "exec ray start --address=$(LEADER_ADDRESS):6379 --block"], "vllm"),
     ],
 )
 def test_engine_is_detected_from_the_command(command, engine):

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from ascend_fleet.devcluster.cluster import DevCluster
 from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.kube import wait_for
+from ascend_fleet.status import pod_ready
 
 
 class Recorder:
@@ -65,8 +66,8 @@ def pod_manifest(name: str, **spec: object) -> dict:
 
 
 def ready(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> bool:
-    conditions = core.read_namespaced_pod(name, namespace).status.conditions or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+    pod = core.read_namespaced_pod(name, namespace)
+    return pod_ready(core.api_client.sanitize_for_serialization(pod))
 
 
 def wait_ready(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> None:

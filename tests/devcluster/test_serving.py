@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.fleet.serving import SGLANG, VLLM, ShortRequestFirst, engine_config
+from ascend_fleet.devcluster.fleet.serving import ShortRequestFirst, engine_config
 from ascend_fleet.simulate.curve import BatchCurve
 
 NS = "serve"
@@ -145,7 +145,7 @@ def test_engine_config_reads_each_engines_spelling():
             '{"scheduler_config": {"short_request_first_config": {"enabled": true, "threshold": 300, '
             '"long_max_wait_ms": 1500}}}',
         ],  # fmt: skip
-        engine=VLLM,
+        engine="vllm",
         default_model="x",
     )
     assert (vllm.model_name, vllm.port, vllm.max_running, vllm.max_queued) == ("qwen-7b", 8000, 8, None)
@@ -160,7 +160,7 @@ def test_engine_config_reads_each_engines_spelling():
             "2",
             "--enable-priority-scheduling",
         ],
-        engine=SGLANG,
+        engine="sglang",
         default_model="x",
     )
     assert (sglang.max_running, sglang.max_queued, sglang.priority_scheduling) == (4, 2, True)
@@ -168,7 +168,9 @@ def test_engine_config_reads_each_engines_spelling():
     assert not sglang.low_priority_first and sglang.preference(5) < sglang.preference(1)
     # vLLM has no queue limit: a flag of SGLang's in a vLLM argv changes nothing.
     assert (
-        engine_config([*VLLM_SERVE, "--max-queued-requests", "2"], engine=VLLM, default_model="x").max_queued
+        engine_config(
+            [*VLLM_SERVE, "--max-queued-requests", "2"], engine="vllm", default_model="x"
+        ).max_queued
         is None
     )
 

@@ -10,6 +10,7 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.kube import wait_for
+from ascend_fleet.status import pod_ready
 from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e
@@ -21,9 +22,7 @@ def leaders_serving(pods: list[dict]) -> set[str]:
         for p in pods
         if p["metadata"]["labels"].get(names.LABEL_ROLE) == "leader"
         and p["metadata"]["labels"].get(names.LABEL_SERVING) == "true"
-        and any(
-            c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", [])
-        )
+        and pod_ready(p)
         and not p["metadata"].get("deletionTimestamp")
     }
 

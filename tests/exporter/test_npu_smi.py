@@ -6,7 +6,7 @@ import pytest
 
 from ascend_fleet.exporter.npu_smi import (
     MIB,
-    Chip,
+    ChipRow,
     NpuUsage,
     logical_devices,
     parse_chip_map,
@@ -85,7 +85,7 @@ def test_blocks_opened_by_their_chip_id_are_read_too():
 def test_chip_map_of_a_910b_node_skips_the_mcus():
     chips, problems = parse_chip_map(recorded("map_910b"))
     assert problems == ()
-    assert chips[:2] == [Chip(0, 0, 0, "Ascend 910B3"), Chip(1, 0, 1, "Ascend 910B3")]
+    assert chips[:2] == [ChipRow(0, 0, 0, "Ascend 910B3"), ChipRow(1, 0, 1, "Ascend 910B3")]
     assert len(chips) == 8
     devices = logical_devices(chips)
     assert {d: (c.npu_id, c.chip_id) for d, c in devices.items()} == {n: (n, 0) for n in range(8)}
@@ -122,5 +122,5 @@ def test_single_spaced_chip_map_with_other_columns():
     text = "NPU ID Slot ID Chip ID Chip Phy-ID Chip Name\n5 22 0 5 Ascend950PR\n"
     chips, problems = parse_chip_map(text)
     assert problems == ()
-    assert chips == [Chip(5, 0, None, "Ascend950PR")]
+    assert chips == [ChipRow(5, 0, None, "Ascend950PR")]
     assert logical_devices(chips) == {0: chips[0]}

@@ -9,7 +9,7 @@ import pytest
 from ascend_fleet.render import InvalidSpec, validate
 from ascend_fleet.render.engine import Rank, command
 from ascend_fleet.tune.client import Load, bench_argv, parse_result
-from ascend_fleet.tune.ladder import PREFILL_DELAYER, Rung
+from ascend_fleet.tune.ladder import PREFILL_DELAYER_VARIANT, Rung
 from tests.support.documents import example
 
 DATA = Path(__file__).parent / "data"
@@ -30,7 +30,7 @@ def test_the_command_line_caps_concurrency_at_the_rung_and_names_the_served_mode
 
 def test_a_recorded_result_of_the_real_client_becomes_a_row():
     row = parse_result(
-        (DATA / "bench_serving-0.5.5-batch32.jsonl").read_text(), Rung(32, PREFILL_DELAYER), 96
+        (DATA / "bench_serving-0.5.5-batch32.jsonl").read_text(), Rung(32, PREFILL_DELAYER_VARIANT), 96
     )
     assert (row.batch_size, row.adaptive, row.completed, row.failed) == (32, "prefillDelayer", 96, 0)
     assert round(row.tokens_per_second) == 1104 and round(row.ttft_p50_ms) == 108

@@ -43,8 +43,8 @@ pytestmark = pytest.mark.e2e
 
 if not client.available():
     if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI must run the tune tests: {client.INSTALL_HINT}")
-    pytest.skip(client.INSTALL_HINT, allow_module_level=True)
+        raise RuntimeError(f"CI must run the tune tests: {client.BENCH_CLIENT_INSTALL_HINT}")
+    pytest.skip(client.BENCH_CLIENT_INSTALL_HINT, allow_module_level=True)
 
 # Every prompt at the curve's 512-token reference length, so TTFT p99 reads the curve directly.
 LOAD = Load(request_rate=64, input_tokens=512, output_tokens=48, range_ratio=1.0, prompts_per_slot=5)

@@ -9,7 +9,7 @@ from ascend_fleet.tune.choice import Goal, choose
 from ascend_fleet.tune.ladder import (
     DEFAULT_LADDER,
     NO_CHUNKED_PREFILL,
-    PREFILL_DELAYER,
+    PREFILL_DELAYER_VARIANT,
     Rung,
     parse_ladder,
     round_to_multiple,
@@ -61,7 +61,7 @@ def test_rungs_with_failed_requests_do_not_qualify():
 
 
 def test_an_adaptive_rung_that_is_faster_within_the_target_wins():
-    rows = seed_table() + [Row(32, PREFILL_DELAYER.label, 1700, 80, 104, 1200, completed=128)]
+    rows = seed_table() + [Row(32, PREFILL_DELAYER_VARIANT.label, 1700, 80, 104, 1200, completed=128)]
     choice = choose(rows, Goal())
     assert (choice.row.batch_size, choice.row.adaptive) == (32, "prefillDelayer")
 
@@ -89,7 +89,7 @@ def test_adaptive_rungs_only_where_the_engine_has_the_knob():
 def test_patches_set_the_rung_and_clear_other_knobs():
     assert batching_patch(Rung(32)) == {
         "spec": {"batching": {"maxBatchSize": 32, "prefillDelayer": None, "chunkedPrefill": None}}}  # fmt: skip
-    assert batching_patch(Rung(16, PREFILL_DELAYER))["spec"]["batching"]["prefillDelayer"] == {
+    assert batching_patch(Rung(16, PREFILL_DELAYER_VARIANT))["spec"]["batching"]["prefillDelayer"] == {
         "enabled": True
     }
     assert batching_patch(Rung(16, NO_CHUNKED_PREFILL))["spec"]["batching"]["chunkedPrefill"] is False

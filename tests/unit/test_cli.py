@@ -138,7 +138,9 @@ def test_dev_and_dev_cluster_pass_real_and_prometheus_through(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(runner, "run_demo", lambda options: seen.setdefault("dev", options) and 0)
-    monkeypatch.setattr(realcluster, "serve", lambda *a, **kw: seen.setdefault("dev-cluster", kw) and None)
+    monkeypatch.setattr(
+        realcluster, "serve_real", lambda *a, **kw: seen.setdefault("dev-cluster", kw) and None
+    )
     assert cli.main(["dev", "--real", "--timeout", "5"]) == 0
     assert seen["dev"].real is True
     assert cli.main(["dev-cluster", "--real", "--prometheus"]) == 0

@@ -17,8 +17,8 @@ from ascend_fleet.api import names
 from ascend_fleet.api.catalog import PRESET_ASCEND_FLEET, PRESETS
 from ascend_fleet.api.crd import crd
 from ascend_fleet.engines import (
-    Engine,
     EngineFacts,
+    EngineRenderer,
     EngineType,
     Flag,
     Rank,
@@ -57,7 +57,7 @@ FAKE_FACTS = EngineFacts(
 )
 
 
-class FakeEngine(Engine):
+class FakeEngine(EngineRenderer):
     """``fake-serve``: one flag per setting, a rendezvous port on the leader, one variable of its own."""
 
     facts = FAKE_FACTS
@@ -88,7 +88,7 @@ class FakeEngine(Engine):
 
 
 @pytest.fixture
-def fake_engine() -> Iterator[Engine]:
+def fake_engine() -> Iterator[EngineRenderer]:
     with registered(FakeEngine()) as engine:
         yield engine
     assert "fake-llm" not in engine_types(), "the fake engine outlived its test"

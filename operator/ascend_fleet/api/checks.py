@@ -226,7 +226,7 @@ NODE = (
     f"(has(self.hardware) && has(self.hardware.npusPerNode) ? self.hardware.npusPerNode : "
     f"{_cel_map(DEFAULT_NPUS_PER_NODE)}[{CHIP}])"
 )
-ENGINE = "self.engine.type"  # required by the schema, so no default to spell out
+ENGINE_TYPE = "self.engine.type"  # required by the schema, so no default to spell out
 TENSOR, PIPELINE = "self.parallelism.tensor", "self.parallelism.pipeline"  # the CRD defaults both
 COUNT = f"({TENSOR} * {PIPELINE})"
 HEADS, LAYERS = "self.model.numAttentionHeads", "self.model.numLayers"
@@ -322,7 +322,7 @@ def spec_validations() -> list[dict]:
     for engine, chip in unsupported:
         rules.append(
             {
-                "rule": f"!({ENGINE} == '{engine}' && {CHIP} == '{chip}')",
+                "rule": f"!({ENGINE_TYPE} == '{engine}' && {CHIP} == '{chip}')",
                 "message": engine_chip_sentence(engine, chip),
                 "fieldPath": ".hardware.chip",
             }

@@ -50,7 +50,9 @@ def load(paths: list[str], recursive: bool = False) -> Loaded:
                 if is_ascend_inference(item):
                     loaded.documents.append(Document(item_source, item))
                 else:
-                    loaded.skipped.append(f"{item_source}: skipped {describe(item)}: not an {names.KIND}")
+                    loaded.skipped.append(
+                        f"{item_source}: skipped {kind_and_name(item)}: not an {names.KIND}"
+                    )
     return loaded
 
 
@@ -80,7 +82,7 @@ def is_ascend_inference(body: dict) -> bool:
     return kind is None or kind == names.KIND
 
 
-def describe(body: dict) -> str:
+def kind_and_name(body: dict) -> str:
     """``Kind/name`` of a document, for the skipped line."""
     name = (body.get("metadata") or {}).get("name", "?") if isinstance(body.get("metadata"), dict) else "?"
     return f"{body.get('kind')}/{name}"

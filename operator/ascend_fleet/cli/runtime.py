@@ -13,7 +13,13 @@ from collections.abc import Mapping
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``run`` and ``dev-cluster`` to the CLI."""
+    """Add ``run``, ``dev-cluster`` and ``dev`` to the CLI."""
+    _add_run(sub)
+    _add_dev_cluster(sub)
+    _add_dev(sub)
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser(
         "run",
         help="Run the operator against a cluster (kubeconfig or in-cluster).",
@@ -64,6 +70,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     run.set_defaults(handler=cmd_run)
 
+
+def _add_dev_cluster(sub: argparse._SubParsersAction) -> None:
     dev = sub.add_parser(
         "dev-cluster",
         help="Serve a local Kubernetes API with a kubelet simulator.",
@@ -101,6 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     dev.set_defaults(handler=cmd_dev_cluster)
 
+
+def _add_dev(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser(
         "dev",
         help="Run the whole system on this machine and show a scale-up, a restart and a scale-down.",
@@ -158,7 +168,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
     if args.real:
         from ..devcluster.real.controlplane import ControlPlaneUnavailable
-        from ..devcluster.real.realcluster import serve as serve_real
+        from ..devcluster.real.realcluster import serve_real
 
         logging.basicConfig(level=logging.WARNING)
         try:
@@ -175,9 +185,9 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0
-    from ..devcluster.cluster import serve
+    from ..devcluster.cluster import serve_emulator
 
-    serve(
+    serve_emulator(
         "127.0.0.1",
         args.port,
         args.kubeconfig or "~/.kube/ascend-fleet-dev.yaml",

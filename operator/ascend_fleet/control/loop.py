@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..api import names
+from ..api.actions import ACTIONS, action_kind
 from ..api.settings import OperatorSettings
 from ..api.times import rfc3339_ms
 from ..kube import Conflict, Kube, KubeError, NotFound
@@ -49,19 +50,14 @@ from .prometheus import Prometheus
 from .queries import Observations
 from .state import action_record, object_state, updated_actions, with_pods
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 CONDITION = "MetricsAvailable"
 ENGINE_PODS = {names.LABEL_APP_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP_COMPONENT: "engine"}
 DRAIN_REASON = "rule restart"
 WRITE_ATTEMPTS = 3
 PARALLEL_WRITES = 4
-EVENT_REASONS = {
-    "scale_up": "ScaleUp",
-    "scale_down": "ScaleDown",
-    "restart_service": "RuleRestart",
-    "notify": "RuleNotify",
-}
+EVENT_REASONS = {kind.name: kind.event_reason for kind in ACTIONS}
 
 
 @dataclass
@@ -148,18 +144,18 @@ class ControlLoop:
     async def run(self) -> None:
         """Cycle every interval until cancelled; a failing cycle is logged and the next one tries afresh."""
         interval = float(self.settings.control.interval)
-        log.info("control loop started: every %gs against %s", interval, self.prometheus.url)
+        _log.info("control loop started: every %gs against %s", interval, self.prometheus.url)
         next_at = time.monotonic()
         while True:
             try:
                 report = await self.cycle()
             except Exception:  # the loop must outlive any single cycle's surprise
-                log.exception("control-loop cycle failed")
+                _log.exception("control-loop cycle failed")
             else:
                 if self.on_cycle is not None:
                     self.on_cycle(report)
                 if report.decisions or report.error:
-                    log.info(
+                    _log.info(
                         "control cycle: %d objects, %d queries (%d failed), %d decisions in %.2fs%s",
                         report.objects,
                         report.queries,
@@ -287,7 +283,7 @@ class ControlLoop:
             except Conflict:
                 continue
             except KubeError as error:
-                log.warning(
+                _log.warning(
                     "cannot record control-loop status of %s/%s: %s", fleet.namespace, fleet.name, error
                 )
                 return []
@@ -295,7 +291,7 @@ class ControlLoop:
                 fresh, get_condition(status.get("conditions") or [], CONDITION), ev.metrics
             )
             return [d for d in decisions if self._act(fresh, written, d, now)]
-        log.info("status of %s/%s kept changing; trying again next cycle", fleet.namespace, fleet.name)
+        _log.info("status of %s/%s kept changing; trying again next cycle", fleet.namespace, fleet.name)
         return []
 
     def _status_patch(
@@ -363,13 +359,13 @@ class ControlLoop:
                 )
         except KubeError as error:
             self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
-            log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
+            _log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
             return False
-        event_type = "Warning" if decision.action == "notify" else "Normal"
+        event_type = "Warning" if action_kind(decision.action).warning else "Normal"
         self.kube.event(
             fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message()
         )
-        log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
+        _log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
         return True
 
 

@@ -27,7 +27,7 @@ from ..api.settings import PrometheusSettings
 from ..telemetry import PROMETHEUS_FAILURES
 from .queries import Observations, Query
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 # Queries of one cycle run side by side, but few at a time, to keep the load on Prometheus polite.
 PARALLEL_QUERIES = 4
 _REJECTED = {400, 422}  # bad_data, execution error: the query itself is wrong
@@ -130,7 +130,7 @@ class Prometheus:
         if settings.insecure_skip_verify:
             # Said once here instead of urllib3's warning on every query of every cycle.
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-            log.warning(
+            _log.warning(
                 "prometheus.insecureSkipVerify: Prometheus's TLS certificate at %s is not verified",
                 settings.url,
             )
@@ -208,7 +208,7 @@ class Prometheus:
     @staticmethod
     def _failed(observations: Observations, query: Query, failure: Failed) -> None:
         PROMETHEUS_FAILURES.inc()
-        log.debug("query failed (%s): %s", failure.reason, failure.message)
+        _log.debug("query failed (%s): %s", failure.reason, failure.message)
         observations.fail(query, failure.reason, failure.message)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
+from ..api.actions import action_kind
 from ..api.times import parse_rfc3339, rfc3339
 from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..render import Valid
@@ -126,14 +127,9 @@ def _key(record: dict) -> tuple:
 
 
 def _cooldown(record: dict, autoscaling: Autoscaling) -> float:
-    action = record.get("action")
-    if action == "scale_up":
-        return max(autoscaling.scale_up_cooldown, autoscaling.scale_down_cooldown)
-    if action == "scale_down":
-        return autoscaling.scale_down_cooldown
-    if action == "restart_service":
-        return autoscaling.restart_cooldown
-    return 0.0  # notify spacing is one window; a dropped notify repeats at worst once early
+    # No cooldown (notify): its spacing is one window, and a dropped notify repeats at worst once early.
+    cooldowns = action_kind(str(record.get("action"))).cooldowns
+    return max((float(getattr(autoscaling, name)) for name in cooldowns), default=0.0)
 
 
 __all__ = [

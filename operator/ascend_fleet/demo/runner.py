@@ -40,6 +40,7 @@ from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
 from ..kube import Kube, KubeError
 from ..render import InvalidSpec, validate
+from ..status import pod_ready
 from . import view
 from .traffic import Traffic
 
@@ -245,7 +246,7 @@ class Story:
         self.started = time.time()
         self.decisions: list[view.Decision] = []
         self.npu_minutes = 0.0
-        self.last: view.Snapshot | None = None
+        self.last: view.Frame | None = None
         self._held: dict[str, float] = {}
         self._seen_actions: set[tuple[str, str, str]] = set()
         self._last_tick = time.monotonic()
@@ -301,7 +302,7 @@ class Story:
                         values[key][int(labels["replica"])] = float(item["value"][1])
         return values
 
-    def _snapshot(self, obj: dict, pods: list[dict], values: dict, dt: float) -> view.Snapshot:
+    def _snapshot(self, obj: dict, pods: list[dict], values: dict, dt: float) -> view.Frame:
         spec, status = obj.get("spec", {}), obj.get("status", {})
         rows: dict[int, view.ReplicaRow] = {}
         for pod in pods:
@@ -321,10 +322,10 @@ class Story:
                 ),
             )
             row.pods += 1
-            row.ready += _is_ready(pod)
+            row.ready += pod_ready(pod)
             row.draining |= labels.get(names.LABEL_SERVING) == "false"
         conditions = {c["type"]: f"{c['status']}({c['reason']})" for c in status.get("conditions", [])}
-        return view.Snapshot(
+        return view.Frame(
             elapsed=self.elapsed(),
             name=self.name,
             desired=spec.get("parallelism", {}).get("data", 0),
@@ -379,7 +380,7 @@ class Story:
             new.append(decision)
         return new
 
-    def _show(self, snapshot: view.Snapshot, new: list[view.Decision]) -> None:
+    def _show(self, snapshot: view.Frame, new: list[view.Decision]) -> None:
         if self._tty:
             recent = [view.decision_line(d) for d in self.decisions[-6:]]
             lines = view.frame(snapshot) + ["", "decisions:"] + (recent or ["  (none yet)"])
@@ -400,13 +401,6 @@ def _compare(value: float, comparison: str, threshold: float) -> bool:
         "<": value < threshold,
         "<=": value <= threshold,
     }[comparison]
-
-
-def _is_ready(pod: dict) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in pod.get("status", {}).get("conditions", [])
-    )
 
 
 def _running_npus(pods: list[dict]) -> int:

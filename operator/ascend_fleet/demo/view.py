@@ -42,7 +42,7 @@ class ClassFigures:
 
 
 @dataclass
-class Snapshot:
+class Frame:
     """Everything one frame of the live view shows."""
 
     elapsed: float
@@ -84,7 +84,7 @@ def _bar(fraction: float, width: int = 12) -> str:
     return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
-def frame(snapshot: Snapshot) -> list[str]:
+def frame(snapshot: Frame) -> list[str]:
     """The live view, as lines (the caller redraws them in place on a terminal)."""
     lines = [
         f"ascend-fleet dev  {clock(snapshot.elapsed)}   {snapshot.name}: {snapshot.ready}/{snapshot.desired} "
@@ -124,7 +124,7 @@ def frame(snapshot: Snapshot) -> list[str]:
     return lines
 
 
-def status_line(snapshot: Snapshot) -> str:
+def status_line(snapshot: Frame) -> str:
     """One line for a log (stdout that is not a terminal)."""
     cells = " ".join(
         f"r{row.replica}={_percent(row.utilization).strip()}/{_percent(row.fragmentation).strip()}"
@@ -167,9 +167,7 @@ def story_complete(decisions: list[Decision]) -> bool:
     return all(action in seen for action in REQUIRED)
 
 
-def summary(
-    decisions: list[Decision], elapsed: float, npu_minutes: float, final: Snapshot | None
-) -> list[str]:
+def summary(decisions: list[Decision], elapsed: float, npu_minutes: float, final: Frame | None) -> list[str]:
     """The closing report: every decision with its rule, time to each kind of action, NPU-minutes."""
     lines = ["", f"Summary after {format_duration(round(elapsed))}:", "  decisions:"]
     lines += [f"    {decision_line(d)}" for d in decisions] or ["    none"]

@@ -34,7 +34,7 @@ from ascend_fleet.devcluster.local.signals import stop_on_signals
 from ascend_fleet.kube import Kube
 from ascend_fleet.kube.client import USER_AGENT
 
-CONTEXT_NAME = "ascend-fleet-dev"
+EMULATOR_CONTEXT = "ascend-fleet-dev"
 _STARTUP_TIMEOUT = 30.0
 _T = TypeVar("_T")
 
@@ -44,15 +44,15 @@ def kubeconfig_for(url: str, namespace: str = "default") -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": url}}],
-        "users": [{"name": CONTEXT_NAME, "user": {}}],
+        "clusters": [{"name": EMULATOR_CONTEXT, "cluster": {"server": url}}],
+        "users": [{"name": EMULATOR_CONTEXT, "user": {}}],
         "contexts": [
             {
-                "name": CONTEXT_NAME,
-                "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME, "namespace": namespace},
+                "name": EMULATOR_CONTEXT,
+                "context": {"cluster": EMULATOR_CONTEXT, "user": EMULATOR_CONTEXT, "namespace": namespace},
             }
         ],
-        "current-context": CONTEXT_NAME,
+        "current-context": EMULATOR_CONTEXT,
         "preferences": {},
     }
 
@@ -218,7 +218,7 @@ async def _as_coroutine(function: Callable[[], _T]) -> _T:
     return function()
 
 
-def serve(
+def serve_emulator(
     host: str = "127.0.0.1",
     port: int = 0,
     kubeconfig: str = "~/.kube/ascend-fleet-dev.yaml",

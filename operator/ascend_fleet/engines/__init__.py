@@ -1,10 +1,11 @@
 """The serving engines: one module per engine holds its facts and its renderer; ``registry`` selects one."""
 
-from .base import Engine, EngineFacts, EngineType, Flag, Rank
+from .base import Dialect, EngineFacts, EngineRenderer, EngineType, Flag, Rank
 from .registry import UnknownEngine, engine_for, engine_types, facts_of, registered
 
 __all__ = [
-    "Engine",
+    "Dialect",
+    "EngineRenderer",
     "EngineFacts",
     "EngineType",
     "Flag",

@@ -95,6 +95,31 @@ class Spelling:
 
 
 @dataclass(frozen=True)
+class Dialect:
+    """How the engine looks from outside beyond the catalog's series: what the dev cluster's simulated engine imitates."""
+
+    command_word: str  # the word in a pod's command that names the engine
+    metric_prefix: str  # the prefix of the engine's own series
+    series_labels: tuple[str, ...]  # labels the engine adds to model_name on its own series ("0" on one rank)
+    # Histogram bucket boundaries as the engine declares them, so histogram_quantile reads the same.
+    ttft_buckets: tuple[float, ...]
+    e2e_buckets: tuple[float, ...]
+    queue_buckets: tuple[float, ...]
+    finished_requests: str  # the counter of finished requests, after the prefix
+    finished_reason: bool  # whether that counter carries a finished_reason label
+    aborted_requests: (
+        str | None
+    )  # the counter of aborted requests, after the prefix, where the engine has one
+    cache_config_info: bool  # whether the engine describes its KV cache (block size) in cache_config_info
+    error_at_top: bool  # an error body's fields at the top level, rather than under "error"
+    max_queued_flag: str | None  # the flag bounding the waiting queue, where the engine has one
+    priority_flag: tuple[
+        str, str
+    ]  # the flag (and value; "" for a bare flag) that turns priority scheduling on
+    low_priority_first_flag: str | None  # the flag for "lower values first", or None where that is always so
+
+
+@dataclass(frozen=True)
 class EngineFacts:
     """Everything the operator knows about one engine that is not code."""
 
@@ -115,6 +140,7 @@ class EngineFacts:
     health_path: str = "/health"  # what the leader's startup, readiness and liveness probes GET
     # Spec fields only some engines have (SHORT_REQUEST_FIRST, PREFILL_DELAYER).
     features: frozenset[str] = field(default_factory=frozenset)
+    dialect: Dialect | None = None  # None: nothing in the dev cluster imitates the engine
 
     def default_image(self, chip: str) -> str | None:
         """The upstream image for a chip, or None where the engine does not support the chip."""
@@ -160,7 +186,7 @@ class Flag:
         return [self.name] if self.value is None else [self.name, self.value]
 
 
-class Engine(ABC):
+class EngineRenderer(ABC):
     """One engine's renderer: the parts of an engine pod that differ between engines."""
 
     facts: EngineFacts

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import assert_never, get_args
 
-from .base import Engine, EngineFacts, EngineType, repository
+from .base import EngineFacts, EngineRenderer, EngineType, repository
 from .sglang import SGLang
 from .vllm_ascend import VllmAscend
 
 
-def builtin(engine_type: EngineType) -> Engine:
+def builtin(engine_type: EngineType) -> EngineRenderer:
     """The engine of a production engine type."""
     match engine_type:
         case "vllm-ascend":
@@ -29,14 +29,14 @@ def builtin(engine_type: EngineType) -> Engine:
 
 
 BUILTIN_TYPES: tuple[EngineType, ...] = get_args(EngineType)
-_ENGINES: dict[str, Engine] = {engine_type: builtin(engine_type) for engine_type in BUILTIN_TYPES}
+_ENGINES: dict[str, EngineRenderer] = {engine_type: builtin(engine_type) for engine_type in BUILTIN_TYPES}
 
 
 class UnknownEngine(KeyError):
     """An engine type no engine is registered for."""
 
 
-def engine_for(engine_type: str) -> Engine:
+def engine_for(engine_type: str) -> EngineRenderer:
     """The engine registered for a type."""
     try:
         return _ENGINES[engine_type]
@@ -65,7 +65,7 @@ def has_exporter(image: str) -> bool:
 
 
 @contextmanager
-def registered(engine: Engine) -> Iterator[Engine]:
+def registered(engine: EngineRenderer) -> Iterator[EngineRenderer]:
     """Register an engine of a new type for the block, and unregister it afterwards."""
     engine_type = engine.facts.type
     if engine_type in _ENGINES:

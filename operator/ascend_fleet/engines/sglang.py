@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 from .base import (
     PREFILL_DELAYER,
-    Engine,
+    Dialect,
     EngineFacts,
+    EngineRenderer,
     Flag,
     Metrics,
     Rank,
@@ -32,7 +33,7 @@ LAUNCHER = "sglang.launch_server"
 # The project's wrapper that arms the exporter where the image's SGLang cannot load it as a plugin.
 EXPORTER_LAUNCHER = "ascend_fleet.exporter.sglang"
 
-TAG = "v0.5.14-cann9.0.0"
+SGLANG_TAG = "v0.5.14-cann9.0.0"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
 MODELSLIM: Version = (0, 5, 7)  # --quantization modelslim
 PLUGINS: Version = (0, 5, 14)  # the sglang.srt.plugins entry point group (absent up to 0.5.10)
@@ -47,7 +48,7 @@ PREFILL_DELAYER_KNOBS: Version = (
 # total alone is selected (older versions have no priority label, which priority="" also matches).
 _TOTAL = '{priority=""}'
 
-FACTS = EngineFacts(
+SGLANG_FACTS = EngineFacts(
     type="sglang",
     label="SGLang",
     default_port=30000,
@@ -55,8 +56,8 @@ FACTS = EngineFacts(
     chip_support="SGLang supports Atlas A2 (ascend910b), Atlas A3 (ascend910_93) and, with the A2 build, 910A",
     releases=(
         # SGLang's Ascend docs cover A2 and A3; 910A gets the A2 build (not covered upstream, see docs/engines.md).
-        Release(f"lmsysorg/sglang:{TAG}-910b", "0.5.14", "9.0.0", ("ascend910b", "ascend910a")),
-        Release(f"lmsysorg/sglang:{TAG}-a3", "0.5.14", "9.0.0", ("ascend910_93",)),
+        Release(f"lmsysorg/sglang:{SGLANG_TAG}-910b", "0.5.14", "9.0.0", ("ascend910b", "ascend910a")),
+        Release(f"lmsysorg/sglang:{SGLANG_TAG}-a3", "0.5.14", "9.0.0", ("ascend910_93",)),
     ),
     metrics=Metrics(
         queue_depth=f"sglang:num_queue_reqs{_TOTAL}",
@@ -78,6 +79,69 @@ FACTS = EngineFacts(
     tune_backend="sglang-oai",
     picker_engine="sglang",
     features=frozenset({PREFILL_DELAYER}),
+    dialect=Dialect(
+        command_word="sglang",
+        metric_prefix="sglang:",
+        series_labels=("tp_rank", "pp_rank", "dp_rank"),
+        ttft_buckets=(0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400),
+        e2e_buckets=(
+            0.1,
+            0.2,
+            0.4,
+            0.6,
+            0.8,
+            1,
+            2,
+            4,
+            6,
+            8,
+            10,
+            20,
+            40,
+            60,
+            80,
+            100,
+            200,
+            400,
+            600,
+            1200,
+            1800,
+            2400,
+        ),  # fmt: skip
+        queue_buckets=(
+            0.0,
+            0.001,
+            0.005,
+            0.01,
+            0.05,
+            0.1,
+            0.2,
+            0.5,
+            1,
+            2,
+            3,
+            4,
+            5,
+            10,
+            15,
+            20,
+            30,
+            40,
+            50,
+            60,
+            70,
+            80,
+            90,
+        ),  # fmt: skip
+        finished_requests="num_requests",
+        finished_reason=False,
+        aborted_requests="num_aborted_requests",
+        cache_config_info=False,
+        error_at_top=True,
+        max_queued_flag="--max-queued-requests",
+        priority_flag=("--enable-priority-scheduling", ""),
+        low_priority_first_flag="--schedule-low-priority-values-first",
+    ),
 )
 
 
@@ -85,7 +149,7 @@ def launcher(spec: AscendInferenceSpec, exporter: bool) -> str:
     """SGLang's own launcher, unless the exporter is on and the image's SGLang has no plugin group to load it."""
     if not exporter:
         return LAUNCHER
-    return LAUNCHER if FACTS.image_version(spec.image() or "") >= PLUGINS else EXPORTER_LAUNCHER
+    return LAUNCHER if SGLANG_FACTS.image_version(spec.image() or "") >= PLUGINS else EXPORTER_LAUNCHER
 
 
 def adaptive_flags(spec: AscendInferenceSpec) -> list[Flag]:
@@ -104,10 +168,10 @@ def adaptive_flags(spec: AscendInferenceSpec) -> list[Flag]:
     return flags
 
 
-class SGLang(Engine):
+class SGLang(EngineRenderer):
     """One ``sglang.launch_server`` per pod; the ranks of a multi-pod replica meet at the leader."""
 
-    facts = FACTS
+    facts = SGLANG_FACTS
 
     def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
         """SGLang's flags for this pod, before the user's own args."""
@@ -126,7 +190,7 @@ class SGLang(Engine):
             ),
             Flag("--enable-metrics", None, "the operator"),
         ]
-        flags += shared_flags(spec, FACTS.spelling) + adaptive_flags(spec)
+        flags += shared_flags(spec, SGLANG_FACTS.spelling) + adaptive_flags(spec)
         if spec.scheduling.priority:
             # SGLang has no "priority" policy: priority scheduling runs on fcfs (or lof), and serves higher
             # values first unless told otherwise; lower-first matches vLLM, so one client works with both.
@@ -157,7 +221,7 @@ class SGLang(Engine):
 
     def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
         """int8 or the prefill delayer on an image whose SGLang predates them (its parser refuses the flag)."""
-        version = FACTS.image_version(image)
+        version = SGLANG_FACTS.image_version(image)
         problems = []
         if spec.precision == "int8" and version < MODELSLIM:
             problems.append(

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from .base import (
     SHORT_REQUEST_FIRST,
-    Engine,
+    Dialect,
     EngineFacts,
+    EngineRenderer,
     Flag,
     Metrics,
     Rank,
@@ -32,14 +33,18 @@ if TYPE_CHECKING:
 RAY_PORT = 6379  # Ray GCS on the leader of a multi-pod vLLM replica
 MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod replica
 
-TAG = "v0.23.0.post1"
+VLLM_ASCEND_TAG = "v0.23.0.post1"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
 NATIVE_MULTI_NODE: Version = (0, 23, 0)  # --nnodes/--node-rank/--master-addr/--headless
 # The newest vllm-ascend whose source was read for short_request_first_config (0.11.0, 0.13.0, 0.18.0, 0.23.0: none
 # reads it; 0.11.0 had an ascend_scheduler_config instead): images up to here get a warning, newer ones are trusted.
 SHORT_REQUEST_FIRST_CHECKED: Version = (0, 23, 0)
 
-FACTS = EngineFacts(
+# vLLM's request latency buckets, which its end-to-end and queue-time histograms share.
+_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                    240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+
+VLLM_ASCEND_FACTS = EngineFacts(
     type="vllm-ascend",
     label="vLLM",
     default_port=8000,
@@ -48,8 +53,8 @@ FACTS = EngineFacts(
     chips=("ascend910b", "ascend910_93"),
     chip_support="vllm-ascend supports Atlas A2 (ascend910b), Atlas A3 (ascend910_93) and Atlas 300I only",
     releases=(
-        Release(f"quay.io/ascend/vllm-ascend:{TAG}", "0.23.0", "9.1.0", ("ascend910b",)),
-        Release(f"quay.io/ascend/vllm-ascend:{TAG}-a3", "0.23.0", "9.1.0", ("ascend910_93",)),
+        Release(f"quay.io/ascend/vllm-ascend:{VLLM_ASCEND_TAG}", "0.23.0", "9.1.0", ("ascend910b",)),
+        Release(f"quay.io/ascend/vllm-ascend:{VLLM_ASCEND_TAG}-a3", "0.23.0", "9.1.0", ("ascend910_93",)),
     ),
     metrics=Metrics(
         queue_depth="vllm:num_requests_waiting",
@@ -70,6 +75,45 @@ FACTS = EngineFacts(
     underscores=True,
     tune_backend="vllm",
     features=frozenset({SHORT_REQUEST_FIRST}),
+    dialect=Dialect(
+        command_word="vllm",
+        metric_prefix="vllm:",
+        series_labels=("engine",),
+        ttft_buckets=(
+            0.001,
+            0.005,
+            0.01,
+            0.02,
+            0.04,
+            0.06,
+            0.08,
+            0.1,
+            0.25,
+            0.5,
+            0.75,
+            1.0,
+            2.5,
+            5.0,
+            7.5,
+            10.0,
+            20.0,
+            40.0,
+            80.0,
+            160.0,
+            640.0,
+            2560.0,
+        ),  # fmt: skip
+        e2e_buckets=_LATENCY_BUCKETS,
+        queue_buckets=_LATENCY_BUCKETS,
+        finished_requests="request_success",
+        finished_reason=True,
+        aborted_requests=None,
+        cache_config_info=True,
+        error_at_top=False,
+        max_queued_flag=None,
+        priority_flag=("--scheduling-policy", "priority"),
+        low_priority_first_flag=None,
+    ),
 )
 
 
@@ -77,7 +121,7 @@ def multi_node_mode(spec: AscendInferenceSpec) -> str:
     """How a multi-pod replica starts: ``engine.multiNode``, else native where the image's vLLM has it."""
     if spec.engine.multi_node:
         return spec.engine.multi_node
-    version = FACTS.image_version(spec.image() or "")
+    version = VLLM_ASCEND_FACTS.image_version(spec.image() or "")
     return "native" if version >= NATIVE_MULTI_NODE else "ray"
 
 
@@ -96,10 +140,10 @@ def short_request_first_config(spec: AscendInferenceSpec) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
-class VllmAscend(Engine):
+class VllmAscend(EngineRenderer):
     """``vllm serve``, or Ray on every pod of a multi-pod replica where the image's vLLM has no native mode."""
 
-    facts = FACTS
+    facts = VLLM_ASCEND_FACTS
 
     def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
         """vLLM's flags for this pod, before the user's own args."""
@@ -117,7 +161,7 @@ class VllmAscend(Engine):
                 "spec.memory.staticFraction + dynamicFraction",
             ),
         ]
-        flags += shared_flags(spec, FACTS.spelling)
+        flags += shared_flags(spec, VLLM_ASCEND_FACTS.spelling)
         if spec.batching.chunked_prefill is not None:
             switch = (
                 "--enable-chunked-prefill" if spec.batching.chunked_prefill else "--no-enable-chunked-prefill"
@@ -175,7 +219,7 @@ class VllmAscend(Engine):
         """Short-request-first: rendered, but no vllm-ascend release reads the key (checked up to 0.23.0)."""
         if (
             spec.scheduling.policy != "short-request-first"
-            or FACTS.image_version(image) > SHORT_REQUEST_FIRST_CHECKED
+            or VLLM_ASCEND_FACTS.image_version(image) > SHORT_REQUEST_FIRST_CHECKED
         ):
             return []
         return [
@@ -187,7 +231,7 @@ class VllmAscend(Engine):
 
     def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
         """A native multi-pod launch on an image whose vLLM predates it."""
-        version = FACTS.image_version(image)
+        version = VLLM_ASCEND_FACTS.image_version(image)
         if layout.multi_pod and spec.engine.multi_node == "native" and version < NATIVE_MULTI_NODE:
             return [
                 f"spec.engine.multiNode: native needs vLLM {format_version(NATIVE_MULTI_NODE)} "

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any, Generic, Protocol, TypeVar
 
 from .allocator import AllocatorStats, holds_memory, parse_memory_stats
-from .npu_smi import Chip, NpuUsage, logical_devices, parse_chip_map, parse_usages, usage_of_chip
+from .npu_smi import ChipRow, NpuUsage, logical_devices, parse_chip_map, parse_usages, usage_of_chip
 
 V = TypeVar("V")
 
@@ -122,7 +122,7 @@ class NpuSmi:
     def __init__(self, binary: str = "npu-smi", timeout: float = 10.0) -> None:
         self._binary = binary
         self._timeout = timeout
-        self._devices: dict[int, Chip] | None = None
+        self._devices: dict[int, ChipRow] | None = None
 
     def read(self, devices: Iterable[int] | None = None) -> Reading[NpuUsage]:
         """Usage of the given device ids of the container (all its devices when ``None``)."""
@@ -143,7 +143,7 @@ class NpuSmi:
         return reading
 
     def _read_card(
-        self, npu_id: int, devices: list[int], chips: dict[int, Chip], reading: Reading[NpuUsage]
+        self, npu_id: int, devices: list[int], chips: dict[int, ChipRow], reading: Reading[NpuUsage]
     ) -> None:
         # One call per card covers all its chips (two on A3 cards), with or without `-c` support.
         try:
@@ -166,7 +166,7 @@ class NpuSmi:
             reading.problems += [f"npu-smi usages of NPU {npu_id}: {problem}" for problem in problems]
             reading.failed += len(devices)
 
-    def _device_map(self, reading: Reading[NpuUsage]) -> dict[int, Chip] | None:
+    def _device_map(self, reading: Reading[NpuUsage]) -> dict[int, ChipRow] | None:
         """Device id -> chip, read once; retried on every round until it succeeds."""
         if self._devices is not None:
             return self._devices

@@ -40,7 +40,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 # /dev/shm is a memory emptyDir in engine pods: shared by the engine's processes, gone with the pod.
 _SHARED_MEMORY = Path("/dev/shm")
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
@@ -131,6 +131,6 @@ def _setting(
         return default
     value = parse(text)
     if value is None:
-        logger.warning("%s=%r is not %s; using the default %s", name, text, expected, default)
+        _log.warning("%s=%r is not %s; using the default %s", name, text, expected, default)
         return default
     return value

@@ -11,7 +11,7 @@ import logging
 
 from .config import ENV_ENABLED, exporter_enabled
 
-logger = logging.getLogger("ascend_fleet.exporter")
+_log = logging.getLogger("ascend_fleet.exporter")
 
 
 def arm_safely() -> bool:
@@ -23,7 +23,7 @@ def arm_safely() -> bool:
 
         return arm()
     except Exception:
-        logger.exception(
+        _log.exception(
             "NPU exporter could not start (%s is on); the engine runs without NPU metrics", ENV_ENABLED
         )
         return False

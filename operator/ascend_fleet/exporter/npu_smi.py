@@ -46,7 +46,7 @@ class NpuUsage:
 
 
 @dataclass(frozen=True)
-class Chip:
+class ChipRow:
     """One row of ``npu-smi info -m``: a chip, by card (NPU ID) and chip index, and its logic id."""
 
     npu_id: int
@@ -83,14 +83,14 @@ def usage_of_chip(usages: dict[int | None, NpuUsage], chip_id: int) -> NpuUsage 
     return None
 
 
-def parse_chip_map(text: str) -> tuple[list[Chip], tuple[str, ...]]:
+def parse_chip_map(text: str) -> tuple[list[ChipRow], tuple[str, ...]]:
     """The chips listed by ``npu-smi info -m``, and a line per row that could not be read."""
     lines = text.splitlines()
     header_at = next((i for i, line in enumerate(lines) if "NPU ID" in line and "Chip ID" in line), None)
     if header_at is None:
         return [], ("npu-smi info -m output has no 'NPU ID ... Chip ID' header",)
     columns = _header_columns(lines[header_at])
-    chips: list[Chip] = []
+    chips: list[ChipRow] = []
     problems: list[str] = []
     for line in lines[header_at + 1 :]:
         if not line.strip():
@@ -106,7 +106,7 @@ def parse_chip_map(text: str) -> tuple[list[Chip], tuple[str, ...]]:
     return chips, tuple(problems)
 
 
-def logical_devices(chips: list[Chip]) -> dict[int, Chip]:
+def logical_devices(chips: list[ChipRow]) -> dict[int, ChipRow]:
     """The chip behind each device id of the container.
 
     The runtime numbers the chips a container sees 0..n-1 in logic-id order (card and chip order
@@ -182,12 +182,12 @@ def _header_columns(header: str) -> list[str]:
     return [name for _, name in found]
 
 
-def _chip(row: dict[str, str]) -> Chip | None:
+def _chip(row: dict[str, str]) -> ChipRow | None:
     npu, chip, logic = row.get("NPU ID", ""), row.get("Chip ID", ""), row.get("Chip Logic ID", "-")
     if not npu.isdigit() or not chip.isdigit():
         return None
     if not logic.isdigit() and logic != "-":
         return None
-    return Chip(
+    return ChipRow(
         int(npu), int(chip), int(logic) if logic.isdigit() else None, row.get("Chip Name", "").strip()
     )

@@ -38,7 +38,7 @@ from .metrics import BACKEND_NONE, COLLECTOR_NPU_SMI, COLLECTOR_TORCH_NPU, EXPOR
 from .records import ProcessRecord, TimedUsage, merge
 from .spool import read_records, remove_record, write_record
 
-logger = logging.getLogger("ascend_fleet.exporter")
+_log = logging.getLogger("ascend_fleet.exporter")
 
 _WATCH_POLL_SECONDS = 1.0
 _SERVE_POLL_SECONDS = 0.2
@@ -99,7 +99,7 @@ class Exporter:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: http.MetricsServer | None = None
-        self._problems = ProblemLog(logger)
+        self._problems = ProblemLog(_log)
         self._told_port_taken = False
         # Devices this process uses, by its own ids (``_owned``) and by the container's (``_devices``);
         # ``None`` when no allocator can tell (torch_npu missing): npu-smi then reports every device.
@@ -181,7 +181,7 @@ class Exporter:
                 if not step():
                     return
             except Exception:  # a sampling bug must cost a sample, never the engine
-                logger.exception("NPU exporter step failed; retrying in %s s", self.config.interval)
+                _log.exception("NPU exporter step failed; retrying in %s s", self.config.interval)
             if self._stopping.wait(self.config.interval):
                 return
 
@@ -222,7 +222,7 @@ class Exporter:
         return True
 
     def _collector_unavailable(self, collector: str, error: CollectorUnavailable) -> bool:
-        logger.warning("NPU exporter: %s", error)
+        _log.warning("NPU exporter: %s", error)
         with self._lock:
             self._errors[collector] += 1
             self._live.discard(collector)
@@ -255,7 +255,7 @@ class Exporter:
         if server is None:
             if not self._told_port_taken and self.backend != BACKEND_NONE:
                 self._told_port_taken = True
-                logger.info(
+                _log.info(
                     "NPU exporter: port %d is taken, normally by another engine process of this pod "
                     "that serves all of them; taking over if it goes away",
                     self.config.port,
@@ -276,7 +276,7 @@ class Exporter:
         thread.start()
         if self.backend == BACKEND_NONE:
             # A warning: it shows under any host's logging, and an NPU pod without torch_npu is a broken image.
-            logger.warning(
+            _log.warning(
                 "NPU exporter: torch_npu is not installed in this engine's environment, so there is no NPU "
                 'to read; port %d%s serves only %s{backend="%s"}',
                 self.config.port,
@@ -285,7 +285,7 @@ class Exporter:
                 BACKEND_NONE,
             )
         else:
-            logger.info(
+            _log.info(
                 "NPU exporter: serving this pod's NPU metrics on port %d%s", self.config.port, METRICS_PATH
             )
         return False
@@ -338,7 +338,7 @@ def arm(environ: Mapping[str, str] | None = None) -> bool:
             return True
         _armed_pid = os.getpid()
     config = ExporterConfig.from_env(environ)
-    show_in_engine_output(logger)
+    show_in_engine_output(_log)
     threading.Thread(
         target=_start_when_device_bound, args=(config,), daemon=True, name="ascend-fleet-exporter-watch"
     ).start()

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from .config import METRICS_PATH
 from .metrics import CONTENT_TYPE
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 _INDEX = b"ascend-fleet NPU exporter: metrics at " + METRICS_PATH.encode() + b"\n"
 # Errors that mean "no IPv6 here" rather than "port taken": fall back to IPv4 then.
@@ -81,7 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 body = self.server.render().encode("utf-8")
             except Exception:
-                logger.exception("rendering %s failed", METRICS_PATH)
+                _log.exception("rendering %s failed", METRICS_PATH)
                 self._reply(
                     500, b"rendering metrics failed; see the engine log\n", "text/plain; charset=utf-8"
                 )
@@ -105,4 +105,4 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         # One line per scrape would flood the engine's log; keep it for debugging only.
-        logger.debug("%s " + format, self.address_string(), *args)
+        _log.debug("%s " + format, self.address_string(), *args)

@@ -22,7 +22,7 @@ import kopf
 
 from ..control.loop import ControlLoop, ListSource, Pods
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
 class CacheSource:
@@ -69,6 +69,6 @@ def control_loop_hook(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            log.info("control loop stopped")
+            _log.info("control loop stopped")
 
     return install

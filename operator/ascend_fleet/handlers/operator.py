@@ -29,7 +29,7 @@ from ..status.fleet import slim_pod
 from . import kopf_compat
 from .wakeups import Wakeups
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 OPERATOR_RESTARTS: list[str] = []  # why kopf had to be started again
 
 
@@ -274,7 +274,7 @@ async def run_operator(ctx: OperatorContext, options: RunOptions, stop_flag=None
         except Exception as error:  # kopf's and aiohttp's errors: anything but a stop
             if _stopped(stop_flag):
                 return
-            log.error("the operator stopped on an error (%r); starting it again in %.0fs", error, delay)
+            _log.error("the operator stopped on an error (%r); starting it again in %.0fs", error, delay)
             OPERATOR_RESTARTS.append(repr(error))
         if await _wait_stop(stop_flag, delay):
             return
@@ -310,7 +310,7 @@ class OperatorThread:
             asyncio.run(run_operator(self.ctx, self.options, stop_flag=self._stop, ready_flag=self._ready))
         except BaseException as error:  # surfaced to the owner through .error
             self.error = error
-            log.exception("operator thread stopped with an error")
+            _log.exception("operator thread stopped with an error")
 
     def __enter__(self) -> OperatorThread:
         self._thread.start()

@@ -25,7 +25,7 @@ from ..api.times import rfc3339
 from .events import EventCache, EventKey, Seen
 from .wait import wait_for
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 USER_AGENT = "ascend-fleet-operator"
 
@@ -405,7 +405,7 @@ class Kube:
             created = self._call("POST", self._path("Event", namespace), body=_event_body(key, stamp))
             self.events.remember(key, Seen(created["metadata"]["name"], 1, stamp, now))
         except KubeError as error:
-            log.warning("could not record event %s on %s: %s", reason, meta["name"], error)
+            _log.warning("could not record event %s on %s: %s", reason, meta["name"], error)
 
 
 def _event_body(key: EventKey, stamp: str) -> dict:

@@ -24,7 +24,7 @@ from .refusals import CHILD_REJECTED, NAME_CONFLICT
 from .timing import SETTLE_AFTER_CONFLICT
 from .writes import Event, Observed, PassPlan
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 
 class StatusConflict(Exception):
@@ -140,7 +140,7 @@ def _apply(kube: Kube, body: dict, result: PassPlan, outcome: PassOutcome, hold:
         try:
             patched = kube.patch(patch.kind, namespace, patch.name, patch.body)
         except NotFound:
-            log.info("%s %s/%s vanished before it could be patched", patch.kind, namespace, patch.name)
+            _log.info("%s %s/%s vanished before it could be patched", patch.kind, namespace, patch.name)
             continue
         outcome.expectations.append(
             Expectation(

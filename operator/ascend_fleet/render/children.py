@@ -14,7 +14,7 @@ from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..engines import facts_of
 from ..layout import Layout, plan
 from . import podgroup
-from .engine import EXPORTER_PORT, Rank, command, engine_env, exporter_enabled, leader_ports
+from .engine import EXPORTER_PORT, Rank, command, engine_env, exporter_runs, leader_ports
 from .metadata import (
     Owner,
     common_labels,
@@ -25,9 +25,8 @@ from .metadata import (
     serving_selector,
 )
 from .routing import PickerSettings, render_routing
-from .template import merge_template
+from .template import ENGINE_CONTAINER, merge_template
 
-ENGINE_CONTAINER = "engine"
 # Default host resources per NPU of a pod (engine.resources overrides each key): tokenizers, the HTTP
 # server, host-side KV swap and weight loading need CPU and memory beside the NPUs; without requests a pod
 # is BestEffort, the first one evicted under node pressure.
@@ -74,7 +73,7 @@ def render_replica(
         _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
         for rank in range(layout.pods_per_replica)
     ]
-    group = [render_pod_group(owner, replica, pods)] if uses_volcano(spec) else []
+    group = [replica_pod_group(owner, replica, pods)] if uses_volcano(spec) else []
     return group + pods
 
 
@@ -82,7 +81,7 @@ def uses_volcano(spec: AscendInferenceSpec) -> bool:
     return spec.scheduling.scheduler_name == names.VOLCANO_SCHEDULER
 
 
-def render_pod_group(owner: Owner, replica: int, pods: list[dict]) -> dict:
+def replica_pod_group(owner: Owner, replica: int, pods: list[dict]) -> dict:
     """Volcano's PodGroup for one replica's pods: they start together or none does (gang scheduling)."""
     labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
     return podgroup.render_pod_group(
@@ -191,7 +190,7 @@ def _ports(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[dict]:
     ports = []
     if at.leader:
         ports.append({"name": "http", "containerPort": spec.engine.port, "protocol": "TCP"})
-    if exporter_enabled(spec):
+    if exporter_runs(spec):
         ports.append({"name": "npu-metrics", "containerPort": EXPORTER_PORT, "protocol": "TCP"})
     if layout.multi_pod and at.leader:
         ports += leader_ports(spec)
@@ -250,7 +249,7 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
     group_ports = [
         {"name": "http", "port": spec.engine.port, "targetPort": spec.engine.port, "protocol": "TCP"}
     ]
-    if exporter_enabled(spec):
+    if exporter_runs(spec):
         group_ports.append(
             {"name": "npu-metrics", "port": EXPORTER_PORT, "targetPort": EXPORTER_PORT, "protocol": "TCP"}
         )

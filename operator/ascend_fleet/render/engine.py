@@ -21,7 +21,7 @@ __all__ = [
     "command",
     "engine_env",
     "engine_flags",
-    "exporter_enabled",
+    "exporter_runs",
     "leader_ports",
     "version_problems",
     "version_warnings",
@@ -30,7 +30,7 @@ __all__ = [
 EXPORTER_PORT = 9410  # the engine exporter's /metrics; container port name "npu-metrics"
 
 
-def exporter_enabled(spec: AscendInferenceSpec) -> bool:
+def exporter_runs(spec: AscendInferenceSpec) -> bool:
     """``engine.exporter``, where the image can run it: the upstream images do not contain the exporter."""
     return spec.engine.exporter and has_exporter(spec.image() or "")
 
@@ -42,7 +42,7 @@ def engine_flags(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Fl
 
 def command(spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[str]:
     """The container command (argv) for one pod."""
-    return engine_for(spec.engine.type).command(spec, layout, at, exporter_enabled(spec))
+    return engine_for(spec.engine.type).command(spec, layout, at, exporter_runs(spec))
 
 
 def leader_ports(spec: AscendInferenceSpec) -> list[dict]:
@@ -67,7 +67,7 @@ def engine_env(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
             "value": f"expandable_segments:{'True' if spec.memory.expandable_segments else 'False'}",
         },
     ]
-    if exporter_enabled(spec):
+    if exporter_runs(spec):
         env += [
             {"name": "ASCEND_FLEET_EXPORTER", "value": "1"},
             {"name": "ASCEND_FLEET_EXPORTER_PORT", "value": str(EXPORTER_PORT)},

@@ -16,7 +16,7 @@ from typing import Any
 from ..api import names
 from ..api.v1alpha1 import AscendInferenceSpec
 
-ENGINE = "engine"
+ENGINE_CONTAINER = "engine"  # the engine pod's serving container, where a template's engine fields merge
 
 # Pod spec fields a template may set (the rest belong to the operator or are node-level powers such as
 # hostNetwork and hostPID, which an inference pod does not need).
@@ -96,7 +96,7 @@ def template_problems(spec: AscendInferenceSpec) -> list[str]:
             if not isinstance(item, dict) or not item.get("name"):
                 problems.append(f"spec.template.spec.{list_name}[{index}]: every entry needs a name")
     for index, container in enumerate(_list(pod, "containers")):
-        if not isinstance(container, dict) or container.get("name") != ENGINE:
+        if not isinstance(container, dict) or container.get("name") != ENGINE_CONTAINER:
             continue
         for key in sorted(set(container) - ENGINE_FIELDS):
             problems.append(

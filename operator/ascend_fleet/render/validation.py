@@ -19,7 +19,7 @@ from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan
 from .agreement import Agreement, check_agreement
 from .children import render_replica
-from .engine import arg_conflicts, exporter_enabled, version_problems, version_warnings
+from .engine import arg_conflicts, exporter_runs, version_problems, version_warnings
 from .metadata import Owner
 from .template import schema_problems, template_problems
 
@@ -103,7 +103,7 @@ def spec_warnings(spec: AscendInferenceSpec) -> list[str]:
     """What renders but differs from what the spec asks for, as sentences for the user."""
     warnings = version_warnings(spec)
     image = spec.image() or ""
-    if spec.engine.exporter and not exporter_enabled(spec):
+    if spec.engine.exporter and not exporter_runs(spec):
         warnings.append(
             f"spec.engine.exporter: {image} is an upstream image without this project's exporter, so the "
             "pods run without it (no ascend_fleet_* metrics); point the operator's images setting (the chart's "

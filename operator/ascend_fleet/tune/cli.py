@@ -11,8 +11,9 @@ from pathlib import Path
 import yaml
 
 from ..api.units import parse_duration, parse_threshold
+from ..engines import engine_types
 from .choice import DEFAULT_MIN_GAIN, DEFAULT_TOLERANCE, Goal
-from .client import INSTALL_HINT, ClientError, Load, available
+from .client import BENCH_CLIENT_INSTALL_HINT, ClientError, Load, available
 from .ladder import DEFAULT_LADDER, parse_ladder, rounded_ladder, rungs
 from .table import format_table
 
@@ -29,6 +30,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "at a fixed request rate; then print the table, choose a rung for the goal, draw the curve and write "
         "the choice into spec.batching and status.tuning (printed as a patch with --dry-run).",
     )
+    _add_target(tune)
+    _add_ladder(tune)
+    _add_load(tune)
+    _add_choice(tune)
+    _add_results(tune)
+    tune.set_defaults(handler=cmd_tune)
+
+
+def _add_target(tune: argparse.ArgumentParser) -> None:
     where = tune.add_argument_group("what to tune")
     where.add_argument(
         "-f", "--file", help="an AscendInference YAML file naming a fleet applied in the cluster"
@@ -45,8 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     where.add_argument(
         "--engine",
-        choices=["vllm-ascend", "sglang"],
-        help="the engine behind --endpoint (default: the fleet's, else vllm-ascend)",
+        choices=engine_types(),
+        help=f"the engine behind --endpoint (default: the fleet's, else {engine_types()[0]})",
     )
     where.add_argument(
         "--chip",
@@ -58,6 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     where.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     where.add_argument("--context", help="kubeconfig context")
+
+
+def _add_ladder(tune: argparse.ArgumentParser) -> None:
     ladder = tune.add_argument_group("the ladder")
     ladder.add_argument(
         "--ladder",
@@ -75,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="measure every size again with the engine's adaptive knobs (SGLang: prefill "
         "delayer, chunked prefill off; vLLM: chunked prefill off); needs -f",
     )
+
+
+def _add_load(tune: argparse.ArgumentParser) -> None:
     load = tune.add_argument_group("the load (the same at every rung)")
     load.add_argument(
         "--request-rate",
@@ -122,6 +138,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         help="tokenizer directory for the client (default: a word-level one made on the spot)",
     )
+
+
+def _add_choice(tune: argparse.ArgumentParser) -> None:
     goal = tune.add_argument_group("the choice")
     target = goal.add_mutually_exclusive_group()
     target.add_argument("--target-ttft", default="100ms", help="TTFT p99 target (default: %(default)s)")
@@ -140,6 +159,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=f"{DEFAULT_MIN_GAIN:.0%}",
         help="with --max-throughput, the gain a larger batch must bring (default: %(default)s)",
     )
+
+
+def _add_results(tune: argparse.ArgumentParser) -> None:
     out = tune.add_argument_group("results")
     out.add_argument("--prometheus", metavar="URL", help="Prometheus to read NPU utilization from")
     out.add_argument(
@@ -160,7 +182,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     out.add_argument(
         "--rollout-timeout", default="10m", help="how long one rung's rollout may take (default: %(default)s)"
     )
-    tune.set_defaults(handler=cmd_tune)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -173,7 +194,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     if not available():
-        print(f"error: {INSTALL_HINT}", file=sys.stderr)
+        print(f"error: {BENCH_CLIENT_INSTALL_HINT}", file=sys.stderr)
         return EXIT_USAGE
     print(
         f"tuning {title}: ladder {', '.join(r.label for r in plan.rungs)}; load {plan.load.describe()}; "
@@ -235,7 +256,7 @@ def _plan(args: argparse.Namespace):
     model = args.model or (spec.model.name if spec else None)
     if not model:
         raise ValueError("--endpoint alone needs --model (the served model name requests carry)")
-    engine = args.engine or (spec.engine.type if spec else "vllm-ascend")
+    engine = args.engine or (spec.engine.type if spec else engine_types()[0])
     chip = args.chip or (spec.hardware.chip if spec else None)
     sizes = parse_ladder(args.ladder)
     notes: list[str] = []

@@ -33,7 +33,7 @@ CLIENT_MODULE = "sglang.bench_serving"
 CLIENT_NAME = "sglang.bench_serving (SGLang 0.5.5)"
 # The client's backend for an engine the registry does not know: vLLM's, plain OpenAI-compatible streaming.
 DEFAULT_BACKEND = "vllm"
-INSTALL_HINT = (
+BENCH_CLIENT_INSTALL_HINT = (
     "the benchmark client is SGLang's sglang.bench_serving; install it with `make tune-client` "
     "(a Python environment of its own with sglang==0.5.5 and its client's dependencies), or point "
     "ASCEND_FLEET_TUNE_PYTHON at a Python that has SGLang"
@@ -177,7 +177,7 @@ def run_bench(
 ) -> Row:
     """Run the client for one rung and read its row; ``on_progress(done, total)`` follows its own count."""
     if not available():
-        raise ClientError(INSTALL_HINT)
+        raise ClientError(BENCH_CLIENT_INSTALL_HINT)
     output.unlink(missing_ok=True)
     env = {
         **os.environ,

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..engines import UnknownEngine, facts_of
+from ..engines.base import PREFILL_DELAYER
+
 DEFAULT_LADDER = (4, 8, 16, 32, 64, 128)
 # Every chip the API knows is an Ascend chip with 16-row cube tiles.
 BATCH_MULTIPLE: dict[str, int] = {"ascend910a": 16, "ascend910b": 16, "ascend910_93": 16}
@@ -29,15 +32,20 @@ class Variant:
 
 
 PLAIN = Variant()
-PREFILL_DELAYER = Variant("prefillDelayer", (("prefillDelayer", {"enabled": True}),))
+PREFILL_DELAYER_VARIANT = Variant("prefillDelayer", (("prefillDelayer", {"enabled": True}),))
 NO_CHUNKED_PREFILL = Variant("chunkedPrefill=false", (("chunkedPrefill", False),))
-# The knobs each engine has (vLLM has no prefill delayer; both chunk prefills by default).
-ADAPTIVE_VARIANTS: dict[str, tuple[Variant, ...]] = {
-    "sglang": (PREFILL_DELAYER, NO_CHUNKED_PREFILL),
-    "vllm-ascend": (NO_CHUNKED_PREFILL,),
-}
 # Every batching field a variant may set, so a plain rung clears what an adaptive one set before it.
 VARIANT_FIELDS = ("prefillDelayer", "chunkedPrefill")
+
+
+def adaptive_variants(engine: str | None) -> tuple[Variant, ...]:
+    """The adaptive knobs an engine type has: the prefill delayer where its facts list it; chunked prefill off for all."""
+    try:
+        features = facts_of(engine or "").features
+    except UnknownEngine:
+        return ()
+    delayer = (PREFILL_DELAYER_VARIANT,) if PREFILL_DELAYER in features else ()
+    return (*delayer, NO_CHUNKED_PREFILL)
 
 
 @dataclass(frozen=True)
@@ -93,5 +101,5 @@ def rungs(sizes: tuple[int, ...], engine: str | None, try_adaptive: bool) -> lis
     plain = [Rung(size) for size in sizes]
     if not try_adaptive:
         return plain
-    variants = ADAPTIVE_VARIANTS.get(engine or "", ())
+    variants = adaptive_variants(engine)
     return plain + [Rung(size, variant) for variant in variants for size in sizes]

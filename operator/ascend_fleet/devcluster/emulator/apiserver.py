@@ -49,7 +49,7 @@ from ascend_fleet.devcluster.emulator.resources import ServedResource, preferred
 from ascend_fleet.devcluster.emulator.store import ObjectStore
 from ascend_fleet.devcluster.emulator.watches import WatchStream
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 _SUBRESOURCE_VERBS = ["get", "patch", "update"]
 _SERVER_VERSION = {
@@ -124,7 +124,7 @@ class LocalKubernetes(kmock.KubernetesEmulator):
         except kmock.KubernetesError as e:
             return await self._answer_error(e, raw_response)
         except Exception as e:
-            logger.exception(
+            _log.exception(
                 "The local Kubernetes API failed to serve %s %s", raw_request.method, raw_request.path
             )
             if not self._errors:

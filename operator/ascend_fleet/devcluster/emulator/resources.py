@@ -157,7 +157,7 @@ class ServedResource:
         )
 
 
-def builtin(resource: kmock.resource, info: kmock.ResourceInfo) -> ServedResource:
+def builtin_resource(resource: kmock.resource, info: kmock.ResourceInfo) -> ServedResource:
     """A built-in resource from its kmock discovery record."""
     subresources = frozenset(info.subresources)
     return ServedResource(

@@ -19,7 +19,7 @@ import kmock
 
 from ascend_fleet.devcluster.emulator import errors
 from ascend_fleet.devcluster.emulator.objects import error_details, parse_selectors
-from ascend_fleet.devcluster.emulator.resources import ServedResource, builtin, served_resources
+from ascend_fleet.devcluster.emulator.resources import ServedResource, builtin_resource, served_resources
 from ascend_fleet.devcluster.emulator.watches import Change, WatchStream
 
 ResourceRef = kmock.resource | str
@@ -67,7 +67,7 @@ class VersionedStorage:
         if resource in self._custom:
             return self._custom[resource]
         if resource.plural and resource in self.resources:
-            return builtin(resource, self.resources[resource])
+            return builtin_resource(resource, self.resources[resource])
         raise errors.not_found("", None)
 
     def served_all(self) -> list[ServedResource]:

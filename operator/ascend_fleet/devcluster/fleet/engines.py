@@ -53,10 +53,19 @@ from ascend_fleet.render.routing import PICKER_COMPONENT
 from .openai import openai_app
 from .prometheus import Target
 from .scenario import EngineSample, Scenario
-from .serving import BatchingEngine, EngineConfig, command_words, engine_config, engine_metrics
+from .serving import (
+    DEFAULT_ENGINE,
+    BatchingEngine,
+    EngineConfig,
+    command_words,
+    dialect_of,
+    engine_config,
+    engine_metrics,
+    imitated_engines,
+    imitated_facts,
+    series_labels,
+)
 
-VLLM = "vllm"
-SGLANG = "sglang"
 METRICS_PORT_NAME = "npu-metrics"
 NPU_RESOURCE_PREFIX = "huawei.com/"
 FALLBACK_HOST = "127.0.0.1"
@@ -149,12 +158,13 @@ def engine_pod(pod: Mapping[str, Any], now: float) -> EnginePod | None:
 
 
 def detect_engine(pod: Mapping[str, Any]) -> str:
-    """``sglang`` if any container's command or args mention SGLang, else ``vllm``.
+    """The command word of the imitated engine a container's command or args mention, else the default's.
 
-    vLLM is the fallback because vLLM workers of a multi-pod replica only run ``ray start``.
+    The default (vLLM) is the fallback because vLLM workers of a multi-pod replica only run ``ray start``.
     """
     words = " ".join(_command_words(pod)).lower()
-    return SGLANG if SGLANG in words else VLLM
+    others = [facts.dialect.command_word for facts in imitated_engines() if facts.dialect is not None]
+    return next((word for word in others if word != DEFAULT_ENGINE and word in words), DEFAULT_ENGINE)
 
 
 def served_model_name(pod: Mapping[str, Any], *, default: str) -> str:
@@ -266,12 +276,12 @@ def device_samples(pod: EnginePod, sample: EngineSample) -> dict[str, DeviceSamp
 
 def queue_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
     """The engine's own queue and KV-cache gauges, named and labelled as vLLM or SGLang does."""
-    if pod.engine == SGLANG:
-        names = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage")
-        labels = {"model_name": pod.model_name, "tp_rank": "0", "pp_rank": "0", "dp_rank": "0"}
-    else:
-        names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-        labels = {"model_name": pod.model_name, "engine": "0"}
+    facts = imitated_facts(pod.engine)
+    series = facts.metrics
+    names = tuple(
+        _bare(name) for name in (series.running_requests, series.queue_depth, series.kv_cache_usage)
+    )
+    labels = series_labels(dialect_of(pod.engine), pod.model_name)
     values = (sample.requests_running, sample.requests_waiting, sample.kv_cache_usage)
     helps = ("Requests running on the engine.", "Requests waiting in the queue.", "KV-cache usage, 0..1.")
     families: list[Metric] = []
@@ -280,6 +290,11 @@ def queue_families(pod: EnginePod, sample: EngineSample) -> list[Metric]:
         family.add_metric(list(labels.values()), value)
         families.append(family)
     return families
+
+
+def _bare(selector: str) -> str:
+    """A series name without the label matchers the catalog selects it by."""
+    return selector.split("{", 1)[0]
 
 
 def render_metrics(pod: EnginePod, sample: EngineSample, engine: BatchingEngine | None = None) -> bytes:

@@ -37,7 +37,7 @@ from ascend_fleet.devcluster.emulator.objects import now_timestamp
 from ascend_fleet.devcluster.emulator.store import PODS, ObjectStore
 from ascend_fleet.devcluster.emulator.watches import WatchStream
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 NODES = kmock.resource("", "v1", "nodes")
 DEFAULT_NODE_CAPACITY = {"cpu": "192", "memory": "1536Gi", "pods": "110", "huawei.com/Ascend910": "8"}
@@ -369,7 +369,7 @@ async def notify_listeners(listeners: list[PodListener], hook: str, pod: dict[st
             else:
                 await asyncio.to_thread(method, copy.deepcopy(pod))
         except Exception:
-            logger.exception("Pod listener %r failed in %s; the node carries on.", listener, hook)
+            _log.exception("Pod listener %r failed in %s; the node carries on.", listener, hook)
 
 
 class PodIPs:

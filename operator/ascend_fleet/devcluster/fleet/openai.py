@@ -13,11 +13,11 @@ from aiohttp import web
 
 from ascend_fleet.devcluster.fleet.serving import (
     DEFAULT_MAX_TOKENS,
-    SGLANG,
     WORDS,
     BatchingEngine,
     EngineRejected,
     EngineRequest,
+    dialect_of,
 )
 
 
@@ -169,7 +169,7 @@ def _sse(data: dict[str, Any]) -> bytes:
 def _error(status: int, message: str, engine: str) -> web.Response:
     """An error body as the engine writes it (vLLM nests it under ``error``; SGLang puts it at the top)."""
     kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(status, "Error")
-    if engine == SGLANG:
+    if dialect_of(engine).error_at_top:
         body: dict[str, Any] = {
             "object": "error",
             "message": message,

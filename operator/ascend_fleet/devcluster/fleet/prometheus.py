@@ -30,7 +30,7 @@ from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
 
 ENGINES_JOB = "ascend-fleet-engines"
 BINARY_ENV = "ASCEND_FLEET_PROMETHEUS"
-INSTALL_HINT = (
+PROMETHEUS_INSTALL_HINT = (
     "install it with `apt-get install prometheus` on Debian or Ubuntu, otherwise unpack a release from "
     "https://prometheus.io/download/ and put `prometheus` on PATH or set "
     f"{BINARY_ENV} to its path"
@@ -67,10 +67,12 @@ def find_prometheus_binary(env: Mapping[str, str] | None = None) -> str:
     if configured:
         if os.path.isfile(configured) and os.access(configured, os.X_OK):
             return configured
-        raise PrometheusNotFound(f"{BINARY_ENV}={configured} is not an executable file; {INSTALL_HINT}")
+        raise PrometheusNotFound(
+            f"{BINARY_ENV}={configured} is not an executable file; {PROMETHEUS_INSTALL_HINT}"
+        )
     found = shutil.which("prometheus", path=env.get("PATH", os.defpath))
     if found is None:
-        raise PrometheusNotFound(f"the prometheus binary is not on PATH; {INSTALL_HINT}")
+        raise PrometheusNotFound(f"the prometheus binary is not on PATH; {PROMETHEUS_INSTALL_HINT}")
     return found
 
 

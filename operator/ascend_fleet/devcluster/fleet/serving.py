@@ -45,10 +45,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from ascend_fleet.engines import Dialect, EngineFacts, engine_types, facts_of
+from ascend_fleet.engines.base import SHORT_REQUEST_FIRST
 from ascend_fleet.simulate.curve import BatchCurve
 
-VLLM = "vllm"
-SGLANG = "sglang"
 DEFAULT_MAX_RUNNING = 256
 DEFAULT_MAX_TOKENS = 16
 REFERENCE_PROMPT_TOKENS = 512.0
@@ -63,16 +63,34 @@ _QUEUE_FULL = "The request queue is full."
 _EVICTED = "The request is aborted by a higher priority request."
 WORDS = ("the", "fleet", "serves", "tokens", "on", "ascend", "npus", "in", "batches", "of", "many")
 
-# Bucket boundaries as the engines declare them, so histogram_quantile reads the same as on a real engine.
-VLLM_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                     20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-VLLM_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
-                        240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
-SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
-SGLANG_E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200,
-                      1800, 2400)  # fmt: skip
-SGLANG_QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60,
-                        70, 80, 90)  # fmt: skip
+
+def imitated_engines() -> list[EngineFacts]:
+    """The registered engines the dev cluster can imitate: those whose facts carry a :class:`Dialect`."""
+    return [facts for facts in map(facts_of, engine_types()) if facts.dialect is not None]
+
+
+def imitated_facts(engine: str) -> EngineFacts:
+    """The facts of the imitated engine a command word names (``vllm``, ``sglang``)."""
+    return next(facts for facts in imitated_engines() if _dialect(facts).command_word == engine)
+
+
+def _dialect(facts: EngineFacts) -> Dialect:
+    assert facts.dialect is not None, f"{facts.type} has no dialect to imitate"
+    return facts.dialect
+
+
+def dialect_of(engine: str) -> Dialect:
+    """How the imitated engine a command word names speaks."""
+    return _dialect(imitated_facts(engine))
+
+
+def series_labels(dialect: Dialect, model_name: str) -> dict[str, str]:
+    """The labels the engine puts on its own series, on the one rank a simulated engine has."""
+    return {"model_name": model_name, **dict.fromkeys(dialect.series_labels, "0")}
+
+
+# The first registered engine (vllm-ascend) is the default: its multi-pod workers run only ``ray start``.
+DEFAULT_ENGINE = _dialect(imitated_engines()[0]).command_word
 
 
 # Configuration from the command line ---------------------------------------------------------
@@ -90,7 +108,7 @@ class ShortRequestFirst:
 class EngineConfig:
     """What the simulated engine takes from its command line."""
 
-    engine: str = VLLM
+    engine: str = DEFAULT_ENGINE  # the command word of the imitated engine
     model_name: str = "model"
     port: int | None = None
     max_running: int = DEFAULT_MAX_RUNNING
@@ -117,25 +135,22 @@ def engine_config(words: Sequence[str], *, engine: str, default_model: str) -> E
     flags = _flags(words)
     model = flags.get("--served-model-name") or default_model
     port = _int(flags.get("--port"))
-    if engine == SGLANG:
-        low_first = "--schedule-low-priority-values-first" in flags
-        return EngineConfig(
-            engine=SGLANG,
-            model_name=model,
-            port=port,
-            max_running=_int(flags.get("--max-running-requests")) or DEFAULT_MAX_RUNNING,
-            max_queued=_int(flags.get("--max-queued-requests")),
-            priority_scheduling="--enable-priority-scheduling" in flags,
-            low_priority_first=low_first,
-        )
+    facts = imitated_facts(engine)
+    dialect = _dialect(facts)
+    priority_flag, priority_value = dialect.priority_flag
+    low_first_flag = dialect.low_priority_first_flag
+    short_first = SHORT_REQUEST_FIRST in facts.features
     return EngineConfig(
-        engine=VLLM,
+        engine=engine,
         model_name=model,
         port=port,
-        max_running=_int(flags.get("--max-num-seqs")) or DEFAULT_MAX_RUNNING,
-        priority_scheduling=flags.get("--scheduling-policy") == "priority",
-        low_priority_first=True,
-        short_first=_short_first(flags.get("--additional-config")),
+        max_running=_int(flags.get(facts.spelling.max_batch_size)) or DEFAULT_MAX_RUNNING,
+        max_queued=_int(flags.get(dialect.max_queued_flag)) if dialect.max_queued_flag else None,
+        priority_scheduling=flags.get(priority_flag) == priority_value
+        if priority_value
+        else priority_flag in flags,
+        low_priority_first=low_first_flag is None or low_first_flag in flags,
+        short_first=_short_first(flags.get("--additional-config")) if short_first else None,
     )
 
 
@@ -442,22 +457,10 @@ class _EngineMetrics:
     """The engine's counters and histograms, named and labelled as the real engine does."""
 
     def __init__(self, config: EngineConfig, registry: CollectorRegistry) -> None:
-        ttft: Sequence[float]
-        e2e: Sequence[float]
-        queue: Sequence[float]
-        if config.engine == SGLANG:
-            labels = {"model_name": config.model_name, "tp_rank": "0", "pp_rank": "0", "dp_rank": "0"}
-            prefix, ttft, e2e, queue = (
-                "sglang:",
-                SGLANG_TTFT_BUCKETS,
-                SGLANG_E2E_BUCKETS,
-                SGLANG_QUEUE_BUCKETS,
-            )
-            queue_name = "sglang:queue_time_seconds"
-        else:
-            labels = {"model_name": config.model_name, "engine": "0"}
-            prefix, ttft, e2e, queue = "vllm:", VLLM_TTFT_BUCKETS, VLLM_LATENCY_BUCKETS, VLLM_LATENCY_BUCKETS
-            queue_name = "vllm:request_queue_time_seconds"
+        facts = imitated_facts(config.engine)
+        dialect, series = _dialect(facts), facts.metrics
+        labels = series_labels(dialect, config.model_name)
+        prefix = dialect.metric_prefix
         names, values = list(labels), list(labels.values())
 
         def histogram(name: str, text: str, buckets: Sequence[float]) -> Any:
@@ -466,26 +469,30 @@ class _EngineMetrics:
         def counter(name: str, text: str) -> Any:
             return Counter(name, text, names, registry=registry).labels(*values)
 
-        self.ttft = histogram(f"{prefix}time_to_first_token_seconds", "Time to first token in seconds.", ttft)
+        self.ttft = histogram(series.ttft_histogram, "Time to first token in seconds.", dialect.ttft_buckets)
         self.e2e = histogram(
-            f"{prefix}e2e_request_latency_seconds", "End-to-end request latency in seconds.", e2e
+            series.e2e_latency_histogram, "End-to-end request latency in seconds.", dialect.e2e_buckets
         )
-        self.queue = histogram(queue_name, "Time requests spent waiting in the queue, in seconds.", queue)
+        self.queue = histogram(
+            series.queue_time_histogram,
+            "Time requests spent waiting in the queue, in seconds.",
+            dialect.queue_buckets,
+        )
         self.prompt = counter(f"{prefix}prompt_tokens", "Prefill tokens processed.")
         self.generation = counter(f"{prefix}generation_tokens", "Generation tokens processed.")
-        if config.engine == VLLM:
-            # vLLM's cache description; the endpoint picker reads the block size for prefix-cache scoring.
-            info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
+        if dialect.cache_config_info:
+            # The engine's cache description; the endpoint picker reads the block size for prefix-cache scoring.
+            info = Gauge(f"{prefix}cache_config_info", "Information of the LLMEngine CacheConfig.",
                          ["block_size", "num_gpu_blocks", "engine"], registry=registry)  # fmt: skip
             info.labels(str(KV_BLOCK_TOKENS), str(config.kv_capacity_tokens // KV_BLOCK_TOKENS), "0").set(1)
-        if config.engine == SGLANG:
-            self.requests = counter("sglang:num_requests", "Requests finished.")
-            self.aborts = counter("sglang:num_aborted_requests", "Requests aborted.")
-        else:
-            requests = Counter("vllm:request_success", "Requests finished.", [*names, "finished_reason"],
-                               registry=registry)  # fmt: skip
+        finished = f"{prefix}{dialect.finished_requests}"
+        if dialect.finished_reason:
+            requests = Counter(finished, "Requests finished.", [*names, "finished_reason"], registry=registry)
             self.requests = requests.labels(*values, "length")
-            self.aborts = None
+        else:
+            self.requests = counter(finished, "Requests finished.")
+        aborted = dialect.aborted_requests
+        self.aborts = counter(f"{prefix}{aborted}", "Requests aborted.") if aborted else None
 
     def finished(self, seq: EngineRequest) -> None:
         assert seq.first_token_at is not None and seq.admitted is not None and seq.finished_at is not None

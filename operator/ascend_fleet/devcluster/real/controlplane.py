@@ -40,7 +40,7 @@ from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess
 from ascend_fleet.devcluster.local.supervisor import Supervisor
 
-CONTEXT_NAME = "ascend-fleet-real"
+REAL_CONTEXT = "ascend-fleet-real"
 SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -131,7 +131,7 @@ def ensure_binary(*, build: bool = True, progress: Any = None) -> Path:
 
 
 @dataclass(frozen=True)
-class Credentials:
+class ApiServerAccess:
     """Where the API server is and how to reach it with a client certificate."""
 
     url: str
@@ -150,15 +150,15 @@ def kubeconfig(url: str, ca: Path, user: dict[str, Any], namespace: str = "defau
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": CONTEXT_NAME, "cluster": {"server": url, "certificate-authority": str(ca)}}],
-        "users": [{"name": CONTEXT_NAME, "user": user}],
+        "clusters": [{"name": REAL_CONTEXT, "cluster": {"server": url, "certificate-authority": str(ca)}}],
+        "users": [{"name": REAL_CONTEXT, "user": user}],
         "contexts": [
             {
-                "name": CONTEXT_NAME,
-                "context": {"cluster": CONTEXT_NAME, "user": CONTEXT_NAME, "namespace": namespace},
+                "name": REAL_CONTEXT,
+                "context": {"cluster": REAL_CONTEXT, "user": REAL_CONTEXT, "namespace": namespace},
             }
         ],
-        "current-context": CONTEXT_NAME,
+        "current-context": REAL_CONTEXT,
         "preferences": {},
     }
 
@@ -200,15 +200,17 @@ class ControlPlane:
         return f"https://127.0.0.1:{self.port}"
 
     @property
-    def admin(self) -> Credentials:
+    def admin(self) -> ApiServerAccess:
         return self._credentials("admin")
 
     @property
     def admin_kubeconfig(self) -> Path:
         return self.workdir / "admin.kubeconfig"
 
-    def _credentials(self, user: str) -> Credentials:
-        return Credentials(self.url, self.pki / "ca.crt", self.pki / f"{user}.crt", self.pki / f"{user}.key")
+    def _credentials(self, user: str) -> ApiServerAccess:
+        return ApiServerAccess(
+            self.url, self.pki / "ca.crt", self.pki / f"{user}.crt", self.pki / f"{user}.key"
+        )
 
     def write_kubeconfig(
         self, path: str | Path, *, token: str | None = None, namespace: str = "default"

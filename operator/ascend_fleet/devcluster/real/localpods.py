@@ -56,7 +56,7 @@ from .dataplane import (
     replace_flag,
 )
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
 OPERATOR_PORT_FLAGS = ("--health-port", "--metrics-port")
 OPERATOR_COMMAND = "ascend-fleet"
@@ -206,7 +206,7 @@ class LocalPods:
             # What a kubelet reports as a failed container start; the pod's program does not run.
             shutil.rmtree(work, ignore_errors=True)
             self.failures[key] = str(error)
-            logger.warning("pod %s/%s did not start: %s", *key, error)
+            _log.warning("pod %s/%s did not start: %s", *key, error)
             return
         with self._lock:
             previous, self._running[key] = self._running.get(key), running
@@ -285,7 +285,7 @@ class LocalPods:
             picker=name,
             picker_metrics=f"http://127.0.0.1:{picker.metrics_port}/metrics",
         )
-        logger.info(
+        _log.info(
             "endpoint picker %s/%s runs; pool %s's requests enter at %s",
             namespace,
             name,
@@ -330,7 +330,7 @@ class LocalPods:
             try:
                 process.stop()
             except OSError as error:
-                logger.info("stopping %s: %s", process.name, error)
+                _log.info("stopping %s: %s", process.name, error)
         shutil.rmtree(running.workdir, ignore_errors=True)
         if self.on_route is not None and running.route is not None:
             self.on_route(running.route, False)

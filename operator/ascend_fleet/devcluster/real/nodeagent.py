@@ -42,9 +42,9 @@ from ascend_fleet.devcluster.fleet.kubelet import (
     SimulatedPod,
     SimulatedPods,
 )
-from ascend_fleet.devcluster.real.controlplane import Credentials
+from ascend_fleet.devcluster.real.controlplane import ApiServerAccess
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
 LEASE_SECONDS = 40
 # One request may wait this long (an API server without etcd answers only after its own timeout).
@@ -100,7 +100,7 @@ class NodeAgent(SimulatedPods):
 
     def __init__(
         self,
-        credentials: Credentials,
+        credentials: ApiServerAccess,
         *,
         nodes: int = 4,
         node_capacity: Mapping[str, str] | None = None,
@@ -159,7 +159,7 @@ class NodeAgent(SimulatedPods):
             asyncio.run(self._main())
         except BaseException as error:  # reported to the starting thread
             self._failure = error
-            logger.exception("the node agent stopped")
+            _log.exception("the node agent stopped")
         finally:
             self._started.set()
 
@@ -220,7 +220,7 @@ class NodeAgent(SimulatedPods):
         if code == 404:
             return None
         if code >= 300:
-            logger.warning("status write to %s refused: %s %s", path, code, body.get("message"))
+            _log.warning("status write to %s refused: %s %s", path, code, body.get("message"))
             return None
         return body
 
@@ -286,7 +286,7 @@ class NodeAgent(SimulatedPods):
                     RuntimeError,
                 ) as error:  # HeartbeatFailed too
                     failed = True
-                    logger.info("node heartbeat for %s failed (%s); retrying", name, error)
+                    _log.info("node heartbeat for %s failed (%s); retrying", name, error)
             # While the API is down, try again soon (backing off), so the nodes are fresh soon after it is back.
             if failed:
                 wait = min(retry.next(), HEARTBEAT_SECONDS)
@@ -312,7 +312,7 @@ class NodeAgent(SimulatedPods):
                 version = listing["metadata"]["resourceVersion"]
                 await self._follow(selector, version)
             except (aiohttp.ClientError, OSError, TimeoutError, ValueError, KeyError) as error:
-                logger.info("pod watch interrupted (%s); starting over", error)
+                _log.info("pod watch interrupted (%s); starting over", error)
                 self.watch_restarts += 1
                 await asyncio.sleep(retry.next())
 
@@ -374,11 +374,11 @@ class NodeAgent(SimulatedPods):
             if written is not None and written.get("metadata", {}).get("uid") == state.uid:
                 state.last = written
                 self.status_resyncs += 1
-                logger.info(
+                _log.info(
                     "pod %s/%s: status written again (it differed in the API)", state.namespace, state.name
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            logger.info(
+            _log.info(
                 "pod %s/%s: status not written again (%s); next list", state.namespace, state.name, error
             )
         finally:
@@ -426,7 +426,7 @@ class NodeAgent(SimulatedPods):
         except PodGone:
             pass
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            logger.info(
+            _log.info(
                 "pod %s/%s: the API went away (%s); picking it up again on the next list",
                 state.namespace,
                 state.name,

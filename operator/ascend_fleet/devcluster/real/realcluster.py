@@ -164,7 +164,7 @@ def _create(create: Callable[..., Any], body: dict) -> None:
             raise
 
 
-def serve(
+def serve_real(
     kubeconfig: str = "~/.kube/ascend-fleet-real.yaml",
     nodes: int = 4,
     npus_per_node: int = 8,

@@ -63,17 +63,17 @@ class CpuServe:
     changes: list[str] = field(default_factory=list)
 
 
-def expand(text: str, env: Mapping[str, str]) -> str:
+def expand_variables(text: str, env: Mapping[str, str]) -> str:
     """Kubernetes' ``$(VAR)`` expansion: defined names are replaced, ``$$`` escapes, anything else stays."""
     return _VARIABLE.sub(lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
 
 
-def container_env(container: Mapping[str, Any], field_values: Mapping[str, str]) -> dict[str, str]:
+def engine_environment(container: Mapping[str, Any], field_values: Mapping[str, str]) -> dict[str, str]:
     """The container's variables, each expanded from the ones before it; ``fieldRef`` from ``field_values``."""
     env: dict[str, str] = {}
     for entry in container.get("env", []):
         if "value" in entry:
-            env[entry["name"]] = expand(str(entry["value"]), env)
+            env[entry["name"]] = expand_variables(str(entry["value"]), env)
             continue
         path = entry.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
         if path in field_values:
@@ -83,7 +83,7 @@ def container_env(container: Mapping[str, Any], field_values: Mapping[str, str])
 
 def serve_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     """``vllm serve ...`` as the container runs it: command + args expanded, a Ray leader's script unwrapped."""
-    argv = [expand(token, env) for token in [*container.get("command", []), *container.get("args", [])]]
+    argv = [expand_variables(token, env) for token in [*container.get("command", []), *container.get("args", [])]]
     if argv[:2] == ["/bin/bash", "-c"] and len(argv) >= 3:
         script = argv[2]
         if "exec vllm serve" not in script:
@@ -129,7 +129,7 @@ def translate(
     vllm: str = "vllm",
 ) -> CpuServe:
     """The CPU server for a vllm-ascend engine container (see the module docstring); raises :class:`NotAnEngine`."""
-    env = container_env(container, field_values)
+    env = engine_environment(container, field_values)
     argv = serve_argv(container, env)
     tokens = argv[2:]
     changes: list[str] = []

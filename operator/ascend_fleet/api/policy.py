@@ -1,0 +1,306 @@
+"""How a fleet is reached and changed.
+
+Request scheduling and priority classes, routing, autoscaling, the control loop's rules and disruption.
+"""
+
+from __future__ import annotations
+
+from pydantic import ConfigDict, Field, model_validator
+from pydantic.json_schema import JsonDict
+
+from .actions import ACTIONS, Scope, action_kind
+from .checks import MAX_WINDOW_SECONDS, window_sentence
+from .fields import (
+    Action,
+    Comparison,
+    Duration,
+    Model,
+    RoutingMode,
+    SchedulingPolicy,
+    Threshold,
+    Window,
+    cel_or_default,
+)
+from .k8s import Toleration
+from .units import format_duration
+
+
+class Scheduling(Model):
+    """Request scheduling in the engine and pod placement in the cluster."""
+
+    priority: bool = Field(
+        default=False, description="Priority request scheduling (requests carry `priority`)."
+    )
+    policy: SchedulingPolicy = Field(
+        default="fcfs",
+        description="Order of the engine's own queue: fcfs, or short-request-first (vllm-ascend only: prompts "
+        "up to shortRequestTokens go first, a longer one waiting over maxWait goes before them).",
+    )
+    short_request_tokens: int = Field(
+        default=512,
+        ge=1,
+        le=1_000_000,
+        description="Prompt tokens up to which short-request-first counts a request as short.",
+    )
+    max_wait: Duration = Field(
+        default=2.0, description="How long short-request-first lets a long prompt wait before it goes first."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels every engine pod requires (the pod's nodeSelector)."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Taints the engine pods tolerate (the pod's tolerations).",
+    )
+    scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
+    priority_class_name: str | None = Field(
+        default=None, description="PriorityClass of the engine pods (preemption order under pressure)."
+    )
+
+
+class PriorityClass(Model):
+    """One class of requests: an InferenceObjective with its priority, and its queue at the endpoint picker."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=40,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Class name; clients name the class's InferenceObjective <inference>-<name> in the "
+        "x-gateway-inference-objective header.",
+    )
+    priority: int = Field(
+        ge=-1000,
+        le=1000,
+        description="Dispatch priority at the endpoint picker: higher first; negative only for a sheddable class.",
+    )
+    max_queue: int = Field(
+        default=64,
+        ge=1,
+        le=100_000,
+        description="Requests of this class the picker queues (its band's maxRequests).",
+    )
+    sheddable: bool = Field(
+        default=False, description="Shed under saturation (the picker drops negative priorities first)."
+    )
+    min_prompt_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Requests whose prompt has at least this many tokens belong to this class (the class with "
+        "the largest minPromptTokens that the prompt reaches).",
+    )
+
+    @model_validator(mode="after")
+    def _sheddable_is_negative(self) -> PriorityClass:
+        if self.sheddable != (self.priority < 0):
+            raise ValueError(
+                f"class {self.name!r}: a sheddable class needs a negative priority and a negative priority "
+                f"makes a class sheddable (the endpoint picker sheds negative priorities); got priority "
+                f"{self.priority} with sheddable {str(self.sheddable).lower()}"
+            )
+        return self
+
+
+def default_classes() -> list[PriorityClass]:
+    """The seeds' three classes by prompt length: over 2048 tokens, over 512, the rest (queues 16, 32, 64).
+
+    Short prompts are dispatched first, so long prompts stop holding them up (the seed's code ran long ones
+    first; bench/routing measured both orders without a winner, docs/routing.md).
+    """
+    return [
+        PriorityClass(name="long", priority=0, max_queue=16, min_prompt_tokens=2049),
+        PriorityClass(name="medium", priority=1, max_queue=32, min_prompt_tokens=513),
+        PriorityClass(name="short", priority=2, max_queue=64, min_prompt_tokens=0),
+    ]
+
+
+class GatewayRef(Model):
+    """The Gateway an HTTPRoute attaches the InferencePool to."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the Gateway (in this namespace).")
+    namespace: str | None = Field(default=None, description="Default: the inference's namespace.")
+    section_name: str | None = Field(default=None, description="A listener of the Gateway.")
+
+
+class Routing(Model):
+    """How requests reach the serving leaders."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.classes) || self.classes.all(c, self.classes.exists_one(d, d.priority == c.priority))",
+                    "message": "each priority class needs its own priority (one priority band per class)",
+                }
+            ]
+        }
+    )
+
+    mode: RoutingMode = Field(
+        default="service",
+        description="service: a ClusterIP Service over the serving leaders. inferencePool: a Gateway API "
+        "InferencePool with the endpoint picker and one InferenceObjective per class.",
+    )
+    classes: list[PriorityClass] = Field(
+        default_factory=default_classes,
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Priority classes (inferencePool mode); default: long (> 2048 prompt tokens, priority 0, "
+        "queue 16), medium (> 512, 1, 32), short (2, 64).",
+    )
+    gateway: GatewayRef | None = Field(
+        default=None,
+        description="Attach the InferencePool to this Gateway with an HTTPRoute (inferencePool mode).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Routing:
+        problems = []
+        for field_name in ("name", "priority"):
+            values = [getattr(c, field_name) for c in self.classes]
+            repeated = sorted({str(v) for v in values if values.count(v) > 1})
+            if repeated:
+                problems.append(f"class {field_name}s must be distinct, repeated: {', '.join(repeated)}")
+        if problems:
+            raise ValueError(
+                "; ".join(problems) + " (one InferenceObjective and one priority band per class)"
+            )
+        return self
+
+    def class_for(self, prompt_tokens: int) -> PriorityClass | None:
+        """The class of a request with this many prompt tokens: the largest ``minPromptTokens`` it reaches."""
+        fitting = [c for c in self.classes if prompt_tokens >= c.min_prompt_tokens]
+        return max(fitting, key=lambda c: c.min_prompt_tokens) if fitting else None
+
+
+class Autoscaling(Model):
+    """Bounds and pacing for the control loop's scale and restart actions."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"{cel_or_default('minReplicas', 1)} <= {cel_or_default('maxReplicas', 8)}",
+                    "message": "minReplicas must be <= maxReplicas (defaults 1 and 8)",
+                }
+            ]
+        }
+    )
+
+    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas a rule may scale down to.")
+    max_replicas: int = Field(default=8, ge=1, description="Most replicas a rule may scale up to.")
+    scale_up_cooldown: Duration = Field(default=180.0, description="Quiet time after a scale-up.")
+    scale_down_cooldown: Duration = Field(default=600.0, description="Quiet time after a scale-down.")
+    restart_cooldown: Duration = Field(
+        default=600.0, description="Quiet time between rule restarts of one replica."
+    )
+    dry_run: bool = Field(default=False, description="Record decisions without acting on them.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"autoscaling.minReplicas ({self.min_replicas}) is above maxReplicas ({self.max_replicas}); "
+                "make minReplicas <= maxReplicas"
+            )
+        return self
+
+
+DEFAULT_SCOPE: dict[str, str] = {kind.name: kind.scope for kind in ACTIONS}
+# An action bound to one scope refuses every other, in the CRD (CEL) as in the model.
+_SCOPE_RULES: list[JsonDict] = [
+    {
+        "rule": f"self.action != '{kind.name}' || !has(self.scope) || self.scope == '{kind.scope}'",
+        "message": kind.scope_sentence(),
+    }
+    for kind in ACTIONS
+    if kind.scope_only
+]
+
+
+class Rule(Model):
+    """``<metric> <comparison> <threshold> for <window> -> <action>``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.metric) != has(self.query)",
+                    "message": "a rule needs exactly one of metric (a catalog name) or query (raw PromQL)",
+                },
+                *_SCOPE_RULES,
+            ]
+        }
+    )
+
+    name: str | None = Field(default=None, description="Shown in events; defaults to the rule's text.")
+    metric: str | None = Field(
+        default=None, description="A metric name from the operator's catalog (e.g. npu_utilization)."
+    )
+    query: str | None = Field(
+        default=None,
+        description="Raw PromQL instead of a catalog metric; its series must carry namespace and inference "
+        "labels (and replica for replica scope).",
+    )
+    comparison: Comparison = Field(default=">", description="How the metric compares to the threshold.")
+    threshold: Threshold
+    for_: Window = Field(
+        alias="for", description="How long the condition must hold at every sample; at most 24h."
+    )
+    action: Action = Field(
+        description="What to do while the condition holds: scale_up, scale_down or restart_service."
+    )
+    scope: Scope | None = Field(
+        default=None, description="fleet (aggregate over replicas) or replica; default by action."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Rule:
+        if (self.metric is None) == (self.query is None):
+            raise ValueError("a rule needs exactly one of metric (a catalog name) or query (raw PromQL)")
+        kind = action_kind(self.action)
+        if self.scope is None:
+            self.scope = kind.scope
+        if kind.scope_only and self.scope != kind.scope:
+            raise ValueError(kind.scope_sentence())
+        if self.for_ > MAX_WINDOW_SECONDS:
+            raise ValueError(window_sentence())
+        return self
+
+    def describe(self) -> str:
+        """The rule as a user would write it, e.g. ``npu_utilization > 85% for 5m -> scale_up``."""
+        from .units import format_threshold
+
+        subject = self.metric or "query"
+        return (
+            f"{subject} {self.comparison} {format_threshold(self.threshold)} for {format_duration(self.for_)}"
+            f" -> {self.action}"
+        )
+
+    def display_name(self) -> str:
+        return self.name or self.describe()
+
+
+MAX_RULES = 32  # bounds the CEL cost of the per-rule checks, and Prometheus' work per object
+
+
+def default_rules() -> list[Rule]:
+    """The two rules from the project's brief."""
+    return [
+        Rule(metric="npu_utilization", threshold="85%", for_="5m", action="scale_up"),
+        Rule(metric="mem_fragmentation", threshold="15%", for_="10m", action="restart_service"),
+    ]
+
+
+class Disruption(Model):
+    """How many replicas may be out of service at once, and how long a drain lasts."""
+
+    max_unavailable: int = Field(
+        default=1, ge=1, description="Replicas out of service at once (rollouts, restarts)."
+    )
+    drain_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="In-flight requests get this long after a leader leaves the Service.",
+    )

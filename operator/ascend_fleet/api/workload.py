@@ -1,0 +1,304 @@
+"""What one replica runs.
+
+The model, the engine, the parallel layout, the hardware, batching, memory and the pod template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field, model_validator
+from pydantic.json_schema import JsonDict
+
+from ..engines.registry import facts_of
+from .checks import DEFAULT_NPUS_PER_NODE, MAX_MODEL_DIMENSION
+from .fields import Chip, Duration, Model, MultiNode, RegisteredEngineType, cel_or_default
+from .k8s import EnvVarSource, ResourceRequirements, Size, VolumeSource, env_name_problem
+
+
+class ModelSource(Model):
+    """Which model to serve and where its weights are."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=128,
+        description="Served model name: what clients put in the OpenAI API's `model` field.",
+    )
+    path: str = Field(
+        min_length=1,
+        pattern=r"^/",
+        description="Absolute path of the weights inside the engine container.",
+    )
+    volume: VolumeSource | None = Field(
+        default=None,
+        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
+        "where the operator configuration allows it), "
+        "mounted read-only at mountPath.",
+    )
+    mount_path: str = Field(
+        default="/models",
+        pattern=r"^/",
+        description="Where the volume is mounted; path must lie under it when a volume is given.",
+    )
+    num_attention_heads: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MODEL_DIMENSION,
+        description="Optional: lets the planner check that tensor divides the heads.",
+    )
+    num_layers: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MODEL_DIMENSION,
+        description="Optional: lets the planner check that pipeline fits the layers.",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="Maximum context length, if not the model's."
+    )
+
+    @model_validator(mode="after")
+    def _path_under_mount(self) -> ModelSource:
+        if self.volume is not None and not _is_under(self.path, self.mount_path):
+            raise ValueError(
+                f"model.path {self.path!r} is not under model.mountPath {self.mount_path!r}, where the volume "
+                f"is mounted; set mountPath to a parent of path, e.g. {_parent(self.path)!r}"
+            )
+        return self
+
+
+def _is_under(path: str, parent: str) -> bool:
+    parent = parent.rstrip("/") or "/"
+    return parent == "/" or path == parent or path.startswith(parent + "/")
+
+
+def _parent(path: str) -> str:
+    head = path.rstrip("/").rsplit("/", 1)[0]
+    return head or "/"
+
+
+class EnvVar(Model):
+    """An environment variable: a literal value or a Kubernetes valueFrom source."""
+
+    name: str = Field(
+        min_length=1, max_length=256, description="Variable name (a C identifier or a dotted name)."
+    )
+    value: str | None = Field(
+        default=None, description="A literal value; $(VAR) refers to an earlier variable."
+    )
+    value_from: EnvVarSource | None = None
+
+    @model_validator(mode="after")
+    def _valid_for_a_container(self) -> EnvVar:
+        problem = env_name_problem(self.name)
+        if problem:
+            raise ValueError(problem)
+        if self.value and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        return self
+
+
+class Engine(Model):
+    """The serving engine and how its pods run."""
+
+    type: RegisteredEngineType = Field(description="vllm-ascend or sglang.")
+    image: str | None = Field(
+        default=None, description="Engine image; defaults to the upstream image for the engine and chip."
+    )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="HTTP port of the OpenAI API (default 8000 vLLM, 30000 SGLang).",
+    )
+    args: list[str] = Field(
+        default_factory=list,
+        description="Extra engine arguments, appended; one that repeats a generated flag is rejected.",
+    )
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment; a name set here wins.")
+    resources: ResourceRequirements | None = Field(
+        default=None, description="CPU/memory requests and limits (the NPU resource is set from the layout)."
+    )
+    exporter: bool = Field(default=True, description="Run the project's NPU exporter inside the engine.")
+    startup_timeout: Duration = Field(
+        default=1800.0, description="How long model loading may take before the startup probe gives up."
+    )
+    shm_size: Size = Field(
+        default="16Gi",
+        description="Size limit of the in-memory /dev/shm: a Kubernetes quantity such as 16Gi.",
+    )
+    multi_node: MultiNode | None = Field(
+        default=None,
+        description="vLLM replicas spanning pods: native (--nnodes/--node-rank/--master-addr, --headless on "
+        "non-leaders; vLLM 0.23+) or ray; default native where the image's vLLM has it, else ray.",
+    )
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Engine:
+        if self.port is None:
+            self.port = facts_of(self.type).default_port
+        return self
+
+
+# Marks a field whose default the CRD declares too, so the API server stores it: the parallel layout,
+# which printer columns and the scale subresource read. Other defaults stay out of the CRD (pydantic
+# fills them in), which keeps what users wrote, and their GitOps diffs, unchanged.
+CRD_DEFAULT: JsonDict = {"x-crd-default": True}
+
+
+class Parallelism(Model):
+    """The hybrid parallel layout: tensor x pipeline NPUs per replica, data replicas."""
+
+    tensor: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Tensor-parallel size (never crosses a node).",
+        json_schema_extra=CRD_DEFAULT,
+    )
+    pipeline: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pipeline-parallel stages per replica.",
+        json_schema_extra=CRD_DEFAULT,
+    )
+    data: int = Field(
+        default=1,
+        ge=0,
+        le=1024,
+        description="Number of replicas; the scale subresource changes this field.",
+        json_schema_extra=CRD_DEFAULT,
+    )
+
+
+class Hardware(Model):
+    """The NPU nodes the engines run on."""
+
+    chip: Chip = Field(default="ascend910b", description="ascend910a, ascend910b or ascend910_93 (A3).")
+    npus_per_node: int | None = Field(
+        default=None, ge=1, le=64, description="NPUs per node (default 8; 16 for ascend910_93)."
+    )
+    resource_name: str = Field(
+        default="huawei.com/Ascend910",
+        min_length=1,
+        description="Device-plugin resource to request (huawei.com/Ascend910, huawei.com/ascend-1980, ...).",
+    )
+    ascend_runtime: bool = Field(
+        default=True,
+        description="True when the Ascend Docker Runtime injects the driver; false mounts the driver from the host.",
+    )
+    network_interface: str = Field(
+        default="eth0", min_length=1, description="Interface for HCCL/GLOO traffic in multi-pod replicas."
+    )
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Hardware:
+        if self.npus_per_node is None:
+            self.npus_per_node = DEFAULT_NPUS_PER_NODE[self.chip]
+        return self
+
+
+class PrefillDelayer(Model):
+    """SGLang's prefill delayer: holds new prefills back a little so they batch together (SGLang >= 0.5.7)."""
+
+    enabled: bool = Field(default=True, description="--enable-prefill-delayer.")
+    max_delay_ms: float | None = Field(
+        default=None, gt=0, description="--prefill-delayer-max-delay-ms: the longest a prefill is held back."
+    )
+    queue_min_ratio: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="--prefill-delayer-queue-min-ratio: wait until the queue holds this share of the running "
+        "requests (typical 0.1 to 0.5).",
+    )
+
+
+class Batching(Model):
+    """Continuous-batching limits (engine defaults when unset) and the engines' own adaptive knobs."""
+
+    max_batch_size: int | None = Field(default=None, ge=1, description="Sequences in a batch.")
+    max_batch_tokens: int | None = Field(default=None, ge=1, description="Tokens scheduled in one step.")
+    chunked_prefill: bool | None = Field(
+        default=None,
+        description="Split long prompts into chunks batched with decodes (vLLM --[no-]enable-chunked-prefill; "
+        "SGLang: false sets --chunked-prefill-size -1). Unset keeps the engine's default (on in both).",
+    )
+    prefill_delayer: PrefillDelayer | None = Field(
+        default=None, description="SGLang only: its adaptive prefill delayer (engine.type sglang)."
+    )
+
+
+_MEMORY_SUM = " + ".join(
+    (
+        cel_or_default("staticFraction", 0.60),
+        cel_or_default("dynamicFraction", 0.25),
+        cel_or_default("reserveFraction", 0.15),
+    )
+)
+
+
+class Memory(Model):
+    """How each NPU's HBM is split: static (weights + KV cache), dynamic (activations), reserve."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"{_MEMORY_SUM} >= 0.999 && {_MEMORY_SUM} <= 1.001",
+                    "message": "staticFraction + dynamicFraction + reserveFraction must add up to 1.0 "
+                    "(defaults 0.60 + 0.25 + 0.15)",
+                }
+            ]
+        }
+    )
+
+    static_fraction: float = Field(
+        default=0.60, gt=0, le=1, description="Share of each NPU's HBM for the weights and the KV cache."
+    )
+    dynamic_fraction: float = Field(
+        default=0.25, ge=0, le=1, description="Share for activations and other short-lived tensors."
+    )
+    reserve_fraction: float = Field(
+        default=0.15, ge=0, le=1, description="Share left free, so fragmentation does not run out of memory."
+    )
+    expandable_segments: bool = Field(
+        default=True, description="PYTORCH_NPU_ALLOC_CONF=expandable_segments:True (keeps fragmentation low)."
+    )
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> Memory:
+        total = self.static_fraction + self.dynamic_fraction + self.reserve_fraction
+        if abs(total - 1.0) > 1e-3:
+            raise ValueError(
+                f"memory fractions add up to {total:.2f} (static {self.static_fraction:g} + dynamic "
+                f"{self.dynamic_fraction:g} + reserve {self.reserve_fraction:g}); they must add up to 1.0"
+            )
+        return self
+
+
+class TemplateMetadata(Model):
+    """Labels and annotations added to every engine pod."""
+
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels added to every engine pod (the operator's own keys win)."
+    )
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="Annotations added to every engine pod."
+    )
+
+
+_OPEN_OBJECT: JsonDict = {"x-kubernetes-preserve-unknown-fields": True, "type": "object"}
+
+
+class PodTemplate(Model):
+    """A partial PodTemplateSpec merged into every engine pod (strategic-merge semantics)."""
+
+    metadata: TemplateMetadata | None = None
+    spec: dict[str, Any] | None = Field(
+        default=None,
+        json_schema_extra=_OPEN_OBJECT,
+        description="Pod spec fields: affinity, tolerations, nodeSelector, imagePullSecrets, serviceAccountName, "
+        "priorityClassName, securityContext, volumes, initContainers, containers (the one named engine takes "
+        "env, volumeMounts and resources; others are sidecars), automountServiceAccountToken, ...",
+    )
