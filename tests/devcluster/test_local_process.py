@@ -114,3 +114,23 @@ def test_not_ready_in_time_fails_and_the_process_can_still_be_stopped(tmp_path: 
     assert silent.running
     silent.kill()
     assert silent.returncode == -9
+
+
+def test_inherit_passes_on_only_the_named_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEPT_VARIABLE", "kept")
+    monkeypatch.setenv("HIDDEN_VARIABLE", "hidden")
+    printer = LocalProcess(
+        "printer",
+        _python(
+            "import os\n"
+            "print(sorted(k for k in os.environ if k.endswith('_VARIABLE')), os.environ['OWN'], flush=True)\n"
+        ),
+        env={"OWN": "own"},
+        log=tmp_path / "printer.log",
+        inherit=["KEPT_VARIABLE", "ABSENT_VARIABLE"],
+    ).start()
+    deadline = time.monotonic() + 20
+    while printer.running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert printer.returncode == 0
+    assert "['KEPT_VARIABLE'] own" in printer.log_tail()

@@ -1,23 +1,19 @@
-"""A real ``vllm serve`` for tests: started in its own process group, time-boxed, always killed."""
+"""A real ``vllm serve`` for tests: the dev cluster's own process lifecycle, time-boxed, always stopped."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from ascend_fleet.devcluster.real.vllm_env import VllmCpu, repository_root
+from ascend_fleet.devcluster.local.process import ProcessFailed
+from ascend_fleet.devcluster.real.vllm_engine import STOP_GRACE_SECONDS, health_probe, serve_process
 
 START_TIMEOUT = 300.0
-# What the server takes from the test's own environment; the rest comes from the pod.
-PASSED_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "XDG_CACHE_HOME")
 
 
 class ServerFailed(AssertionError):
@@ -37,32 +33,28 @@ def http(method: str, url: str, body: dict | None = None, timeout: float = 60.0)
         return error.code, error.read().decode()
 
 
-def install_plugin(env: VllmCpu) -> None:
-    """This checkout's package in the engine environment without dependencies, so vLLM finds its plugin."""
-    subprocess.run(
-        [
-            str(env.python),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--force-reinstall",
-            str(repository_root()),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+def process_group_rss_bytes(leader: int) -> int:
+    """Resident memory of every process in ``leader``'s process group, from /proc."""
+    group, total = os.getpgid(leader), 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != group:
+                continue
+            fields = (entry / "status").read_text().split("VmRSS:", 1)[1].split()
+            total += int(fields[0]) * 1024
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
 class VllmServer:
-    """One ``vllm serve`` process group with its log file."""
+    """One ``vllm serve`` process group with its log file, run by the dev cluster's :func:`serve_process`."""
 
     def __init__(self, argv: list[str], env: Mapping[str, str], log: Path, port: int) -> None:
-        self.argv, self.log, self.port = argv, log, port
-        self.env = {**{k: v for k, v in os.environ.items() if k in PASSED_ENV}, **env}
-        self.process: subprocess.Popen[bytes] | None = None
+        self.log, self.port = log, port
+        self.process = serve_process("vllm serve", argv, env, log)
         self.started = 0.0
 
     @property
@@ -71,60 +63,29 @@ class VllmServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> VllmServer:
-        """Start the server as the leader of its own process group (setsid)."""
+        """Start the server as the leader of its own process group."""
         self.started = time.monotonic()
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        self.process.start()
         return self
 
     def wait_healthy(self, timeout: float = START_TIMEOUT) -> float:
         """Seconds from start to the first ``200`` on ``/health``; raises :class:`ServerFailed`."""
-        assert self.process is not None
-        deadline = self.started + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ServerFailed(f"vllm serve exited with {self.process.returncode}:\n{self.tail()}")
-            try:
-                if http("GET", f"{self.url}/health", timeout=2)[0] == 200:
-                    return time.monotonic() - self.started
-            except OSError:
-                pass
-            time.sleep(1)
-        raise ServerFailed(f"no /health within {timeout:.0f} s:\n{self.tail()}")
+        remaining = self.started + timeout - time.monotonic()
+        try:
+            self.process.wait_ready(health_probe(self.url), remaining, interval=1.0)
+        except ProcessFailed as error:
+            raise ServerFailed(str(error)) from error
+        return time.monotonic() - self.started
 
     def rss_bytes(self) -> int:
-        """Resident memory of the server's whole process group, from /proc."""
-        assert self.process is not None
-        group, total = os.getpgid(self.process.pid), 0
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if os.getpgid(int(entry.name)) != group:
-                    continue
-                fields = (entry / "status").read_text().split("VmRSS:", 1)[1].split()
-                total += int(fields[0]) * 1024
-            except (OSError, IndexError, ValueError):
-                continue
-        return total
+        """Resident memory of the server's whole process group."""
+        assert self.process.pid is not None
+        return process_group_rss_bytes(self.process.pid)
 
     def tail(self, lines: int = 60) -> str:
         """The end of the server's log."""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        """Kill the whole process group (API server, engine core, workers) and reap the leader."""
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-        except ProcessLookupError:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=20)
+        """Stop the whole process group (API server, engine core, workers): grace, then kill."""
+        self.process.stop(grace=STOP_GRACE_SECONDS)

@@ -15,10 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_fleet.api import names
 from ascend_fleet.devcluster.real.vllm_engine import translate
+from ascend_fleet.devcluster.real.vllm_env import install_plugin
 from ascend_fleet.exporter import metrics
 from tests.exporter.support import free_port
 
-from .server import VllmServer, http, install_plugin
+from .server import VllmServer, http
 from .support import FIELD_VALUES, engine_container, example_vllm_pods, vllm_cpu_or_skip
 
 pytestmark = pytest.mark.timeout(900)

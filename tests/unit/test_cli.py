@@ -145,3 +145,18 @@ def test_dev_and_dev_cluster_pass_real_and_prometheus_through(monkeypatch):
     assert seen["dev"].real is True
     assert cli.main(["dev-cluster", "--real", "--prometheus"]) == 0
     assert seen["dev-cluster"]["prometheus"] is True
+
+
+def test_dev_cluster_passes_real_engines_through_and_needs_real_for_them(monkeypatch, capsys):
+    from ascend_fleet.cli import main as cli
+    from ascend_fleet.devcluster.real import realcluster
+
+    seen: dict = {}
+    monkeypatch.setattr(realcluster, "serve", lambda *a, **kw: seen.update(kw))
+    assert cli.main(["dev-cluster", "--real"]) == 0
+    assert seen["engines"] == "simulated" and seen["real_engine_limit"] == 2
+    assert cli.main(["dev-cluster", "--real", "--engines", "vllm", "--max-real-engines", "3"]) == 0
+    assert seen["engines"] == "vllm" and seen["real_engine_limit"] == 3
+    seen.clear()
+    assert cli.main(["dev-cluster", "--engines", "vllm"]) == 2
+    assert seen == {} and "--engines vllm runs on the real control plane only" in capsys.readouterr().err

@@ -107,6 +107,20 @@ def _add_dev_cluster(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also run a real Prometheus scraping the simulated engines (needs the prometheus binary)",
     )
+    dev.add_argument(
+        "--engines",
+        choices=("simulated", "vllm"),
+        default="simulated",
+        help="what runs vllm-ascend engine pods: simulated engines, or (with --real) a real `vllm serve` "
+        "of a tiny model from `make engine-vllm`; SGLang pods stay simulated (default: %(default)s)",
+    )
+    dev.add_argument(
+        "--max-real-engines",
+        type=int,
+        default=2,
+        metavar="N",
+        help="with --engines vllm, refuse engine pods beyond N at once (about 3 GiB each; default: %(default)s)",
+    )
     dev.set_defaults(handler=cmd_dev_cluster)
 
 
@@ -166,9 +180,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
 
 def cmd_dev_cluster(args: argparse.Namespace) -> int:
+    if args.engines != "simulated" and not args.real:
+        print("error: --engines vllm runs on the real control plane only (add --real)", file=sys.stderr)
+        return 2
     if args.real:
         from ..devcluster.real.controlplane import ControlPlaneUnavailable
         from ..devcluster.real.realcluster import serve_real
+        from ..devcluster.real.realengines import RealEnginesUnavailable
 
         logging.basicConfig(level=logging.WARNING)
         try:
@@ -180,8 +198,10 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
                 start_seconds=args.pod_start_seconds,
                 ready_seconds=args.pod_ready_seconds,
                 prometheus=args.prometheus,
+                engines=args.engines,
+                real_engine_limit=args.max_real_engines,
             )
-        except ControlPlaneUnavailable as error:
+        except (ControlPlaneUnavailable, RealEnginesUnavailable) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0

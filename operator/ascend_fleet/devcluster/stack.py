@@ -26,6 +26,11 @@ if TYPE_CHECKING:
     from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
     from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
     from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet.devcluster.real.realengines import RealEngines
+
+SIMULATED = "simulated"
+VLLM = "vllm"
+ENGINE_KINDS = (SIMULATED, VLLM)
 
 
 class SimulatedNodes(Protocol):
@@ -83,6 +88,7 @@ class Stack:
     kube: Kube
     prometheus: PrometheusServer | None = None
     engines: SimulatedEngines | None = None
+    real_engines: RealEngines | None = None
 
 
 def local_cluster(
@@ -142,14 +148,20 @@ def stack(
     scenario: Scenario | None = None,
     engine_options: Mapping[str, Any] | None = None,
     user_agent: str = USER_AGENT,
+    engines: str = SIMULATED,
+    real_engine_limit: int | None = None,
     **cluster_options: Any,
 ) -> Iterator[Stack]:
     """Start ``cluster`` (or :func:`local_cluster` of ``cluster_options``), install ``crds``, then a Prometheus
     when ``prometheus`` and simulated engines fed by ``scenario`` when given; stop all of it in reverse.
 
     ``engine_options`` go to :class:`~ascend_fleet.devcluster.fleet.engines.SimulatedEngines`; the engines
-    register with Prometheus as scrape targets.
+    register with Prometheus as scrape targets. With ``engines="vllm"`` (the real control plane only)
+    vllm-ascend engine pods run as real ``vllm serve`` processes instead, at most ``real_engine_limit``
+    (:mod:`~ascend_fleet.devcluster.real.realengines`); SGLang pods stay simulated.
     """
+    if engines not in ENGINE_KINDS:
+        raise ValueError(f"engines must be one of {', '.join(ENGINE_KINDS)}, not {engines!r}")
     if cluster is None:
         cluster = local_cluster(**cluster_options)
     elif cluster_options:
@@ -164,12 +176,36 @@ def stack(
             from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
 
             server = running.enter_context(PrometheusServer(scrape_interval="1s"))
-        engines = None
+        real = None
+        if engines == VLLM:
+            real = running.enter_context(_real_engines(cluster, real_engine_limit))
+            cluster.kubelet.add_listener(real)
+        simulated = None
         if scenario is not None:
             from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 
-            engines = running.enter_context(
-                SimulatedEngines(scenario, prometheus=server, **(engine_options or {}))
-            )
-            cluster.kubelet.add_listener(engines)
-        yield Stack(cluster, kube, server, engines)
+            options = {**(engine_options or {}), **({"served_elsewhere": real.claims} if real else {})}
+            simulated = running.enter_context(SimulatedEngines(scenario, prometheus=server, **options))
+            cluster.kubelet.add_listener(simulated)
+        yield Stack(cluster, kube, server, simulated, real)
+
+
+def _real_engines(cluster: LocalCluster, limit: int | None) -> RealEngines:
+    """Real vLLM engines for the real control plane's node agent, from the built environment."""
+    from ascend_fleet.devcluster.real.realcluster import RealCluster
+    from ascend_fleet.devcluster.real.realengines import DEFAULT_LIMIT, RealEngines, RealEnginesUnavailable
+    from ascend_fleet.devcluster.real.vllm_env import (
+        expected_environment,
+        find_environment,
+        install_plugin,
+    )
+
+    if not isinstance(cluster, RealCluster):
+        raise RealEnginesUnavailable("real vLLM engines run on the real control plane only (real=True)")
+    environment = find_environment()
+    if environment is None:
+        raise RuntimeError(
+            f"vLLM's CPU environment is not built ({expected_environment().root}): make engine-vllm"
+        )
+    install_plugin(environment)
+    return RealEngines(environment, cluster.kubelet, limit=DEFAULT_LIMIT if limit is None else limit)

@@ -365,17 +365,19 @@ class SimulatedEngines:
         start_scenario: bool = True,
         curve: Any = None,
         traffic_utilization: bool = True,
+        served_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
         """Serve pods with values from ``scenario`` and keep ``prometheus``'s targets in sync.
 
         With ``start_scenario`` the scenario's time zero is now, so its timeline starts with the engines.
         ``curve`` (a :class:`~ascend_fleet.simulate.curve.BatchCurve`) replaces the seeds' batch curve of
         every serving engine. ``traffic_utilization=False`` keeps the scenario's NPU utilization while requests
-        are served (:func:`with_real_traffic`).
+        are served (:func:`with_real_traffic`). Pods ``served_elsewhere`` claims (real engines) are left alone.
         """
         self.scenario = scenario
         self.curve = curve
         self.traffic_utilization = traffic_utilization
+        self.served_elsewhere = served_elsewhere
         self.prometheus = prometheus
         self._clock = clock
         self._lock = threading.Lock()
@@ -400,7 +402,7 @@ class SimulatedEngines:
     def on_pod_running(self, pod: Mapping[str, Any]) -> None:
         """Serve metrics for a pod that started running (pods without the inference label are ignored)."""
         engine = engine_pod(pod, self._clock())
-        if engine is None:
+        if engine is None or (self.served_elsewhere is not None and self.served_elsewhere(pod)):
             return
         with self._lock:
             if self._closed:

@@ -31,7 +31,8 @@ class LocalProcess:
 
     Output (stdout and stderr) is appended to ``log``, so a restart keeps the earlier lines. With
     ``process_group``, the program leads a process group of its own and :meth:`stop` signals the whole group
-    (for programs that start children of their own).
+    (for programs that start children of their own). With ``inherit``, only those variables of this process's
+    environment are passed on (for programs that must not see this process's virtualenv or test settings).
     """
 
     def __init__(
@@ -43,6 +44,7 @@ class LocalProcess:
         log: str | Path | None = None,
         *,
         process_group: bool = False,
+        inherit: Sequence[str] | None = None,
     ) -> None:
         """Describe the program; nothing runs before :meth:`start`. Without ``log`` the output is dropped."""
         self.name = name
@@ -51,6 +53,7 @@ class LocalProcess:
         self.cwd = Path(cwd) if cwd is not None else None
         self.log = Path(log) if log is not None else None
         self.process_group = process_group
+        self.inherit = None if inherit is None else tuple(inherit)
         self._popen: subprocess.Popen[bytes] | None = None
 
     @property
@@ -82,7 +85,7 @@ class LocalProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env},
+                env={**self._inherited(), **self.env},
                 cwd=self.cwd,
                 start_new_session=self.process_group,
             )
@@ -139,6 +142,12 @@ class LocalProcess:
                 return log.read().decode(errors="replace")
         except OSError:
             return "(no log)"
+
+    def _inherited(self) -> dict[str, str]:
+        """The part of this process's environment the child starts from."""
+        if self.inherit is None:
+            return dict(os.environ)
+        return {name: os.environ[name] for name in self.inherit if name in os.environ}
 
     def _signal(self, popen: subprocess.Popen[bytes], signum: signal.Signals) -> None:
         try:

@@ -173,6 +173,8 @@ def serve_real(
     start_seconds: float = 1.0,
     ready_seconds: float = 1.0,
     prometheus: bool = False,
+    engines: str = "simulated",
+    real_engine_limit: int | None = None,
 ) -> None:
     """Run a real control plane with simulated nodes until SIGINT/SIGTERM (``ascend-fleet dev-cluster --real``).
 
@@ -180,7 +182,8 @@ def serve_real(
     the upstream picker behind an Envoy gateway each, whose address is printed as it comes up, and operator
     pods (``helm install``) as this package's operator (:mod:`~ascend_fleet.devcluster.real.localpods`). The
     Inference Extension's CRDs are installed, as on a cluster with an inference gateway. ``prometheus`` adds a
-    real Prometheus scraping the engines."""
+    real Prometheus scraping the engines. ``engines="vllm"`` runs vllm-ascend engine pods as real ``vllm
+    serve`` processes (:mod:`~ascend_fleet.devcluster.real.realengines`), at most ``real_engine_limit``."""
     from ascend_fleet.devcluster.fleet.scenario import Scenario
     from ascend_fleet.devcluster.stack import stack
 
@@ -201,6 +204,8 @@ def serve_real(
                 ready_seconds=ready_seconds,
                 prometheus=prometheus,
                 scenario=Scenario.constant(0.0),
+                engines=engines,
+                real_engine_limit=real_engine_limit,
             ) as local,
             contextlib.ExitStack() as pods,
         ):
@@ -215,6 +220,12 @@ def serve_real(
             _print_components(cluster.control_plane)
             if local.prometheus is not None:
                 print(f"Prometheus (scraping the engines): {local.prometheus.url}", flush=True)
+            if local.real_engines is not None:
+                print(
+                    f"vllm-ascend engine pods run as real vllm serve (CPU build, tiny model), at most "
+                    f"{local.real_engines.limit} at once; SGLang pods stay simulated",
+                    flush=True,
+                )
             _run_local_pods(local.kube, cluster, pods)
             # The examples mount the claim `models`; on a real cluster an admin provides the storage.
             provide_model_claim(local.kube, "default")

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...exporter.config import ENV_PORT as EXPORTER_PORT_ENV
+from ..local.process import LocalProcess
 from .tinymodel import MAX_POSITIONS
 
 DEFAULT_KV_CACHE_BYTES = 64 * 1024 * 1024
@@ -46,6 +49,10 @@ DROPPED = frozenset(
 )
 ONE_PROCESS = frozenset({"--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"})
 SWITCHES_DROPPED = frozenset({"--headless"})
+# What a real server takes from this process's environment; the rest comes from the pod.
+PASSED_ENV = ("PATH", "HOME", "TMPDIR", "LANG", "XDG_CACHE_HOME")
+# API server, engine core and workers exit on SIGTERM within this; the group is killed after it.
+STOP_GRACE_SECONDS = 20.0
 _NUMBER = re.compile(r"^-\d")
 _VARIABLE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
@@ -83,7 +90,9 @@ def engine_environment(container: Mapping[str, Any], field_values: Mapping[str, 
 
 def serve_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     """``vllm serve ...`` as the container runs it: command + args expanded, a Ray leader's script unwrapped."""
-    argv = [expand_variables(token, env) for token in [*container.get("command", []), *container.get("args", [])]]
+    argv = [
+        expand_variables(token, env) for token in [*container.get("command", []), *container.get("args", [])]
+    ]
     if argv[:2] == ["/bin/bash", "-c"] and len(argv) >= 3:
         script = argv[2]
         if "exec vllm serve" not in script:
@@ -180,3 +189,22 @@ def _translated(
         changes.append(f"{shown} -> {port}")
         return [name, str(port)]
     return [name] if value is None else [name, value]
+
+
+def serve_process(name: str, argv: list[str], env: Mapping[str, str], log: str | Path) -> LocalProcess:
+    """A real ``vllm serve`` as a :class:`LocalProcess`: its own process group, only :data:`PASSED_ENV` inherited.
+
+    vLLM starts an engine core and workers of its own, so stopping signals the whole group; the test's or the
+    dev cluster's virtualenv settings stay out of the engine's environment.
+    """
+    return LocalProcess(name, argv, env=env, log=log, process_group=True, inherit=PASSED_ENV)
+
+
+def health_probe(url: str, path: str = "/health", timeout: float = 2.0) -> Callable[[], bool]:
+    """A probe for :meth:`LocalProcess.wait_ready`: ``GET {url}{path}`` answers 200."""
+
+    def healthy() -> bool:
+        with urllib.request.urlopen(f"{url}{path}", timeout=timeout) as response:
+            return bool(response.status == 200)
+
+    return healthy

@@ -189,6 +189,31 @@ def build_environment(progress: Callable[[str], object] = print) -> VllmCpu:
     return target
 
 
+def install_plugin(environment: VllmCpu) -> None:
+    """This checkout's package in the engine environment, without dependencies, so vLLM loads its exporter.
+
+    vLLM finds plugins through the ``vllm.general_plugins`` entry point, which only an installed
+    distribution carries; reinstalling keeps the environment on this checkout's exporter.
+    """
+    subprocess.run(
+        [
+            str(environment.python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--force-reinstall",
+            str(repository_root()),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+        env={**os.environ, "PIP_NO_INPUT": "1"},
+    )
+
+
 def _run(argv: list[str]) -> None:
     subprocess.run(argv, check=True, env={**os.environ, "PIP_NO_INPUT": "1"})
 
