@@ -59,3 +59,31 @@ def test_the_reconciler_rejects_a_rule_with_an_unknown_metric_and_names_the_know
     validate(_doc("gpu_util"))  # without a catalog (offline) the name is not checked
     custom = known_metrics(ControlSettings(catalog={"gpu_util": "up"}))
     validate(_doc("gpu_util"), known_metrics=custom)
+
+
+def test_the_drift_signal_is_a_slope_of_reserved_bytes_per_hour_of_capacity_in_both_presets():
+    for preset in sorted(PRESETS):
+        expression = Catalog.build(preset).expression("hbm_reserved_growth")
+        assert expression is not None
+        assert "deriv(ascend_fleet_memory_reserved_bytes[6h])" in expression
+        assert "* 3600 / ascend_fleet_hbm_total_bytes" in expression
+
+
+def test_a_day_long_rule_on_the_drift_signal_fits_the_window_cap():
+    doc = (
+        inference("qwen", "qwen", "/models/q")
+        .namespace("team-a")
+        .engine("vllm-ascend")
+        .rule("hbm_reserved_growth", "2%", "restart_service", window="24h")
+        .build()
+    )
+    validate(doc, known_metrics=known_metrics(ControlSettings()))
+    too_long = (
+        inference("qwen", "qwen", "/models/q")
+        .namespace("team-a")
+        .engine("vllm-ascend")
+        .rule("hbm_reserved_growth", "2%", "restart_service", window="25h")
+        .build()
+    )
+    with pytest.raises(InvalidSpec, match="24h"):
+        validate(too_long, known_metrics=known_metrics(ControlSettings()))

@@ -81,12 +81,21 @@ _REQUEST_ENTRIES = {
     "slow_request_share": _share_over_one_second(*(m.e2e_latency_histogram for m in _METRICS)),
 }
 
+# Slow leaks: the least-squares slope of the allocator's reserved bytes over hours, per hour, as a share of
+# the device's capacity (0.02 = 2 % of HBM more each hour), worst device of the replica. deriv() fits a line
+# through every sample, so one burst does not fire it the way a delta() of two points would; a restart drops
+# reserved bytes and so makes the slope negative, which clears the rule until the leak builds up again. The
+# range is hours, not the rule window: a rule's `for` (at most 24 h) then says how long the slope must stay up.
+GROWTH_WINDOW = "6h"
+
 # The project's exporter: per device; a replica is as fragmented as its worst device and as busy as its mean.
 _EXPORTER_ENTRIES = {
     "npu_utilization": f"avg {_BY} (ascend_fleet_npu_utilization_ratio)",
     "mem_fragmentation": f"max {_BY} (ascend_fleet_memory_fragmentation_ratio)",
     "memory_slack": f"max {_BY} (ascend_fleet_memory_slack_ratio)",
     "hbm_usage": f"max {_BY} (ascend_fleet_hbm_used_bytes / ascend_fleet_hbm_total_bytes)",
+    "hbm_reserved_growth": f"max {_BY} (deriv(ascend_fleet_memory_reserved_bytes[{GROWTH_WINDOW}]) "
+    "* 3600 / ascend_fleet_hbm_total_bytes)",
 }
 
 # kube-state-metrics exposes pod labels as label_<sanitized key> once allowed with

@@ -181,9 +181,10 @@ def _add_runtime_commands(sub: argparse._SubParsersAction) -> None:
     """Commands that run the operator, the local cluster or the simulator; heavy imports load only when used."""
     from ..simulate.cli import register as register_simulate
     from ..tune.cli import register as register_tune
-    from . import runtime
+    from . import memory_report, runtime
 
     runtime.register(sub)
+    memory_report.register(sub)
     register_simulate(sub)
     register_tune(sub)
 

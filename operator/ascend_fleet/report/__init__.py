@@ -1,0 +1,1 @@
+"""Reports drawn from a fleet's Prometheus history (the ``memory-report`` command)."""
