@@ -67,11 +67,7 @@ def requests_of(audit_log, username: str) -> list[tuple[str, str, str, int]]:
 def test_namespaced_operator_uses_only_what_the_chart_granted(real, kube, namespace, routing):
     release = f"rb-{uuid.uuid4().hex[:6]}"
     home = f"{release}-system"
-    kube._call(
-        "POST",
-        "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": home}},
-    )
+    kube.create_namespace(home)
     engines = SimulatedEngines(Scenario.constant(0.0))
     local = LocalPods(kube, real.cluster.control_plane, pickers=False)
     real.kubelet.add_listener(engines)
@@ -132,4 +128,4 @@ def test_namespaced_operator_uses_only_what_the_chart_granted(real, kube, namesp
         real.kubelet.remove_listener(engines)
         local.close()
         engines.close()
-        kube._call("DELETE", f"/api/v1/namespaces/{home}")
+        kube.delete_namespace(home)
