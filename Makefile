@@ -60,7 +60,9 @@ test: lint tune-client test-packages engine-vllm
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp; \
 	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane and the endpoint picker."; exit 1; \
 	else echo "No Go toolchain: the tests on the real control plane and the endpoint picker will be skipped (CI runs them)."; fi
-	$(BIN)/pytest
+	$(BIN)/pytest --ignore=tests/engines
+	# The engines' own parsers, the CPU boot of every generated vLLM command line and checkov, in their environments.
+	@$(MAKE) --no-print-directory test-engines
 
 # Debian packages of the test tools besides Prometheus, by the command each provides: lua5.1 runs the Argo CD
 # health check of docs/gitops.md as Argo CD does (Lua 5.1).

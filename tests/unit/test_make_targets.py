@@ -1,4 +1,4 @@
-"""`make test` installs what CI installs, `make lint` checks the workflows, and .ci/run adds only the engine checks.
+"""`make test` installs what CI installs and runs every suite (the engine checks last), `make lint` checks the workflows.
 
 Read through ``make -n`` (what make would run, nothing run) with an empty home, as on a fresh machine.
 """
@@ -54,7 +54,9 @@ def test_what_cannot_be_installed_is_a_skip_here_and_a_failure_under_ci(tmp_path
     assert 'elif [ -n "$CI" ]; then echo "CI needs $package' in steps
 
 
-def test_ci_runs_make_test_and_the_engine_checks_only():
+def test_ci_runs_make_test_which_ends_with_the_engine_checks(tmp_path):
     script = (ROOT / ".ci" / "run").read_text().splitlines()
     commands = [line for line in script if line.strip() and not line.lstrip().startswith("#")]
-    assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "make test", "make test-engines"]
+    assert commands == ["set -euo pipefail", 'cd "$(dirname "$0")/.."', "make test"]
+    steps = dry_run("test", tmp_path)
+    assert steps.find("pytest --ignore=tests/engines") < steps.find("test-engines"), steps
