@@ -152,7 +152,7 @@ def test_dev_cluster_passes_real_engines_through_and_needs_real_for_them(monkeyp
     from ascend_fleet.devcluster.real import realcluster
 
     seen: dict = {}
-    monkeypatch.setattr(realcluster, "serve", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(realcluster, "serve_real", lambda *a, **kw: seen.update(kw))
     assert cli.main(["dev-cluster", "--real"]) == 0
     assert seen["engines"] == "simulated" and seen["real_engine_limit"] == 2
     assert cli.main(["dev-cluster", "--real", "--engines", "vllm", "--max-real-engines", "3"]) == 0

@@ -10,7 +10,7 @@ import pytest
 from ascend_fleet.report.memory import (
     COLUMNS,
     RESTART_COUNTER,
-    Window,
+    ReportWindow,
     csv_rows,
     csv_text,
     histories,
@@ -54,11 +54,11 @@ ANSWERS = {
 
 
 def test_the_window_starts_on_a_multiple_of_the_step_and_includes_its_end():
-    window = Window.ending_at(T0 + 130, since=150, step=60)
+    window = ReportWindow.ending_at(T0 + 130, since=150, step=60)
     assert window.start == T0 - 60
     assert window.buckets() == [T0 - 60, T0, T0 + 60, T0 + 120]
     with pytest.raises(ValueError, match="positive"):
-        Window.ending_at(T0, since=60, step=0)
+        ReportWindow.ending_at(T0, since=60, step=0)
 
 
 def test_range_queries_select_the_inference_and_keep_the_pod_for_restarts():

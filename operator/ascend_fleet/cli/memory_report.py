@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..api.settings import OperatorSettings, PrometheusSettings
 from ..api.units import parse_duration
-from ..report.memory import ReplicaKey, Window
+from ..report.memory import ReplicaKey, ReportWindow
 from .documents import DocumentError
 from .inputs import load_settings
 
@@ -75,7 +75,7 @@ def cmd_memory_report(args: argparse.Namespace) -> int:
 
     outputs = _outputs(args.output)
     try:
-        window = Window.ending_at(time.time(), parse_duration(args.since), parse_duration(args.step))
+        window = ReportWindow.ending_at(time.time(), parse_duration(args.since), parse_duration(args.step))
     except ValueError as error:
         raise DocumentError(str(error)) from None
     try:
@@ -106,7 +106,7 @@ def cmd_memory_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _actions(args: argparse.Namespace, window: Window) -> dict[ReplicaKey, list[float]]:
+def _actions(args: argparse.Namespace, window: ReportWindow) -> dict[ReplicaKey, list[float]]:
     """The object's restart_service decisions per replica key, when a cluster is reachable."""
     from ..report import history, memory
 

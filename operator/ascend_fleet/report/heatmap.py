@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .memory import ReplicaHistory, ReplicaKey, Window
+from .memory import ReplicaHistory, ReplicaKey, ReportWindow
 
 _MAX_TICKS = 8
 _ROW_INCHES, _MIN_INCHES, _WIDTH_INCHES = 0.5, 2.5, 12.0
@@ -39,7 +39,7 @@ def bucket_index(buckets: Sequence[float], at: float) -> int:
 def draw_heatmap(
     path: Path,
     histories: Mapping[ReplicaKey, ReplicaHistory],
-    window: Window,
+    window: ReportWindow,
     restarts: Mapping[ReplicaKey, Sequence[float]],
     actions: Mapping[ReplicaKey, Sequence[float]],
 ) -> None:

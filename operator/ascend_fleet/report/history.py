@@ -13,14 +13,16 @@ import requests
 from ..api import names
 from ..api.settings import PrometheusSettings
 from ..control.prometheus import Failed, answer, read_credentials
-from .memory import Window
+from .memory import ReportWindow
 
 
 class HistoryUnavailable(Exception):
     """Prometheus gave no usable answer; the message says why, as the control loop's condition would."""
 
 
-def query_range(settings: PrometheusSettings, queries: Mapping[str, str], window: Window) -> dict[str, list]:
+def query_range(
+    settings: PrometheusSettings, queries: Mapping[str, str], window: ReportWindow
+) -> dict[str, list]:
     """Column -> the matrix ``result`` of its range query over ``window``."""
     if not settings.url:
         raise HistoryUnavailable(

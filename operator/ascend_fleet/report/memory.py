@@ -40,7 +40,7 @@ ReplicaKey = tuple[str, str, int]
 
 
 @dataclass(frozen=True)
-class Window:
+class ReportWindow:
     """The report's time range: buckets ``start, start + step, ... <= end`` (seconds since the epoch)."""
 
     start: float
@@ -48,7 +48,7 @@ class Window:
     step: float
 
     @classmethod
-    def ending_at(cls, end: float, since: float, step: float) -> Window:
+    def ending_at(cls, end: float, since: float, step: float) -> ReportWindow:
         """The window of ``since`` seconds up to ``end``, its start aligned to a multiple of ``step``."""
         if step <= 0 or since <= 0:
             raise ValueError("--since and --step must be positive durations")

@@ -30,20 +30,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
-from ascend_fleet.devcluster.fleet.engines import detect_engine, engine_pod
+from ascend_fleet.devcluster.fleet.engines import METRICS_PORT_NAME, detect_engine, engine_pod
 from ascend_fleet.devcluster.fleet.serving import DEFAULT_ENGINE
 from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
 from ascend_fleet.exporter.config import ENV_SPOOL_DIR
+from ascend_fleet.render.template import ENGINE_CONTAINER
 
 from .vllm_engine import NotAnEngine, health_probe, serve_process, translate
 from .vllm_env import VllmCpu
 
-logger = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 2
 START_TIMEOUT = 300.0
-ENGINE_CONTAINER = "engine"
-METRICS_PORT_NAME = "npu-metrics"
 VLLM_DEFAULT_PORT = 8000
 
 
@@ -168,7 +167,7 @@ class RealEngines:
                 health_probe(engine.url, engine.health_path), self.start_timeout, interval=1.0
             )
         except ProcessFailed as error:
-            logger.warning("vllm serve for pod %s/%s did not start: %s", *key, error)
+            _log.warning("vllm serve for pod %s/%s did not start: %s", *key, error)
             engine.process.stop()
             self.controls.crash(*key, ENGINE_CONTAINER)
             return
@@ -206,7 +205,7 @@ class RealEngines:
             f"(about 3 GiB each; raise --max-real-engines to allow more)"
         )
         self.refused[key] = line
-        logger.warning("%s", line)
+        _log.warning("%s", line)
         self.controls.fail(*key)
 
     def _start(self, pod: Mapping[str, Any], key: tuple[str, str]) -> RealEngine:
@@ -228,7 +227,7 @@ class RealEngines:
         work = Path(tempfile.mkdtemp(prefix=f"{key[0]}-{key[1]}-", dir=self.workdir))
         env = {**served.env, ENV_SPOOL_DIR: str(work / "spool")}
         process = serve_process(f"vllm serve ({key[0]}/{key[1]})", served.argv, env, work / "vllm.log")
-        logger.info("pod %s/%s: %s (%s)", *key, " ".join(served.argv), "; ".join(served.changes))
+        _log.info("pod %s/%s: %s (%s)", *key, " ".join(served.argv), "; ".join(served.changes))
         process.start()
         return RealEngine(
             str(pod["metadata"].get("uid")), process, f"http://{ip}:{port}", path, exporter_port
@@ -241,7 +240,13 @@ class RealEngines:
             return None
         ip = downward_values(pod)["status.podIP"] or "127.0.0.1"
         sources = (f"{engine.url}/metrics", f"http://127.0.0.1:{engine.exporter_port}/metrics")
-        return start_metrics_relay(ip, port, sources)
+        try:
+            return start_metrics_relay(ip, port, sources)
+        except OSError as error:  # the port is held on that address: the pod runs, without a metrics endpoint
+            _log.warning(
+                "no metrics endpoint for pod %s on %s:%d: %s", pod["metadata"]["name"], ip, port, error
+            )
+            return None
 
 
 def start_metrics_relay(host: str, port: int, sources: tuple[str, ...]) -> ThreadingHTTPServer:
