@@ -42,13 +42,15 @@ def real(cluster):
     return cluster
 
 
-def free_npus(real) -> dict[str, int]:
-    """NPUs not requested by any unfinished pod, by node."""
+def free_npus(real, settled: bool = False) -> dict[str, int]:
+    """NPUs not requested by any unfinished pod, by node (with ``settled``, only nodes with no pod terminating)."""
     nodes = json.loads(real.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     free = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(RESOURCE, "0")) for n in nodes}
     pods = json.loads(real.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
     for pod in pods:
         node = pod["spec"].get("nodeName")
+        if settled and node in free and pod["metadata"].get("deletionTimestamp"):
+            del free[node]  # its NPUs are about to come back, which would let the whole gang fit
         if node in free and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
             for container in pod["spec"]["containers"]:
                 free[node] -= int(((container.get("resources") or {}).get("requests") or {}).get(RESOURCE, 0))
@@ -61,8 +63,8 @@ def one_pod_of_room(real, fleet):
 
     # The session's nodes are shared: the pods of earlier tests' namespaces may still be terminating.
     def a_node_with_room() -> dict[str, int] | None:
-        now = free_npus(real)
-        return now if max(now.values()) >= NPUS_PER_POD else None
+        now = free_npus(real, settled=True)
+        return now if now and max(now.values()) >= NPUS_PER_POD else None
 
     free = wait_for(a_node_with_room, 180, f"a node with {NPUS_PER_POD} free NPUs", interval=2.0)
     node = max(free, key=lambda n: free[n])
