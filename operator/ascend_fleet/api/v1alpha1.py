@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from ..engines.base import PREFILL_DELAYER, SHORT_REQUEST_FIRST
 from ..engines.registry import builtin_facts, facts_of
 from .actions import Scope
+from .availability import Availability
 from .checks import ENGINE_TYPE, engine_chip_problem
 from .fields import (
     Action,
@@ -131,6 +132,10 @@ class AscendInferenceSpec(Model):
         "secrets, service account, sidecars, ... Fields the operator owns are refused.",
     )
     routing: Routing = Field(default_factory=Routing)
+    availability: Availability | None = Field(
+        default=None,
+        description="Spread replicas over nodes or zones; absent places them wherever they fit.",
+    )
 
     @model_validator(mode="after")
     def _policy_fits_engine(self) -> AscendInferenceSpec:

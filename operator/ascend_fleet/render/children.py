@@ -14,6 +14,7 @@ from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..engines import facts_of
 from ..layout import Layout, plan
 from . import podgroup
+from .availability import apply_availability
 from .engine import EXPORTER_PORT, Rank, command, engine_env, exporter_runs, leader_ports
 from .metadata import (
     Owner,
@@ -135,7 +136,11 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
     }
     if uses_volcano(spec):
         pod["metadata"]["annotations"] = {names.ANNOTATION_POD_GROUP: pod_group_name(name, at.replica)}
-    return merge_template(pod, spec)
+    # After the template: a template's tolerations or spread constraints replace the rendered lists, and the
+    # availability entries must survive that.
+    merged = merge_template(pod, spec)
+    apply_availability(merged["spec"], spec.availability, name, at.leader)
+    return merged
 
 
 def default_resources(spec: AscendInferenceSpec, layout: Layout) -> dict:
