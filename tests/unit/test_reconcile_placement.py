@@ -161,6 +161,44 @@ def test_replicas_with_the_same_cause_share_one_sentence():
     )
 
 
+SPREAD_REFUSED = (
+    "0/1 nodes are available: 1 node(s) didn't match pod topology spread constraints. preemption: 0/1 nodes are "
+    "available: 1 Preemption is not helpful for scheduling."
+)
+
+
+def spread_refused(availability):
+    """Two one-pod replicas, the second refused by the scheduler for the spread."""
+    valid = make(data=2, tensor=8, pipeline=1, availability=availability)
+    obj, layout = valid.obj, valid.layout
+    owner = Owner.of(obj)
+    first, second = (
+        p for r in range(2) for p in render_replica(obj.spec, owner, r, layout) if p["kind"] == "Pod"
+    )
+    pods = [placed(first, "node-1", NOW - 5), pending(second, NOW - 5, SPREAD_REFUSED)]
+    services = {s["metadata"]["name"]: s for s in render_services(obj.spec, owner, layout)}
+    observed = Observed(pods=pods, services=services, pdb=render_pdb(obj.spec, owner, layout))
+    return ready_condition(plan_pass(obj, layout, observed, NOW, SETTINGS))
+
+
+def test_a_spread_the_domains_cannot_meet_says_what_would_fit():
+    ready = spread_refused({"spread": "zone", "minDomains": 3})
+    assert ready["status"] == "False" and ready["reason"] == "Unschedulable"
+    assert ready["message"] == (
+        f"0 of 2 replicas ready; replica 1 cannot be placed: pod llm-1: {SPREAD_REFUSED} (spec.availability "
+        "spreads replicas over at least 3 zones by topology.kubernetes.io/zone: give the pods' eligible nodes "
+        "that many distinct topology.kubernetes.io/zone values, or lower spec.availability.minDomains)"
+    )
+
+
+def test_a_spread_refusal_without_spec_availability_is_the_schedulers_sentence_alone():
+    # The user's own topologySpreadConstraints (spec.scheduling or spec.template): no availability to blame.
+    ready = spread_refused(None)
+    assert (
+        ready["message"] == f"0 of 2 replicas ready; replica 1 cannot be placed: pod llm-1: {SPREAD_REFUSED}"
+    )
+
+
 def test_slim_pods_keep_what_placement_reads():
     pod = placed(pending({"metadata": {"name": "p"}, "spec": {"containers": []}}, NOW, None), "node-1", NOW)
     pod["spec"]["schedulerName"] = "my-scheduler"

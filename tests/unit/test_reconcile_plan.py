@@ -19,7 +19,15 @@ SETTINGS = ReconcileSettings(backoff_initial=30, backoff_max=600)
 
 
 def make(
-    data=2, tensor=8, pipeline=1, image="engine:v1", max_unavailable=1, drain=30, status=None, scheduler=None
+    data=2,
+    tensor=8,
+    pipeline=1,
+    image="engine:v1",
+    max_unavailable=1,
+    drain=30,
+    status=None,
+    scheduler=None,
+    availability=None,
 ):
     doc = (
         inference("llm")
@@ -32,6 +40,8 @@ def make(
     )
     if scheduler:
         doc.section("scheduling", schedulerName=scheduler)
+    if availability:
+        doc.section("availability", **availability)
     if status:
         doc.status(status)
     return validate(doc.build())

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..api.availability import TOPOLOGY_KEYS, Availability
 from ..api.settings import ReconcileSettings
 from ..status import ObservedReplica
 from ..status.fleet import ObservedPod
@@ -20,6 +21,9 @@ from ..status.fleet import ObservedPod
 REASON_UNSCHEDULABLE = "Unschedulable"  # the scheduler answered: no node fits
 REASON_NO_SCHEDULER = "NoScheduler"  # nothing answered the pod's schedulerName
 REASON_GANG_RELEASED = "GangReleased"  # a half-placed gang's pods were deleted to free their NPUs
+# The words kube-scheduler's PodTopologySpread filter puts in its sentence (ErrReasonConstraintsNotMatch, "node(s)
+# didn't match pod topology spread constraints", with " (missing required label)" for unlabelled nodes).
+SPREAD_REFUSAL = "pod topology spread constraints"
 
 
 @dataclass(frozen=True)
@@ -102,10 +106,29 @@ def release_sentence(group: ObservedReplica, timeout: float) -> str:
     )
 
 
-def placement_problem(found: list[Unplaced]) -> tuple[str, str] | None:
+def spread_hint(availability: Availability | None, why: str) -> str:
+    """What would fit, when the scheduler refused a pod for spec.availability's spread ("" otherwise).
+
+    With fewer eligible domains than ``minDomains`` the scheduler counts the missing ones as empty, so every
+    replica past the first per domain is refused: the fix is more domains or a smaller ``minDomains``.
+    """
+    if availability is None or SPREAD_REFUSAL not in why:
+        return ""
+    key = TOPOLOGY_KEYS[availability.spread]
+    return (
+        f" (spec.availability spreads replicas over at least {availability.min_domains} {availability.spread}s"
+        f" by {key}: give the pods' eligible nodes that many distinct {key} values, or lower"
+        f" spec.availability.minDomains)"
+    )
+
+
+def placement_problem(
+    found: list[Unplaced], availability: Availability | None = None
+) -> tuple[str, str] | None:
     """The Ready reason and sentence for replicas that cannot be placed, replicas with equal causes together.
 
     e.g. ``replica 0 cannot be placed: pod a-0-1: 0/2 nodes are available: 2 Insufficient huawei.com/Ascend910.``
+    A refusal for ``spec.availability``'s spread also says what would fit (:func:`spread_hint`).
     """
     if not found:
         return None
@@ -116,7 +139,8 @@ def placement_problem(found: list[Unplaced]) -> tuple[str, str] | None:
     for (_, why), items in by_cause.items():
         replicas = ", ".join(str(u.replica) for u in items)
         plural = "s" if len(items) > 1 else ""
-        parts.append(f"replica{plural} {replicas} cannot be placed: pod {items[0].pod}: {why}")
+        hint = spread_hint(availability, why)
+        parts.append(f"replica{plural} {replicas} cannot be placed: pod {items[0].pod}: {why}{hint}")
     reason = (
         REASON_UNSCHEDULABLE if any(u.reason == REASON_UNSCHEDULABLE for u in found) else REASON_NO_SCHEDULER
     )

@@ -11,6 +11,7 @@ requests get ``drainSeconds``) and only then delete.
 from __future__ import annotations
 
 from ..api import names
+from ..api.availability import Availability
 from ..api.settings import ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition
@@ -112,7 +113,7 @@ def plan_pass(
 
     _roll_out(outdated, budget, rev, spec.disruption.drain_seconds, now, result)
     _collect_pod_groups(obj, groups, result)
-    unplaced_problem = _placement_problem(groups, wanted, ppr, now, settings, result)
+    unplaced_problem = _placement_problem(groups, wanted, ppr, now, settings, result, spec.availability)
     result.status = derive_status(
         obj,
         layout,
@@ -137,6 +138,7 @@ def _placement_problem(
     now: float,
     settings: ReconcileSettings,
     result: PassPlan,
+    availability: Availability | None,
 ) -> tuple[str, str] | None:
     """Why wanted replicas that are not ready cannot be placed; looks again when a silent pod's grace ends."""
     found = []
@@ -149,7 +151,7 @@ def _placement_problem(
             found.append(item)
         if (wait := next_placement_look(group, now, settings)) is not None:
             result.later(wait)
-    return placement_problem(found)
+    return placement_problem(found, availability)
 
 
 def _report_transitions(
