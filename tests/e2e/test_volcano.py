@@ -44,11 +44,9 @@ POD_GROUP_CRD = {
 def volcano_crd(cluster, real_cluster):
     if cluster is not real_cluster:  # the test's namespace must be on the real control plane too
         pytest.skip("needs the real control plane as the e2e backend (the real garbage collector)")
-    with contextlib.suppress(Exception):
-        real_cluster.kube.create_crd(POD_GROUP_CRD)
-    real_cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/podgroups.scheduling.volcano.sh"
-    )
+    # Kept if an earlier test made it; waits until the resource lists. (``kubectl wait`` for Established
+    # fails at once, rather than waits, while a just-created CRD's status has no conditions yet.)
+    real_cluster.cluster.install_crd(POD_GROUP_CRD)
 
 
 def pod_groups(kube, namespace: str) -> dict[str, dict]:

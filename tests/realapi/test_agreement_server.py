@@ -36,8 +36,7 @@ def unchecked_pod(body: dict, namespace: str) -> dict:
 
 @pytest.fixture(scope="module")
 def namespace(real_cluster):
-    name = f"agree-{uuid.uuid4().hex[:6]}"
-    real_cluster.kubectl("create", "namespace", name)
+    name = real_cluster.create_namespace(f"agree-{uuid.uuid4().hex[:6]}")
     yield name
     real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

@@ -44,8 +44,9 @@ def objects(namespace: str, **spec) -> list[dict]:
 
 @pytest.fixture
 def restricted_namespace(real_cluster):
-    name = f"restricted-{uuid.uuid4().hex[:6]}"
-    real_cluster.kube.create_namespace(name, labels={"pod-security.kubernetes.io/enforce": "restricted"})
+    name = real_cluster.create_namespace(
+        f"restricted-{uuid.uuid4().hex[:6]}", labels={"pod-security.kubernetes.io/enforce": "restricted"}
+    )
     yield name
     real_cluster.kube.delete_namespace(name)
 

@@ -39,6 +39,13 @@ class RealClusterHandle:
     def kubelet(self):  # noqa: ANN201 - the node agent, with the emulator kubelet's test controls
         return self.cluster.kubelet
 
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        """Create namespace ``name`` and wait for its ``default`` service account: the API server admits
+        (even dry-runs) no pod before the controller manager has made it."""
+        self.kube.create_namespace(name, labels=labels)
+        wait_for_service_account(self.kube, name)
+        return name
+
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None
     ) -> subprocess.CompletedProcess[str]:
@@ -67,11 +74,12 @@ STARTED: list[
 ] = []  # the session's cluster once started (the RBAC check reads its audit log)
 
 
-@pytest.fixture(scope="session")
-def real_cluster() -> Iterator[RealClusterHandle]:
+@contextlib.contextmanager
+def running_cluster(**options) -> Iterator[RealClusterHandle]:
+    """A real control plane of ``options`` (see :func:`~ascend_fleet.devcluster.stack.local_cluster`), with
+    the project's CRD applied by kubectl."""
     control_plane_or_skip()
-    # Six 16-NPU nodes: room for the largest example (4 pods of 8 NPUs) and the A3 example (16 NPUs a pod).
-    with stack(real=True, nodes=6, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3) as local:
+    with stack(real=True, start_seconds=0.2, ready_seconds=0.3, **options) as local:
         cluster = local.cluster
         assert isinstance(cluster, RealCluster) and cluster.kubeconfig_path is not None
         handle = RealClusterHandle(
@@ -79,6 +87,13 @@ def real_cluster() -> Iterator[RealClusterHandle]:
         )
         handle.kubectl("apply", "--server-side", "-f", str(CRD_FILE))
         handle.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_FILE))
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[RealClusterHandle]:
+    # Six 16-NPU nodes: room for the largest example (4 pods of 8 NPUs) and the A3 example (16 NPUs a pod).
+    with running_cluster(nodes=6, npus_per_node=16) as handle:
         STARTED.append(handle)
         yield handle
         STARTED.remove(handle)
@@ -102,8 +117,13 @@ def wait_for_service_account(
 
 @pytest.fixture(scope="session")
 def operator_kubeconfig(real_cluster, tmp_path_factory) -> Path:
-    """A kubeconfig holding a token of the chart's ServiceAccount: ``helm install`` of the chart, then a
-    TokenRequest, as the operator's pod would get it (no operator pod runs: the tests run the operator)."""
+    """A kubeconfig holding a token of the chart's ServiceAccount (see :func:`chart_operator_kubeconfig`)."""
+    return chart_operator_kubeconfig(real_cluster, tmp_path_factory.mktemp("operator") / "kubeconfig")
+
+
+def chart_operator_kubeconfig(real_cluster: RealClusterHandle, path: Path) -> Path:
+    """``helm install`` of the chart, then a TokenRequest for its ServiceAccount written to ``path``, as the
+    operator's pod would get it (no operator pod runs: the tests run the operator)."""
     from tests.chart import helm
 
     admin = real_cluster.kube
@@ -119,5 +139,4 @@ def operator_kubeconfig(real_cluster, tmp_path_factory) -> Path:
     (account,) = [o["metadata"]["name"] for o in release.objects if o["kind"] == "ServiceAccount"]
     wait_for_service_account(admin, OPERATOR_NAMESPACE, account)
     token = admin.request_token(OPERATOR_NAMESPACE, account)
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
     return real_cluster.cluster.write_kubeconfig(path, token=token)
