@@ -105,11 +105,13 @@ def local_cluster(
     host: str = "127.0.0.1",
     port: int = 0,
     request_log_limit: int | None = None,
+    node_monitor_grace_seconds: int | None = None,
 ) -> LocalCluster:
     """A cluster not yet started: the real control plane with ``real``, else the emulator.
 
     ``npus_per_node``, ``resource_name``, ``node_capacity`` (entries that replace the node's defaults) and
-    ``workdir`` shape the real control plane's nodes; ``host``, ``port`` and ``request_log_limit`` the
+    ``workdir`` shape the real control plane's nodes, ``node_monitor_grace_seconds`` how long its controller
+    manager waits for a silent node; ``host``, ``port`` and ``request_log_limit`` the
     emulator's API server.
     """
     if real:
@@ -123,6 +125,11 @@ def local_cluster(
             resource_name=resource_name,
             start_seconds=start_seconds,
             ready_seconds=ready_seconds,
+            **(
+                {}
+                if node_monitor_grace_seconds is None
+                else {"node_monitor_grace_seconds": node_monitor_grace_seconds}
+            ),
         )
         cluster.capacity = {**cluster.capacity, **(node_capacity or {})}
         return cluster

@@ -115,6 +115,7 @@ KINDS = {
     # Cluster-scoped kinds: their paths carry no namespace.
     "Namespace": _Kind("", "v1", "namespaces", namespaced=False),
     "PersistentVolume": _Kind("", "v1", "persistentvolumes", namespaced=False),
+    "Node": _Kind("", "v1", "nodes", namespaced=False),
     "CustomResourceDefinition": _Kind(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False
     ),

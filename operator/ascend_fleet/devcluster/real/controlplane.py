@@ -163,6 +163,14 @@ def kubeconfig(url: str, ca: Path, user: dict[str, Any], namespace: str = "defau
     }
 
 
+# How long a node may miss its heartbeats before the node lifecycle controller marks it unreachable (upstream
+# default 50 s). The dev cluster keeps its simulated nodes Ready through a short API outage with 90 s; a test
+# of node failure starts a cluster of its own with less, as an operator of a failover-sensitive fleet would.
+DEV_NODE_MONITOR_GRACE_SECONDS = 90
+# How often that controller looks (upstream default 5 s): a death is seen within grace + period.
+NODE_MONITOR_PERIOD_SECONDS = 1
+
+
 class ControlPlane:
     """A running control plane in ``workdir`` (a temporary folder, removed on stop, when not given).
 
@@ -171,9 +179,15 @@ class ControlPlane:
     """
 
     def __init__(
-        self, workdir: str | Path | None = None, *, binary: Path | None = None, verbosity: int = 1
+        self,
+        workdir: str | Path | None = None,
+        *,
+        binary: Path | None = None,
+        verbosity: int = 1,
+        node_monitor_grace_seconds: int = DEV_NODE_MONITOR_GRACE_SECONDS,
     ) -> None:
         self.binary = binary
+        self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.verbosity = verbosity
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self._workdir = Path(workdir) if workdir else None
@@ -494,7 +508,8 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             # Quick reactions for tests: the default sync periods are tuned for large clusters.
             "--concurrent-gc-syncs=4",
-            "--node-monitor-grace-period=90s",  # simulated nodes stay Ready through a short API outage
+            f"--node-monitor-grace-period={self.node_monitor_grace_seconds}s",
+            f"--node-monitor-period={NODE_MONITOR_PERIOD_SECONDS}s",
             # Claims bind within seconds (default sync every 15 s): the examples mount a pre-bound claim.
             "--pvclaimbinder-sync-period=2s",
             "--profiling=false",

@@ -18,7 +18,9 @@ It does over HTTP what a kubelet does for the parts this project depends on, aga
   with grace period 0 and the pod's uid as precondition, as a kubelet does once its containers have exited.
 
 Its test controls (:meth:`crash`, :meth:`fail`, :meth:`vanish`, :meth:`pod_ip`) match the emulator's kubelet
-simulator, so one end-to-end test runs on either.
+simulator, so one end-to-end test runs on either. :meth:`power_off` and :meth:`power_on` (the real control plane
+only) kill a node as a power cut does: its heartbeats stop, its engines stop answering, and nothing on it writes
+to the API any more, so the node lifecycle controller sees what it sees when a machine dies.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class NodeAgent(SimulatedPods):
         # The status this agent last wrote per pod uid, and the pods with a status write out.
         self._published: dict[str, dict[str, Any]] = {}
         self._republishing: set[str] = set()
+        self._powered_off: set[str] = set()  # nodes whose kubelet is dead (power_off)
 
     # Lifecycle ------------------------------------------------------------------------------------------
 
@@ -277,6 +280,8 @@ class NodeAgent(SimulatedPods):
             await asyncio.sleep(wait)
             failed = False
             for name in self.node_names:
+                if name in self._powered_off:
+                    continue
                 try:
                     await self._heartbeat(name)
                 except (
@@ -349,7 +354,8 @@ class NodeAgent(SimulatedPods):
         if metadata.get("deletionTimestamp"):
             self._stopped(pod)
             return
-        if (pod.get("spec") or {}).get("nodeName") not in self.node_names:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node not in self.node_names or node in self._powered_off:
             return
         self._track(pod)
         self._resync(pod)
@@ -385,12 +391,12 @@ class NodeAgent(SimulatedPods):
             self._republishing.discard(state.uid)
 
     def _stopped(self, pod: dict[str, Any]) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node in self._powered_off:
+            return  # a dead kubelet confirms nothing: the pod stays Terminating in the API
         if self._signal_stopped(pod):
             return
-        if (
-            pod["metadata"].get("deletionTimestamp")
-            and (pod.get("spec") or {}).get("nodeName") in self.node_names
-        ):
+        if pod["metadata"].get("deletionTimestamp") and node in self.node_names:
             # Deleted before it ever ran here (or while the agent was away): finish the deletion.
             asyncio.create_task(self._finish_deletion(pod))
 
@@ -437,7 +443,8 @@ class NodeAgent(SimulatedPods):
             self._published.pop(state.uid, None)
             if state.running:
                 await self._notify("on_pod_stopped", state.last)
-            if state.last.get("metadata", {}).get("deletionTimestamp"):
+            node = (state.last.get("spec") or {}).get("nodeName")
+            if state.last.get("metadata", {}).get("deletionTimestamp") and node not in self._powered_off:
                 await self._finish_deletion(state.last)
 
     async def _finish_deletion(self, pod: dict[str, Any]) -> None:
@@ -469,6 +476,35 @@ class NodeAgent(SimulatedPods):
 
     def pod_ip(self, namespace: str, name: str) -> str | None:
         return self._running_ip(namespace, name)
+
+    def power_off(self, node: str) -> list[str]:
+        """Kill ``node``: no more heartbeats or status writes, and its engines stop; returns its pods' names."""
+        if node not in self.node_names:
+            raise LookupError(f"{node} is not one of this agent's nodes ({', '.join(self.node_names)})")
+        return self._run_on_loop(self._power_off(node))
+
+    def power_on(self, node: str) -> None:
+        """Bring ``node`` back as a rebooted machine: heartbeats resume, and its pods are listed and run again
+        (those deleted meanwhile are confirmed deleted, as a kubelet does on start)."""
+        self._run_on_loop(self._power_on(node))
+
+    async def _power_off(self, node: str) -> list[str]:
+        self._powered_off.add(node)
+        on_node = [s for s in self._pods.values() if (s.last.get("spec") or {}).get("nodeName") == node]
+        for state in on_node:
+            state.stopped.set()  # its lifecycle ends: listeners hear on_pod_stopped, no status is written
+        return [state.name for state in on_node]
+
+    async def _power_on(self, node: str) -> None:
+        self._powered_off.discard(node)
+        await self._heartbeat(node)
+        code, listing = await self._request(
+            "GET", "/api/v1/pods", params={"fieldSelector": f"spec.nodeName={node}"}
+        )
+        if code != 200:
+            raise RuntimeError(f"could not list the pods of {node}: {code} {listing.get('message')}")
+        for pod in listing.get("items") or []:
+            self._seen(pod)
 
     def _run_on_loop(self, work: Coroutine[Any, Any, _T]) -> _T:
         if self._loop is None:

@@ -26,7 +26,12 @@ from kubernetes.client.exceptions import ApiException
 from ascend_fleet.devcluster.fleet.kubelet import DEFAULT_NODE_CAPACITY
 from ascend_fleet.devcluster.local.crds import install_crd
 from ascend_fleet.devcluster.local.signals import stop_on_signals
-from ascend_fleet.devcluster.real.controlplane import CONTROL_PLANE_COMPONENTS, ControlPlane, ensure_binary
+from ascend_fleet.devcluster.real.controlplane import (
+    CONTROL_PLANE_COMPONENTS,
+    DEV_NODE_MONITOR_GRACE_SECONDS,
+    ControlPlane,
+    ensure_binary,
+)
 from ascend_fleet.devcluster.real.nodeagent import NodeAgent
 from ascend_fleet.kube import Kube
 from ascend_fleet.kube.client import USER_AGENT
@@ -48,12 +53,13 @@ class RealCluster:
         resource_name: str = "huawei.com/Ascend910",
         start_seconds: float = 1.0,
         ready_seconds: float = 1.0,
+        node_monitor_grace_seconds: int = DEV_NODE_MONITOR_GRACE_SECONDS,
     ) -> None:
         capacity: Mapping[str, str] = {
             **{k: v for k, v in DEFAULT_NODE_CAPACITY.items() if not k.startswith("huawei.com/")},
             resource_name: str(npus_per_node),
         }
-        self.control_plane = ControlPlane(workdir)
+        self.control_plane = ControlPlane(workdir, node_monitor_grace_seconds=node_monitor_grace_seconds)
         self.nodes, self.capacity = nodes, capacity
         self.start_seconds, self.ready_seconds = start_seconds, ready_seconds
         self._kubeconfig = Path(kubeconfig).expanduser() if kubeconfig else None

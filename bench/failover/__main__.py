@@ -1,0 +1,167 @@
+"""``python -m bench.failover``: a node under one of two replicas dies; seconds until it stops taking traffic.
+
+Each run starts a real control plane whose controller manager gives a silent node ``grace`` seconds
+(``--node-monitor-grace-period``), applies a two-replica inference spread over nodes with
+``spec.availability``, waits until both replicas serve, then cuts the power of one replica's node and times,
+through the API: the node marked ``Unknown``, the dead replica out of service (its leader ``Ready=False``, which
+a Service and the InferencePool's picker go by), and its pod evicted by the taint manager. The baseline is the
+upstream default grace period (50 s) in the same run; the floor of each run is its grace period less the age of
+the node's last heartbeat at the cut, which no controller can beat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ascend_fleet.api.crd import crd
+from ascend_fleet.api.settings import OperatorSettings
+from ascend_fleet.devcluster.real.nodefailure import NodeFailure, kill_serving_node, serving_leaders
+from ascend_fleet.devcluster.real.realcluster import provide_model_claim
+from ascend_fleet.devcluster.stack import stack
+from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
+from ascend_fleet.kube import wait_for
+
+UPSTREAM_GRACE_SECONDS = 50  # kube-controller-manager's default --node-monitor-grace-period (1.32+)
+NAME = "qwen-1-5b"
+NAMESPACE = "failover"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang-small.yaml"
+
+
+def inference(toleration: int) -> dict:
+    """The small SGLang example with two replicas spread over nodes."""
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = NAMESPACE
+    doc["spec"].update(
+        parallelism={"tensor": 2, "data": 2},
+        autoscaling={"minReplicas": 2, "maxReplicas": 2},
+        availability={"spread": "node", "unreachableTolerationSeconds": toleration},
+    )
+    return doc
+
+
+@dataclass
+class Run:
+    grace: int
+    toleration: int
+    failure: NodeFailure
+
+
+def run_once(grace: int, toleration: int) -> Run:
+    """One cluster, one inference, one node death."""
+    with stack(
+        real=True,
+        nodes=3,
+        npus_per_node=16,
+        start_seconds=0.2,
+        ready_seconds=0.3,
+        node_monitor_grace_seconds=grace,
+        crds=[crd()],
+    ) as local:
+        kube = local.cluster.kube()
+        kube.create_namespace(NAMESPACE)
+        wait_for(lambda: kube.get("ServiceAccount", NAMESPACE, "default"), 60, "the default ServiceAccount")
+        provide_model_claim(kube, NAMESPACE)
+        with OperatorThread(OperatorContext(OperatorSettings(), local.cluster.kube()), RunOptions()):
+            kube.create(inference(toleration))
+            wait_for(
+                lambda: len(set(serving_leaders(kube, NAMESPACE, NAME).values())) == 2, 120, "2 serving nodes"
+            )
+            failure = kill_serving_node(
+                local.cluster.kubelet, kube, NAMESPACE, NAME, grace, timeout=grace + 90
+            )
+    return Run(grace, toleration, failure)
+
+
+def _s(value: float | None) -> str:
+    return "not seen" if value is None else f"{value:.1f} s"
+
+
+def report(runs: list[Run]) -> str:
+    baseline = next((r for r in runs if r.grace == UPSTREAM_GRACE_SECONDS), None)
+    lines = [
+        "| node grace | heartbeat age at cut | floor | node Unknown | out of service | x floor | x upstream grace "
+        "| evicted (toleration) | serving replicas left |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        f = run.failure
+        x_floor = f"{f.out_of_service / f.floor:.2f}x" if f.out_of_service and f.floor else "-"
+        base = baseline.failure.out_of_service if baseline else None
+        x_base = f"{f.out_of_service / base:.2f}x" if f.out_of_service and base else "-"
+        lines.append(
+            f"| {run.grace} s | {f.heartbeat_age:.1f} s | {f.floor:.1f} s | {_s(f.node_unknown)} | "
+            f"{_s(f.out_of_service)} | {x_floor} | {x_base} | {_s(f.evicted)} ({run.toleration} s) | "
+            f"{f.fewest_survivors} |"
+        )
+    return "\n".join(lines)
+
+
+# The issue's keys for what this bench does not measure yet (no client traffic, no operator or picker kill, no
+# NPU faults, no planned operations): written as null so a reader never takes a missing figure for zero.
+NOT_MEASURED = (
+    "node_failover_s",
+    "failed_requests_node",
+    "replica_restored_s",
+    "operator_takeover_s",
+    "picker_failover_s",
+    "failed_requests_picker",
+    "npu_unhealthy_replaced_s",
+    "failed_requests_scale_in",
+    "failed_requests_restart",
+    "failed_requests_rollout",
+)
+
+
+def as_json(runs: list[Run]) -> dict:
+    """The measured runs (server side: the leader's Ready condition), and null for the keys not measured."""
+    return {
+        **dict.fromkeys(NOT_MEASURED),
+        "node_runs": [
+            {
+                "node_grace_s": run.grace,
+                "toleration_s": run.toleration,
+                "heartbeat_age_s": round(run.failure.heartbeat_age, 2),
+                "floor_s": round(run.failure.floor, 2),
+                "node_unknown_s": run.failure.node_unknown,
+                "node_out_of_service_s": run.failure.out_of_service,
+                "node_evicted_s": run.failure.evicted,
+                "serving_replicas_left": run.failure.fewest_survivors,
+            }
+            for run in runs
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--grace",
+        default=f"{UPSTREAM_GRACE_SECONDS},20",
+        help="node monitor grace periods to run, comma-separated (seconds; the first 50 is the baseline)",
+    )
+    parser.add_argument(
+        "--toleration", type=int, default=5, help="spec.availability.unreachableTolerationSeconds"
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    runs = []
+    for grace in (int(g) for g in args.grace.split(",")):
+        print(f"node grace {grace} s ...", file=sys.stderr, flush=True)
+        runs.append(run_once(grace, args.toleration))
+    print(report(runs))
+    if args.json:
+        Path(args.json).write_text(json.dumps(as_json(runs), indent=2) + "\n")
+    print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""One node's death on the real control plane, timed as a dual-active fleet lives through it.
+
+The node agent cuts a node's power (:meth:`~ascend_fleet.devcluster.real.nodeagent.NodeAgent.power_off`): its
+heartbeats stop and its engines stop answering. What follows is Kubernetes' own doing, and this module only
+watches it through the API:
+
+1. the node lifecycle controller marks the node's Ready condition ``Unknown`` once no heartbeat came for its
+   grace period (``--node-monitor-grace-period``), and the node's pods ``Ready=False``;
+2. from that moment a Service's endpoints and an InferencePool's picker leave those pods out, as both go by the
+   pod's Ready condition: the failover. (The dev cluster's pod IPs are loopback addresses, which EndpointSlices
+   refuse, so this module reads the Ready condition those controllers read, on the serving leaders.)
+3. the taint manager evicts the pods once the ``unreachable`` taint outlasts their toleration
+   (``spec.availability.unreachableTolerationSeconds``).
+
+The floor of step 2 is the grace period less the age of the node's last heartbeat at the cut: no controller
+can know a node is dead before it has been silent that long.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from ascend_fleet.kube import Kube
+from ascend_fleet.render.metadata import serving_selector
+
+_READY_POLL_SECONDS = 0.1
+
+
+@dataclass
+class NodeFailure:
+    """Seconds from the power cut to each step (None: not seen within the timeout)."""
+
+    node: str
+    pods: list[str]
+    heartbeat_age: float  # how old the node's last heartbeat (its Lease renewal) was at the cut
+    grace_seconds: int
+    node_unknown: float | None = None
+    out_of_service: float | None = None
+    evicted: float | None = None
+    # The fewest serving leaders on other nodes seen at any moment; the dual-active promise is that it stays > 0.
+    fewest_survivors: int = 0
+    samples: int = field(default=0, repr=False)
+
+    @property
+    def floor(self) -> float:
+        """When a node controller could first call the node dead: its grace period after the last heartbeat."""
+        return max(self.grace_seconds - self.heartbeat_age, 0.0)
+
+
+def serving_leaders(kube: Kube, namespace: str, name: str) -> dict[str, str]:
+    """The leaders of inference ``name`` that take traffic now, as pod name to node name: selected by the
+    serving Service, Ready, and not being deleted."""
+    ready = {}
+    for pod in kube.list("Pod", namespace, serving_selector(name)):
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            ready[pod["metadata"]["name"]] = pod["spec"].get("nodeName", "")
+    return ready
+
+
+def _node_ready(kube: Kube, node: str) -> str:
+    conditions = (kube.get("Node", None, node).get("status") or {}).get("conditions") or []
+    return next((c.get("status", "") for c in conditions if c.get("type") == "Ready"), "")
+
+
+def _heartbeat_age(kube: Kube, node: str) -> float:
+    lease = kube.get("Lease", "kube-node-lease", node)
+    renewed = datetime.strptime(lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return (datetime.now(UTC) - renewed).total_seconds()
+
+
+def kill_serving_node(
+    agent, kube: Kube, namespace: str, name: str, grace_seconds: int, timeout: float = 120.0
+) -> NodeFailure:
+    """Cut the power of the node under the first serving leader of ``name`` and time what Kubernetes does."""
+    before = serving_leaders(kube, namespace, name)
+    if len(set(before.values())) < 2:
+        raise RuntimeError(f"{name} serves from {len(set(before.values()))} node(s); a failover needs 2")
+    node = sorted(before.values())[0]
+    age = _heartbeat_age(kube, node)
+    began = time.monotonic()
+    pods = agent.power_off(node)
+    failure = NodeFailure(node, pods, age, grace_seconds, fewest_survivors=len(before))
+    deadline = began + timeout
+    while time.monotonic() < deadline and failure.evicted is None:
+        now = time.monotonic() - began
+        ready = serving_leaders(kube, namespace, name)
+        failure.samples += 1
+        failure.fewest_survivors = min(failure.fewest_survivors, sum(1 for n in ready.values() if n != node))
+        if failure.node_unknown is None and _node_ready(kube, node) == "Unknown":
+            failure.node_unknown = now
+        if failure.out_of_service is None and node not in ready.values():
+            failure.out_of_service = now
+        on_node = [p for p in kube.list("Pod", namespace) if (p.get("spec") or {}).get("nodeName") == node]
+        if on_node and all(p["metadata"].get("deletionTimestamp") for p in on_node):
+            failure.evicted = now
+        time.sleep(_READY_POLL_SECONDS)
+    return failure
