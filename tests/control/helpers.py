@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ascend_fleet.api.availability import Availability
 from ascend_fleet.api.v1alpha1 import Autoscaling, Rule
 from ascend_fleet.control.evaluate import EvaluationSettings, FleetState, PastAction, ReplicaInfo
 from ascend_fleet.control.queries import Observations, rule_queries
@@ -31,15 +32,34 @@ def fleet(
     max_unavailable: int = 1,
     since: float = LONG_AGO,
     name: str = NAME,
+    domains: tuple[str | None, ...] | None = None,
+    min_domains: int = 2,
     **autoscaling,
 ) -> FleetState:
+    """A fleet of ``replicas``; with ``domains`` (each replica's node), under ``spec.availability``."""
     ready = tuple(range(replicas)) if ready is None else ready
     states = {
-        i: ReplicaInfo(i, ready=i in ready, draining=i in draining, serving_since=since, leader=f"{name}-{i}")
+        i: ReplicaInfo(
+            i,
+            ready=i in ready,
+            draining=i in draining,
+            serving_since=since,
+            leader=f"{name}-{i}",
+            domain=None if domains is None else domains[i],
+        )
         for i in range(replicas)
     }
+    availability = None if domains is None else Availability(spread="node", min_domains=min_domains)
     return FleetState(
-        NS, name, replicas, tuple(rules), Autoscaling(**autoscaling), max_unavailable, states, actions
+        NS,
+        name,
+        replicas,
+        tuple(rules),
+        Autoscaling(**autoscaling),
+        max_unavailable,
+        states,
+        actions,
+        availability,
     )
 
 

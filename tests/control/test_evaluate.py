@@ -189,3 +189,59 @@ def test_a_value_without_a_count_means_prometheus_was_not_scraping():
     answers.series[count] = {}
     result = evaluate(fleet(UP), answers, NOW, POLICY)
     assert not result.decisions and result.metrics.reason == REASON_INSUFFICIENT
+
+
+def _fragmented(*replicas: int) -> object:
+    answers = empty_answers(FRAG)
+    for replica in range(4):
+        answer(answers, FRAG, 0.40 if replica in replicas else 0.01, replica=replica)
+    return answers
+
+
+def test_a_restart_never_leaves_fewer_serving_nodes_than_min_domains():
+    answers = _fragmented(1)
+    result = evaluate(fleet(FRAG, replicas=2, domains=("n1", "n2")), answers, NOW, POLICY)
+    assert not result.decisions
+    assert result.notes == [
+        f"{FRAG.display_name()}: no restart, replica 1 is the last serving replica on node n2: without it 1 node"
+        " would serve, spec.availability.minDomains is 2 (a replica serving on another node lets it go)"
+    ]
+    # A third node still serving, or a second replica on the same node, lets it go.
+    assert decide([fleet(FRAG, replicas=3, domains=("n1", "n2", "n3"))], answers, NOW, POLICY)
+    assert decide([fleet(FRAG, replicas=3, domains=("n1", "n2", "n2"))], answers, NOW, POLICY)
+    # Without spec.availability the disruption budget alone decides.
+    assert decide([fleet(FRAG, replicas=2)], answers, NOW, POLICY)
+
+
+def test_restarts_in_one_cycle_count_each_other_out_of_their_domains():
+    answers = _fragmented(0, 1)
+    three = fleet(FRAG, replicas=3, max_unavailable=2, domains=("n1", "n2", "n3"))
+    result = evaluate(three, answers, NOW, POLICY)
+    # Both fit the budget of 2, but after the first only two nodes serve: the second would leave one.
+    assert [d.replica for d in result.decisions] == [0]
+    assert any(
+        "replica 1 is the last serving replica on node n2: without it 1 node" in n for n in result.notes
+    )
+
+
+def test_a_restart_waits_while_a_serving_replicas_domain_is_not_known():
+    result = evaluate(fleet(FRAG, replicas=3, domains=("n1", None, "n3")), _fragmented(0), NOW, POLICY)
+    assert not result.decisions
+    assert result.notes == [
+        f"{FRAG.display_name()}: no restart, the node of replica 1 is not known, so taking replica 0 might"
+        " leave fewer than 2 serving nodes (spec.availability.minDomains)"
+    ]
+
+
+def test_scale_down_never_takes_the_last_serving_replica_of_a_domain_it_needs():
+    low = answer(empty_answers(DOWN), DOWN, 0.1)
+    # Scale-in removes the highest replica: 2, alone on n2.
+    result = evaluate(fleet(DOWN, replicas=3, domains=("n1", "n1", "n2")), low, NOW, POLICY)
+    assert (
+        not result.decisions
+        and "no scale-down, replica 2 is the last serving replica on node n2" in (result.notes[0])
+    )
+    [decision] = decide([fleet(DOWN, replicas=3, domains=("n1", "n2", "n2"))], low, NOW, POLICY)
+    assert (decision.action, decision.replicas_to) == ("scale_down", 2)
+    # A replica already out of service takes no domain with it.
+    assert decide([fleet(DOWN, replicas=3, ready=(0, 1), domains=("n1", "n2", "n3"))], low, NOW, POLICY)

@@ -146,3 +146,29 @@ def test_the_loop_parses_an_object_again_only_when_its_resource_version_moves(mo
     loop._fleets([], {})  # the object is gone: forgotten
     loop._fleets([newer], {key: pods})
     assert parsed == ["7", "8", "8"]
+
+
+def test_a_replicas_domain_is_its_leaders_node_or_zone_under_spec_availability():
+    def state(spread: str | None) -> dict:
+        doc = (
+            inference("qwen", "qwen", "/models/q")
+            .namespace("team-a")
+            .uid("u1")
+            .engine("vllm-ascend")
+            .parallelism(tensor=8, pipeline=2, data=2)
+        )
+        if spread:
+            doc = doc.spec(availability={"spread": spread})
+        valid = validate(doc.build())
+        pods = []
+        for replica, (node, zone) in enumerate((("n1", "z1"), ("n2", None))):
+            for pod in render_replica(valid.obj.spec, Owner.of(valid.obj), replica, valid.layout):
+                pod["spec"]["nodeName"] = node
+                if zone:
+                    pod["metadata"]["labels"]["topology.kubernetes.io/zone"] = zone
+                pods.append(_running(pod, NOW - 100))
+        return {i: r.domain for i, r in fleet_state(valid, pods).replica_states.items()}
+
+    assert state("node") == {0: "n1", 1: "n2"}
+    assert state("zone") == {0: "z1", 1: None}  # no zone label on the pod: not known
+    assert state(None) == {0: None, 1: None}

@@ -16,6 +16,10 @@ The rules of the game:
   once per ``restartCooldown``, and only while fewer than ``disruption.maxUnavailable`` replicas
   are out of service (not ready, or draining for any reason, rollouts included). When several
   replicas qualify, the worst goes first.
+- With ``spec.availability``, neither ``restart_service`` nor ``scale_down`` takes a replica that is the
+  last one serving in its domain (node or zone) when the domains still serving without it would be
+  fewer than ``minDomains``: a dual-active fleet is never made single-active by its own rules. While
+  a serving replica's domain is not known, such an action waits.
 - ``notify`` only records, at most once per window length for the same rule and target.
 - ``dryRun`` records every decision with ``dryRun: true`` and changes nothing; cooldowns then pace
   the dry-run records as they would pace real actions (and real actions ignore dry-run records).
@@ -26,8 +30,9 @@ The rules of the game:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from ..api.availability import Availability
 from ..api.catalog import Catalog
 from ..api.settings import ControlSettings
 from ..api.units import format_duration, format_threshold
@@ -96,6 +101,7 @@ class ReplicaInfo:
     draining: bool = False
     serving_since: float | None = None  # when it last became ready; None = long ago
     leader: str | None = None  # leader pod name, which a restart drains
+    domain: str | None = None  # the leader's node or zone (spec.availability.spread); None = not known
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class FleetState:
     max_unavailable: int = 1
     replica_states: Mapping[int, ReplicaInfo] = field(default_factory=dict)
     actions: tuple[PastAction, ...] = ()  # newest first
+    availability: Availability | None = None
 
     @property
     def dry_run(self) -> bool:
@@ -146,6 +153,40 @@ class FleetState:
             if info is None or not info.ready or info.draining:
                 count += 1
         return count
+
+    def serving(self) -> dict[int, ReplicaInfo]:
+        """Wanted replicas in service: ready and not draining."""
+        return {
+            i: info
+            for i, info in self.replica_states.items()
+            if i < self.replicas and info.ready and not info.draining
+        }
+
+    def domain_keeper(self, replica: int) -> str | None:
+        """Why taking ``replica`` out of service would leave fewer serving domains than
+        ``spec.availability.minDomains`` (None: it would not, or there is no ``spec.availability``)."""
+        if self.availability is None:
+            return None
+        serving = self.serving()
+        if replica not in serving:
+            return None  # already out of service: taking it loses no domain
+        spread, wanted = self.availability.spread, self.availability.min_domains
+        unknown = sorted(i for i, info in serving.items() if info.domain is None)
+        if unknown:
+            return (
+                f"the {spread} of replica{'s' if len(unknown) > 1 else ''} {', '.join(map(str, unknown))} is not"
+                f" known, so taking replica {replica} might leave fewer than {wanted} serving {spread}s"
+                f" (spec.availability.minDomains)"
+            )
+        domain = serving[replica].domain
+        left = {info.domain for i, info in serving.items() if i != replica}
+        if domain in left or len(left) >= wanted:
+            return None
+        return (
+            f"replica {replica} is the last serving replica on {spread} {domain}: without it {len(left)}"
+            f" {spread}{'s' if len(left) != 1 else ''} would serve, spec.availability.minDomains is {wanted}"
+            f" (a replica serving on another {spread} lets it go)"
+        )
 
 
 # ----- outputs -----
@@ -395,6 +436,8 @@ def _scale(fleet: FleetState, held: list[_Held], now: float, result: Evaluation)
         )
         if fleet.replicas <= bounds.min_replicas:
             result.notes.append(f"{first.rule.display_name()}: at minReplicas ({bounds.min_replicas})")
+        elif (keeper := fleet.domain_keeper(fleet.replicas - 1)) is not None:
+            result.notes.append(f"{first.rule.display_name()}: no scale-down, {keeper}")
         elif last is not None and now - last < bounds.scale_down_cooldown:
             result.notes.append(
                 f"{first.rule.display_name()}: scale-down cooldown, "
@@ -419,6 +462,7 @@ def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluatio
     order = sorted(by_replica.items(), key=lambda item: (-_severity(item[1]), item[0]))
     budget = fleet.max_unavailable - fleet.unavailable()
     cooldown = fleet.autoscaling.restart_cooldown
+    taken: list[int] = []  # restarted in this cycle: out of service for the next one's domain check
     for replica, h in order:
         last = fleet.last("restart_service", h.target)
         if last is not None and now - last < cooldown:
@@ -431,12 +475,25 @@ def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluatio
                 f"{h.rule.display_name()}: replica {h.replica} waits for the disruption budget "
                 f"(maxUnavailable {fleet.max_unavailable})"
             )
+        elif (keeper := _keeper_after(fleet, taken, replica)) is not None:
+            result.notes.append(f"{h.rule.display_name()}: no restart, {keeper}")
         else:
             info = fleet.replica_states[replica]
             result.decisions.append(
                 _decision(fleet, h, "restart_service", replica=h.replica, leader=info.leader)
             )
             budget -= 1
+            taken.append(replica)
+
+
+def _keeper_after(fleet: FleetState, taken: list[int], replica: int) -> str | None:
+    """:meth:`FleetState.domain_keeper` once this cycle's earlier restarts have drained ``taken``."""
+    if not taken:
+        return fleet.domain_keeper(replica)
+    states = {
+        i: (replace(info, draining=True) if i in taken else info) for i, info in fleet.replica_states.items()
+    }
+    return replace(fleet, replica_states=states).domain_keeper(replica)
 
 
 def _severity(h: _Held) -> float:

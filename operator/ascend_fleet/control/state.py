@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from ..api.actions import action_kind
+from ..api.availability import TOPOLOGY_KEYS
 from ..api.times import parse_rfc3339, rfc3339
 from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..render import Valid
@@ -34,6 +35,7 @@ def object_state(valid: Valid) -> FleetState:
         autoscaling=obj.spec.autoscaling,
         max_unavailable=obj.spec.disruption.max_unavailable,
         actions=past_actions(obj),
+        availability=obj.spec.availability,
     )
 
 
@@ -48,10 +50,26 @@ def with_pods(state: FleetState, pods_per_replica: int, pods: Iterable[dict]) ->
             draining=group.draining,
             serving_since=_serving_since(group, by_name),
             leader=group.leader.name if group.leader else None,
+            domain=_domain(state, by_name.get(group.leader.name) if group.leader else None),
         )
         for index, group in observed_replicas(pods).items()
     }
     return dataclasses.replace(state, replica_states=replicas)
+
+
+def _domain(state: FleetState, leader: dict | None) -> str | None:
+    """The failure domain of a replica's leader pod, as spec.availability counts them (None: not known).
+
+    A node is the pod's ``spec.nodeName``. A zone is read from the pod's own ``topology.kubernetes.io/zone``
+    label, which the API server's PodTopologyLabels admission plugin copies from the node at binding (feature
+    gate PodTopologyLabelsAdmission, beta in Kubernetes 1.35); the operator reads no Node objects.
+    """
+    if state.availability is None or leader is None:
+        return None
+    if state.availability.spread == "node":
+        return (leader.get("spec") or {}).get("nodeName") or None
+    labels = (leader.get("metadata") or {}).get("labels") or {}
+    return labels.get(TOPOLOGY_KEYS["zone"]) or None
 
 
 def _serving_since(group: ObservedReplica, pods: Mapping[str | None, dict]) -> float | None:
