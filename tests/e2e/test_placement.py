@@ -1,6 +1,7 @@
-"""Replicas the real scheduler cannot place: its sentence in status, and a half-placed gang gives its NPUs back.
+"""Replicas the real scheduler cannot place: its sentence in status, and a half-placed gang gives its NPUs back;
+replicas spread over zones, each knowing its zone from its own pod.
 
-The emulator binds every pod at once, whatever it asks for, so both tests need the real kube-scheduler.
+The emulator binds every pod at once, whatever it asks for, so these tests need the real kube-scheduler.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.api.settings import ReconcileSettings
+from ascend_fleet.control.state import fleet_state
 from ascend_fleet.kube import wait_for
+from ascend_fleet.render import validate
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import example
 
@@ -211,3 +214,49 @@ def test_a_spread_over_more_nodes_than_the_pods_may_use_says_what_would_fit(real
         "the first replica bound",
     )
     assert bound == [one_labelled_node], "the scheduler placed the first replica on the one eligible node"
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+@pytest.fixture
+def two_zones(real, fleet):
+    """The two nodes with the most free NPUs, in zones a and b; the labels go after."""
+    free = wait_for(lambda: free_npus(real), 60, "the nodes' free NPUs")
+    nodes = sorted(free, key=lambda n: -free[n])[:2]
+    zones = {node: f"{fleet.namespace}-{zone}" for node, zone in zip(nodes, "ab", strict=True)}
+    for node, zone in zones.items():
+        real.kubectl("label", "node", node, f"{ZONE}={zone}")
+    yield zones
+    for node in zones:
+        real.kubectl("label", "node", node, f"{ZONE}-")
+
+
+def test_replicas_spread_over_zones_and_a_rule_keeps_both_zones_serving(real, fleet, two_zones):
+    fleet.apply(
+        example(
+            "sglang-small.yaml",
+            parallelism={"tensor": 2, "data": 2},
+            autoscaling={"minReplicas": 2, "maxReplicas": 2},
+            availability={"spread": "zone"},
+        )
+    )
+    fleet.wait_ready(SINGLE, 2, 60)
+    leaders = sorted(
+        (p for p in fleet.pods(SINGLE) if p["metadata"]["labels"][names.LABEL_ROLE] == names.ROLE_LEADER),
+        key=lambda p: p["metadata"]["labels"][names.LABEL_REPLICA],
+    )
+    assert len(leaders) == 2
+    # The scheduler put one replica in each zone (only the labelled nodes have the spread's key), and the API
+    # server copied each node's zone onto its pod at binding: the operator reads the zone there, not from Nodes.
+    assert {two_zones[p["spec"]["nodeName"]] for p in leaders} == set(two_zones.values())
+    assert [p["metadata"]["labels"].get(ZONE) for p in leaders] == [
+        two_zones[p["spec"]["nodeName"]] for p in leaders
+    ]
+    body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **fleet.get(SINGLE)}
+    state = fleet_state(validate(body), fleet.pods(SINGLE))
+    assert {r.domain for r in state.replica_states.values()} == set(two_zones.values())
+    keeper = state.domain_keeper(1)
+    assert keeper is not None and keeper.startswith(
+        f"replica 1 is the last serving replica on zone {state.replica_states[1].domain}: without it 1 zone"
+    )

@@ -466,6 +466,9 @@ class ControlPlane:
             f"--api-audiences={ISSUER}",
             "--authorization-mode=RBAC",
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            # Bound pods carry their node's zone and region labels, as from Kubernetes 1.35 on (beta there): the
+            # operator reads a replica's zone from its pod, never from the Node.
+            "--feature-gates=PodTopologyLabelsAdmission=true",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cert-dir={self.workdir / 'certs'}",
             # Who asked for what (kept as metadata only): tests read it to check RBAC grants against use.
