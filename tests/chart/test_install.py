@@ -388,6 +388,7 @@ NAMESPACED_RULES = {
     },
     # only so the picker's Role may grant them (the API server's escalation check)
     ("inference.networking.x-k8s.io", "inferencemodelrewrites"): {"get", "list", "watch"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},  # the picker's leader Lease, likewise
     ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "create", "patch", "delete"},
     ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
     ("", "configmaps"): {"get", "list", "create", "patch", "delete"},

@@ -104,6 +104,7 @@ ROUTING_ONLY = {
     in ("inference.networking.k8s.io", "inference.networking.x-k8s.io", "gateway.networking.k8s.io", "apps")
     or key in {("", "configmaps"), ("", "serviceaccounts")}
     or key[0] == "rbac.authorization.k8s.io"
+    or key == ("coordination.k8s.io", "leases")  # the picker's leader Lease
 }
 WITHOUT_ROUTING = {
     **{key: verbs for key, verbs in NAMESPACED_RULES.items() if key not in ROUTING_ONLY},

@@ -37,6 +37,10 @@ NOT_EXERCISED: set[tuple[str, str, str]] = {
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "get"),
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "list"),
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "watch"),
+    # The picker's leader Lease (spec.routing.picker.replicas above 1), granted by its Role in the same way.
+    ("coordination.k8s.io", "leases", "get"),
+    ("coordination.k8s.io", "leases", "create"),
+    ("coordination.k8s.io", "leases", "update"),
 }
 
 

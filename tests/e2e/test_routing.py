@@ -176,9 +176,9 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
     restored = {
         ("InferenceObjective", f"{NAME}-long"): lambda o: o["spec"]["priority"] == 2,
         ("InferencePool", NAME): lambda o: o["spec"]["targetPorts"] == ports,
-        ("Deployment", epp): lambda o: o["spec"]["replicas"] == 1,
+        ("Deployment", epp): lambda o: o["spec"]["replicas"] == 2,  # spec.routing.picker.replicas' default
         ("ConfigMap", epp): lambda o: "flowControl" in o["data"]["epp.yaml"],
-        ("Role", epp): lambda o: len(o["rules"]) == 3,
+        ("Role", epp): lambda o: len(o["rules"]) == 5,  # reads, and the leader Lease with its Events
         ("RoleBinding", epp): lambda o: [s["name"] for s in o["subjects"]] == [epp],
         ("ServiceAccount", epp): lambda o: (
             o["metadata"]["labels"][names.LABEL_APP_MANAGED_BY] == names.MANAGED_BY
@@ -400,3 +400,45 @@ def audited_users(audit_log, namespace: str, resource: str) -> set[str]:
         if (ref := event.get("objectRef") or {}).get("namespace") == namespace
         and ref.get("resource") == resource
     }
+
+
+def picker_lease(kube, namespace: str) -> str:
+    """The holder of the pool's leader Lease (the picker names it after its pool)."""
+    lease = kube.get(
+        "Lease", namespace, f"epp-{namespace}-{NAME}.gateway-api-inference-extension.sigs.k8s.io"
+    )
+    return lease["spec"].get("holderIdentity", "")
+
+
+def test_a_standby_picker_takes_over_when_the_leader_dies(real, fleet, kube, namespace, picker_pods):
+    """Two picker pods (the default) elect a leader through a Lease; only the leader serves. SIGKILL of the
+    leader's process (no Lease release) hands the pool to the standby once the Lease expires."""
+    _, pickers = picker_pods
+    apply_crds(real, kube)
+    fleet.apply(routed())
+    wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
+
+    def both():
+        mine = [r for r in pickers.routes() if (r.namespace, r.pool) == (namespace, NAME)]
+        return len(mine) == 2 and mine
+
+    routes = wait_for(both, 120, f"two picker pods running\n{pickers.failures}")
+    leader = wait_for(lambda: pickers.route(namespace, NAME), 60, "an elected picker")
+    assert [r.serves() for r in routes].count(True) == 1, "exactly one picker leads"
+    wait_for(lambda: complete(leader.url, f"{NAME}-short")[0] == 200, 60, "an answer via the leader")
+    holder = picker_lease(kube, namespace)
+
+    killed = time.monotonic()
+    for process in pickers.programs(namespace, leader.picker):
+        if process.name == "epp":
+            process.kill()
+    standby = wait_for(
+        lambda: (r := pickers.route(namespace, NAME)) is not None and r.picker != leader.picker and r,
+        60,
+        "the standby leading",
+    )
+    took_over = time.monotonic() - killed
+    wait_for(lambda: complete(standby.url, f"{NAME}-long")[0] == 200, 60, "an answer via the new leader")
+    assert picker_lease(kube, namespace) != holder, "the Lease changed hands"
+    # controller-runtime's Lease lasts 15 s and a standby retries every 2 s: no earlier takeover is possible.
+    print(f"picker takeover after SIGKILL of the leader: {took_over:.1f} s")

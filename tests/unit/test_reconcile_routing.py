@@ -131,7 +131,7 @@ def test_drifted_routing_objects_are_patched_back():
         ("InferenceObjective", "llm-long"),
         ("Role", "llm-epp"),
     }
-    assert patches[("Deployment", "llm-epp")]["spec"]["replicas"] == 1
+    assert patches[("Deployment", "llm-epp")]["spec"]["replicas"] == 2  # the default, two pickers
     # Recreate next to a stored rollingUpdate is refused by the API server: the patch removes it.
     assert patches[("Deployment", "llm-epp")]["spec"]["strategy"] == {
         "type": "Recreate",

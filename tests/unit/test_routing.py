@@ -202,6 +202,8 @@ BAD = {
         {"engine": {"type": "sglang"}, "scheduling": {"policy": "short-request-first"}}, "needs engine.type vllm-ascend"),
     "unknown mode": ({"routing": {"mode": "mesh"}}, "routing.mode"),
     "class name with capitals": ({"routing": {"classes": [{"name": "Long", "priority": 1}]}}, "classes"),
+    "no picker": ({"routing": {"picker": {"replicas": 0}}}, "replicas"),
+    "unknown failure mode": ({"routing": {"picker": {"failureMode": "FailSometimes"}}}, "failureMode"),
 }  # fmt: skip
 
 
@@ -226,6 +228,47 @@ def test_duplicate_class_names_are_refused_by_the_crd_as_a_map_list():
         "classes"]  # fmt: skip
     # The API server itself refuses two entries with the same key in a map list.
     assert classes["x-kubernetes-list-type"] == "map" and classes["x-kubernetes-list-map-keys"] == ["name"]
+
+
+def _picker(objects: list[dict]) -> tuple[dict, dict, dict]:
+    (deployment,) = by_kind(objects, "Deployment")
+    (role,) = by_kind(objects, "Role")
+    (pool,) = by_kind(objects, "InferencePool")
+    return deployment, role, pool
+
+
+def test_two_pickers_by_default_elect_a_leader_and_only_the_leader_is_ready():
+    deployment, role, pool = _picker(routed()[1])
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert "--ha-enable-leader-election" in container["args"]
+    assert container["readinessProbe"]["grpc"]["service"] == "readiness"
+    assert container["livenessProbe"]["grpc"]["service"] == "liveness"
+    assert {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "verbs": ["get", "create", "update"],
+    } in (role["rules"])
+    (apart,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert apart["podAffinityTerm"]["labelSelector"] == deployment["spec"]["selector"]
+    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailClose"
+
+
+def test_one_picker_runs_alone_without_an_election():
+    deployment, role, _ = _picker(routed(routing={"picker": {"replicas": 1}})[1])
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert deployment["spec"]["replicas"] == 1 and "affinity" not in deployment["spec"]["template"]["spec"]
+    assert "--ha-enable-leader-election" not in container["args"]
+    assert {container[p]["grpc"]["service"] for p in ("readinessProbe", "livenessProbe")} == {
+        "inference-extension"
+    }
+    assert all("leases" not in rule["resources"] for rule in role["rules"])
+
+
+def test_fail_open_reaches_the_pool():
+    _, _, pool = _picker(routed(routing={"picker": {"failureMode": "FailOpen"}})[1])
+    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailOpen"
 
 
 # Engine-level length-aware scheduling -----------------------------------------------------------

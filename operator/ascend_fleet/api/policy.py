@@ -5,6 +5,8 @@ Request scheduling and priority classes, routing, autoscaling, the control loop'
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict
 
@@ -122,6 +124,23 @@ class GatewayRef(Model):
     section_name: str | None = Field(default=None, description="A listener of the Gateway.")
 
 
+class Picker(Model):
+    """The endpoint picker's Deployment (inferencePool mode)."""
+
+    replicas: int = Field(
+        default=2,
+        ge=1,
+        le=5,
+        description="Picker pods. More than one: they elect a leader through a Lease and only the leader is "
+        "Ready (serves), the others stand by to take over when it dies.",
+    )
+    failure_mode: Literal["FailClose", "FailOpen"] = Field(
+        default="FailClose",
+        description="What the gateway does when no picker answers: FailClose refuses the request, FailOpen "
+        "sends it to a serving leader of its own choice (no priority classes, no load awareness).",
+    )
+
+
 class Routing(Model):
     """How requests reach the serving leaders."""
 
@@ -151,6 +170,10 @@ class Routing(Model):
     gateway: GatewayRef | None = Field(
         default=None,
         description="Attach the InferencePool to this Gateway with an HTTPRoute (inferencePool mode).",
+    )
+    picker: Picker = Field(
+        default_factory=Picker,
+        description="The endpoint picker's replicas and failure mode (inferencePool mode).",
     )
 
     @model_validator(mode="after")

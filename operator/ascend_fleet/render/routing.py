@@ -64,6 +64,13 @@ SATURATION_KV_CACHE = 0.9
 # (200 ms) is shorter than a busy engine's /metrics sometimes takes to answer: the picker then sends
 # everything to the one engine whose last scrape happened to be quick.
 METRICS_STALENESS = "1s"
+# Several picker pods elect a leader through a Lease (the picker's own flag, as the upstream chart sets it for
+# more than one replica); only the leader answers its gRPC health service "readiness", so only it is Ready and
+# in the picker Service, while "liveness" passes on every pod (a standby is alive, not broken).
+PICKER_LEADER_ELECTION_FLAG = "--ha-enable-leader-election"
+PICKER_HEALTH_SERVICE = "inference-extension"  # one replica: live and ready once the pool is synced
+PICKER_LIVENESS_SERVICE = "liveness"
+PICKER_READINESS_SERVICE = "readiness"
 
 
 @dataclass(frozen=True)
@@ -112,9 +119,9 @@ def render_pool(spec: AscendInferenceSpec, owner: Owner) -> dict:
             "endpointPickerRef": {
                 "name": picker_name(owner.name),
                 "port": {"number": PICKER_GRPC_PORT},
-                # Without the picker no request is routed: a fleet that asked for priorities must not
-                # silently fall back to random choice.
-                "failureMode": "FailClose",
+                # FailClose by default: without the picker no request is routed, so a fleet that asked
+                # for priorities does not silently fall back to random choice.
+                "failureMode": spec.routing.picker.failure_mode,
             },
         },
     }
@@ -223,12 +230,15 @@ def picker_args(
     grpc_port: int = PICKER_GRPC_PORT,
     health_port: int = PICKER_HEALTH_PORT,
     metrics_port: int = PICKER_METRICS_PORT,
+    leader_election: bool = False,
 ) -> list[str]:
     """The endpoint picker's command-line flags (the image's entrypoint is the picker).
 
     The ports are the pod's; a picker run as a local process (tests, benchmarks) picks free ones.
+    ``leader_election``: one of several replicas, which elect a leader.
     """
-    return [
+    election = [PICKER_LEADER_ELECTION_FLAG] if leader_election else []
+    return [*election,
         "--pool-name", owner.name,
         "--pool-namespace", owner.namespace,
         "--pool-group", "inference.networking.k8s.io",
@@ -299,9 +309,9 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
     }
     return [
         service_account,
-        *_picker_access(owner, labels),
+        *_picker_access(owner, labels, spec.routing.picker.replicas > 1),
         config,
-        _picker_deployment(owner, picker, labels),
+        _picker_deployment(spec, owner, picker, labels),
         _picker_service(owner, labels),
     ]
 
@@ -310,10 +320,17 @@ def _picker_selector(owner: Owner) -> dict[str, str]:
     return {names.LABEL_NAME: owner.name, names.LABEL_APP_COMPONENT: PICKER_COMPONENT}
 
 
-def _picker_access(owner: Owner, labels: dict[str, str]) -> list[dict]:
-    """The Role and RoleBinding that let the picker read pods, its pool and the objectives."""
+def _picker_access(owner: Owner, labels: dict[str, str], elects: bool) -> list[dict]:
+    """The Role and RoleBinding that let the picker read pods, its pool and the objectives (and, with
+    ``elects``, hold its leader Lease and record the election's Events)."""
     name = picker_name(owner.name)
     read = ["get", "list", "watch"]
+    election = [
+        # controller-runtime's Lease lock reads the Lease, creates it when absent and updates it to renew it
+        # or take it over.
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -326,6 +343,7 @@ def _picker_access(owner: Owner, labels: dict[str, str]) -> list[dict]:
                 "resources": ["inferenceobjectives", "inferencemodelrewrites"],
                 "verbs": read,
             },  # fmt: skip
+            *(election if elects else []),
         ],
     }
     binding = {
@@ -338,13 +356,17 @@ def _picker_access(owner: Owner, labels: dict[str, str]) -> list[dict]:
     return [role, binding]
 
 
-def _picker_container(owner: Owner, picker: PickerSettings) -> dict:
-    health = {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}}
+def _picker_container(owner: Owner, picker: PickerSettings, elects: bool) -> dict:
+    def health(service: str) -> dict:
+        return {"grpc": {"port": PICKER_HEALTH_PORT, "service": service}}
+
+    live = health(PICKER_LIVENESS_SERVICE if elects else PICKER_HEALTH_SERVICE)
+    ready = health(PICKER_READINESS_SERVICE if elects else PICKER_HEALTH_SERVICE)
     return {
         "name": "epp",
         "image": picker.image,
         "imagePullPolicy": "IfNotPresent",
-        "args": picker_args(owner),
+        "args": picker_args(owner, leader_election=elects),
         "env": [
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -354,8 +376,8 @@ def _picker_container(owner: Owner, picker: PickerSettings) -> dict:
             {"name": "grpc-health", "containerPort": PICKER_HEALTH_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": PICKER_METRICS_PORT, "protocol": "TCP"},
         ],
-        "livenessProbe": {**health, "initialDelaySeconds": 5, "periodSeconds": 10},
-        "readinessProbe": {**health, "periodSeconds": 2},
+        "livenessProbe": {**live, "initialDelaySeconds": 5, "periodSeconds": 10},
+        "readinessProbe": {**ready, "periodSeconds": 2},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [{"name": "config", "mountPath": PICKER_CONFIG_DIR, "readOnly": True}],
         # The picker writes nothing to disk (its serving certificate is generated in memory).
@@ -367,15 +389,34 @@ def _picker_container(owner: Owner, picker: PickerSettings) -> dict:
     }
 
 
-def _picker_deployment(owner: Owner, picker: PickerSettings, labels: dict[str, str]) -> dict:
+def _picker_deployment(
+    spec: AscendInferenceSpec, owner: Owner, picker: PickerSettings, labels: dict[str, str]
+) -> dict:
     name = picker_name(owner.name)
+    replicas = spec.routing.picker.replicas
+    # Standbys on other nodes than the leader, where the scheduler can: one node's death leaves a picker.
+    apart = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": _picker_selector(owner)},
+                    },
+                }
+            ]
+        }
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(owner, name, labels),
         "spec": {
-            # One active picker: its prefix-cache index and flow-control queues live in memory.
-            "replicas": 1,
+            # One active picker (its prefix-cache index and flow-control queues live in memory), the others
+            # standing by. Recreate, as upstream: only the leader is Ready, so a rolling update would wait for
+            # a new pod that cannot become Ready while the old leader holds the Lease.
+            "replicas": replicas,
             "strategy": {"type": "Recreate"},
             "selector": {"matchLabels": _picker_selector(owner)},
             "template": {
@@ -390,7 +431,8 @@ def _picker_deployment(owner: Owner, picker: PickerSettings, labels: dict[str, s
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
                     "terminationGracePeriodSeconds": 130,
-                    "containers": [_picker_container(owner, picker)],
+                    **({"affinity": apart} if replicas > 1 else {}),
+                    "containers": [_picker_container(owner, picker, replicas > 1)],
                     "volumes": [{"name": "config", "configMap": {"name": name}}],
                 },
             },

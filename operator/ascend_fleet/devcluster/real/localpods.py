@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ from ascend_fleet.api.names import LABEL_APP_COMPONENT
 from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess
 from ascend_fleet.kube import Kube, KubeError
-from ascend_fleet.render.routing import PICKER_COMPONENT
+from ascend_fleet.render.routing import PICKER_COMPONENT, PICKER_LEADER_ELECTION_FLAG
 
 from .dataplane import (
     DataPlaneUnavailable,
@@ -60,6 +61,8 @@ _log = logging.getLogger(__name__)
 PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
 OPERATOR_PORT_FLAGS = ("--health-port", "--metrics-port")
 OPERATOR_COMMAND = "ascend-fleet"
+# controller-runtime's gauge of a leader election: 1 on the process that holds the Lease.
+LEADER_GAUGE = "leader_election_master_status"
 _DOWNWARD = {
     "metadata.name": lambda pod: pod["metadata"]["name"],
     "metadata.namespace": lambda pod: pod["metadata"].get("namespace", "default"),
@@ -86,6 +89,26 @@ class Route:
     url: str
     picker: str
     picker_metrics: str
+    elects: bool = False  # one of several picker replicas, which elect a leader
+
+    def serves(self) -> bool:
+        """Whether this picker takes requests: always alone; among several, only while it leads.
+
+        A kubelet learns it from the readiness probe (gRPC health service ``readiness``), and the picker
+        Service then lists the leader alone. The picker reports the same election in its
+        ``leader_election_master_status`` gauge, which this reads.
+        """
+        if not self.elects:
+            return True
+        try:
+            with urllib.request.urlopen(self.picker_metrics, timeout=2) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return False
+        return any(
+            line.startswith(LEADER_GAUGE) and line.rsplit(" ", 1)[-1].strip() in ("1", "1.0")
+            for line in text.splitlines()
+        )
 
 
 @dataclass
@@ -175,7 +198,11 @@ class LocalPods:
             return [running.route for running in self._running.values() if running.route is not None]
 
     def route(self, namespace: str, pool: str) -> Route | None:
-        return next((r for r in self.routes() if (r.namespace, r.pool) == (namespace, pool)), None)
+        """Where the pool's requests enter now: the route of its picker that serves (the leader, when its
+        pickers elect one), as a gateway sends to the picker Service's Ready endpoints; None when none does."""
+        return next(
+            (r for r in self.routes() if (r.namespace, r.pool) == (namespace, pool) and r.serves()), None
+        )
 
     def running(self) -> list[tuple[str, str]]:
         """(namespace, name) of the pods whose program runs here."""
@@ -284,6 +311,7 @@ class LocalPods:
             url=envoy.url,
             picker=name,
             picker_metrics=f"http://127.0.0.1:{picker.metrics_port}/metrics",
+            elects=PICKER_LEADER_ELECTION_FLAG in args,
         )
         _log.info(
             "endpoint picker %s/%s runs; pool %s's requests enter at %s",
