@@ -1,4 +1,4 @@
-"""``python -m bench.failover``: a node under one of two replicas dies; seconds until it stops taking traffic.
+"""``python -m bench.failover``: a node under one of two replicas dies, then the leading endpoint picker does.
 
 Each run starts a real control plane whose controller manager gives a silent node ``grace`` seconds
 (``--node-monitor-grace-period``), applies a two-replica inference spread over nodes with
@@ -7,6 +7,9 @@ through the API: the node marked ``Unknown``, the dead replica out of service (i
 a Service and the InferencePool's picker go by), and its pod evicted by the taint manager. The baseline is the
 upstream default grace period (50 s) in the same run; the floor of each run is its grace period less the age of
 the node's last heartbeat at the cut, which no controller can beat.
+
+Then (unless ``--no-picker``) one more cluster runs a pool with two pickers under steady client traffic and kills
+the leading picker (:mod:`bench.failover.picker`); its floor is the picker Lease's remaining life.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import wait_for
+from bench.failover.picker import PickerRun, run_picker
 
 UPSTREAM_GRACE_SECONDS = 50  # kube-controller-manager's default --node-monitor-grace-period (1.32+)
 NAME = "qwen-1-5b"
@@ -110,8 +114,6 @@ NOT_MEASURED = (
     "failed_requests_node",
     "replica_restored_s",
     "operator_takeover_s",
-    "picker_failover_s",
-    "failed_requests_picker",
     "npu_unhealthy_replaced_s",
     "failed_requests_scale_in",
     "failed_requests_restart",
@@ -119,10 +121,29 @@ NOT_MEASURED = (
 )
 
 
-def as_json(runs: list[Run]) -> dict:
-    """The measured runs (server side: the leader's Ready condition), and null for the keys not measured."""
+def picker_report(run: PickerRun) -> str:
+    f = run.failover
+    again = "not seen" if run.served_again is None else f"{run.served_again:.1f} s"
+    x_floor = f"{run.served_again / f.floor:.2f}x" if run.served_again and f.floor else "-"
+    return "\n".join(
+        [
+            "| picker Lease floor | standby leads | answers again (client) | x floor | failed requests | sent |",
+            "|---|---|---|---|---|---|",
+            f"| {f.floor:.1f} s | {f.seconds:.1f} s | {again} | {x_floor} | {run.failed} | {run.sent} |",
+        ]
+    )
+
+
+def as_json(runs: list[Run], picker: PickerRun | None) -> dict:
+    """The measured runs (nodes: server side, the leader's Ready condition; picker: client side), and null
+    for the keys not measured."""
     return {
         **dict.fromkeys(NOT_MEASURED),
+        "picker_failover_s": None
+        if picker is None or picker.served_again is None
+        else round(picker.served_again, 2),
+        "failed_requests_picker": None if picker is None else picker.failed,
+        "picker_lease_floor_s": None if picker is None else round(picker.failover.floor, 2),
         "node_runs": [
             {
                 "node_grace_s": run.grace,
@@ -149,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--toleration", type=int, default=5, help="spec.availability.unreachableTolerationSeconds"
     )
+    parser.add_argument("--no-picker", action="store_true", help="skip the picker run")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -157,8 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"node grace {grace} s ...", file=sys.stderr, flush=True)
         runs.append(run_once(grace, args.toleration))
     print(report(runs))
+    picker = None
+    if not args.no_picker:
+        print("leading picker killed under traffic ...", file=sys.stderr, flush=True)
+        picker = run_picker()
+        print()
+        print(picker_report(picker))
     if args.json:
-        Path(args.json).write_text(json.dumps(as_json(runs), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(as_json(runs, picker), indent=2) + "\n")
     print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 

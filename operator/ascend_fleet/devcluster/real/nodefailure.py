@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
+from ascend_fleet.api.times import parse_rfc3339
 from ascend_fleet.kube import Kube
 from ascend_fleet.render.metadata import serving_selector
 
@@ -69,8 +69,10 @@ def _node_ready(kube: Kube, node: str) -> str:
 
 def _heartbeat_age(kube: Kube, node: str) -> float:
     lease = kube.get("Lease", "kube-node-lease", node)
-    renewed = datetime.strptime(lease["spec"]["renewTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return (datetime.now(UTC) - renewed).total_seconds()
+    renewed = parse_rfc3339(lease["spec"].get("renewTime"))
+    if renewed is None:
+        raise RuntimeError(f"the Lease of {node} has no renewTime")
+    return time.time() - renewed
 
 
 def kill_serving_node(

@@ -1,0 +1,137 @@
+"""The picker run of ``bench.failover``: the leading endpoint picker dies under steady client traffic.
+
+A client sends one short completion every ``1 / rate`` seconds through the pool's gateway, as a gateway in a
+cluster follows the picker Service's Ready endpoint (:meth:`LocalPods.route`, the leader); then the leader's
+process gets SIGKILL. The figures: how long until a steady run of answers resumed (client side), how many
+requests failed meanwhile, and the Lease's floor (its duration less its renewal's age at the kill).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ascend_fleet.api.crd import crd
+from ascend_fleet.api.settings import OperatorSettings
+from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension
+from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_leading_picker, pool_routes
+from ascend_fleet.devcluster.real.realcluster import provide_model_claim
+from ascend_fleet.devcluster.stack import stack
+from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
+from ascend_fleet.kube import wait_for
+
+NAME = "qwen-1-5b"
+NAMESPACE = "picker-failover"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang-small.yaml"
+STEADY = 5  # answers in a row that count as served again
+
+
+@dataclass
+class Traffic:
+    """(seconds since start, answered) per request, sent by one thread at a fixed rate."""
+
+    pickers: LocalPods
+    rate: float
+    results: list[tuple[float, bool]] = field(default_factory=list)
+    began: float = field(default_factory=time.monotonic)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def _one(self) -> bool:
+        route = self.pickers.route(NAMESPACE, NAME)
+        if route is None:
+            return False
+        body = json.dumps({"model": "qwen2.5-1.5b", "prompt": "hello", "max_tokens": 2}).encode()
+        request = urllib.request.Request(
+            route.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            self.results.append((sent - self.began, self._one()))
+            self._stop.wait(max(1 / self.rate - (time.monotonic() - sent), 0))
+
+    def __enter__(self) -> Traffic:
+        self._thread = threading.Thread(target=self.run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+
+@dataclass
+class PickerRun:
+    failover: PickerFailover
+    served_again: float | None  # seconds from the kill to the first of STEADY answers in a row (client)
+    failed: int  # requests that failed between the kill and then
+    sent: int
+
+
+def _client_view(results: list[tuple[float, bool]], killed: float) -> tuple[float | None, int]:
+    after = [(t, ok) for t, ok in results if t >= killed]
+    failed = 0
+    for i, (t, ok) in enumerate(after):
+        if all(answered for _, answered in after[i : i + STEADY]) and len(after[i : i + STEADY]) == STEADY:
+            return t - killed, failed
+        failed += not ok
+    return None, failed
+
+
+def inference() -> dict:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["metadata"]["namespace"] = NAMESPACE
+    doc["spec"]["routing"] = {"mode": "inferencePool"}  # two pickers, the default
+    return doc
+
+
+def run_picker(rate: float = 10.0) -> PickerRun:
+    with stack(
+        real=True, nodes=3, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3, crds=[crd()]
+    ) as local:
+        kube = local.cluster.kube()
+        install_inference_extension(kube)
+        kube.create_namespace(NAMESPACE)
+        wait_for(lambda: kube.get("ServiceAccount", NAMESPACE, "default"), 60, "the default ServiceAccount")
+        provide_model_claim(kube, NAMESPACE)
+        engines = SimulatedEngines(Scenario.constant(0.0))
+        local.cluster.kubelet.add_listener(engines)
+        try:
+            with (
+                LocalPods(kube, local.cluster.control_plane) as pickers,
+                OperatorThread(OperatorContext(OperatorSettings(), local.cluster.kube()), RunOptions()),
+            ):
+                local.cluster.kubelet.add_listener(pickers)
+                kube.create(inference())
+                wait_for(lambda: len(pool_routes(pickers, NAMESPACE, NAME)) == 2, 180, "two picker pods")
+                wait_for(lambda: pickers.route(NAMESPACE, NAME), 60, "a leading picker")
+                with Traffic(pickers, rate) as traffic:
+                    wait_for(
+                        lambda: sum(ok for _, ok in traffic.results[-STEADY:]) == STEADY, 60, "steady answers"
+                    )
+                    killed = time.monotonic() - traffic.began
+                    failover = kill_leading_picker(pickers, kube, NAMESPACE, NAME)
+                    wait_for(
+                        lambda: _client_view(traffic.results, killed)[0] is not None, 60, "answers again"
+                    )
+                served_again, failed = _client_view(traffic.results, killed)
+                local.cluster.kubelet.remove_listener(pickers)
+        finally:
+            local.cluster.kubelet.remove_listener(engines)
+            engines.close()
+    return PickerRun(failover, served_again, failed, len(traffic.results))
