@@ -52,6 +52,7 @@ def kill_leading_picker(
     for process in pickers.programs(namespace, leader.picker):
         if process.name == "epp":
             process.kill()
+
     def standby_leads() -> Route | None:
         route = pickers.route(namespace, pool)
         return route if route is not None and route.picker != leader.picker else None
