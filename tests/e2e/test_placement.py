@@ -46,14 +46,22 @@ def real(cluster):
 
 
 def free_npus(real, settled: bool = False) -> dict[str, int]:
-    """NPUs not requested by any unfinished pod, by node (with ``settled``, only nodes with no pod terminating)."""
+    """NPUs not requested by any unfinished pod, by node (with ``settled``, only nodes whose NPUs will not come
+    back soon: no pod terminating, none in a namespace being deleted)."""
     nodes = json.loads(real.kubectl("get", "nodes", "-o", "json").stdout)["items"]
     free = {n["metadata"]["name"]: int(n["status"]["allocatable"].get(RESOURCE, "0")) for n in nodes}
+    namespaces = json.loads(real.kubectl("get", "namespaces", "-o", "json").stdout)["items"]
+    leaving = {
+        n["metadata"]["name"] for n in namespaces if (n.get("status") or {}).get("phase") == "Terminating"
+    }
     pods = json.loads(real.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
     for pod in pods:
         node = pod["spec"].get("nodeName")
-        if settled and node in free and pod["metadata"].get("deletionTimestamp"):
-            del free[node]  # its NPUs are about to come back, which would let the whole gang fit
+        going = pod["metadata"].get("deletionTimestamp") or pod["metadata"].get("namespace") in leaving
+        if settled and node in free and going:
+            # Its NPUs are about to come back, which would let the whole gang fit: an earlier test's namespace
+            # is deleted pod by pod, so a pod of it may not be terminating yet.
+            del free[node]
         if node in free and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
             for container in pod["spec"]["containers"]:
                 free[node] -= int(((container.get("resources") or {}).get("requests") or {}).get(RESOURCE, 0))
