@@ -30,7 +30,7 @@ from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import wait_for
-from bench.failover.picker import PickerRun, run_picker
+from bench.failover.picker import PickerRun, PlannedRun, run_routed
 
 UPSTREAM_GRACE_SECONDS = 50  # kube-controller-manager's default --node-monitor-grace-period (1.32+)
 NAME = "qwen-1-5b"
@@ -115,9 +115,6 @@ NOT_MEASURED = (
     "replica_restored_s",
     "operator_takeover_s",
     "npu_unhealthy_replaced_s",
-    "failed_requests_scale_in",
-    "failed_requests_restart",
-    "failed_requests_rollout",
 )
 
 
@@ -134,7 +131,13 @@ def picker_report(run: PickerRun) -> str:
     )
 
 
-def as_json(runs: list[Run], picker: PickerRun | None) -> dict:
+def planned_report(run: PlannedRun) -> str:
+    rows = [f"| {op} | {run.removed[op]} | {run.failed[op]} | {run.sent[op]} |" for op in run.failed]
+    header = "| planned operation | engine pods replaced or removed | failed requests | sent |"
+    return "\n".join([header, "|---|---|---|---|", *rows])
+
+
+def as_json(runs: list[Run], picker: PickerRun | None, planned: PlannedRun | None = None) -> dict:
     """The measured runs (nodes: server side, the leader's Ready condition; picker: client side), and null
     for the keys not measured."""
     return {
@@ -144,6 +147,10 @@ def as_json(runs: list[Run], picker: PickerRun | None) -> dict:
         else round(picker.served_again, 2),
         "failed_requests_picker": None if picker is None else picker.failed,
         "picker_lease_floor_s": None if picker is None else round(picker.failover.floor, 2),
+        **{
+            f"failed_requests_{op}": None if planned is None else planned.failed.get(op)
+            for op in ("scale_in", "restart", "rollout")
+        },
         "node_runs": [
             {
                 "node_grace_s": run.grace,
@@ -170,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--toleration", type=int, default=5, help="spec.availability.unreachableTolerationSeconds"
     )
-    parser.add_argument("--no-picker", action="store_true", help="skip the picker run")
+    parser.add_argument(
+        "--no-picker", action="store_true", help="skip the routed run (planned operations, picker death)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -179,14 +188,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"node grace {grace} s ...", file=sys.stderr, flush=True)
         runs.append(run_once(grace, args.toleration))
     print(report(runs))
-    picker = None
+    picker = planned = None
     if not args.no_picker:
-        print("leading picker killed under traffic ...", file=sys.stderr, flush=True)
-        picker = run_picker()
+        print(
+            "planned operations, then the leading picker killed, under traffic ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        planned, picker = run_routed()
+        print()
+        print(planned_report(planned))
         print()
         print(picker_report(picker))
     if args.json:
-        Path(args.json).write_text(json.dumps(as_json(runs, picker), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(as_json(runs, picker, planned), indent=2) + "\n")
     print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return 0
 

@@ -1,9 +1,13 @@
-"""The picker run of ``bench.failover``: the leading endpoint picker dies under steady client traffic.
+"""The routed runs of ``bench.failover``: planned operations, then the leading endpoint picker's death, under
+steady client traffic.
 
 A client sends one short completion every ``1 / rate`` seconds through the pool's gateway, as a gateway in a
-cluster follows the picker Service's Ready endpoint (:meth:`LocalPods.route`, the leader); then the leader's
-process gets SIGKILL. The figures: how long until a steady run of answers resumed (client side), how many
-requests failed meanwhile, and the Lease's floor (its duration less its renewal's age at the kill).
+cluster follows the picker Service's Ready endpoint (:meth:`LocalPods.route`, the leader). On a fleet of two
+replicas behind two pickers it first counts the requests that fail during a scale-in, a ``restart_service`` drain
+(the control loop's own patch) and a rollout, each from the change until the fleet is settled again; then the
+leading picker's process gets SIGKILL. The picker figures: how long until a steady run of answers resumed
+(client side), how many requests failed meanwhile, and the Lease's floor (its duration less its renewal's age
+at the kill).
 """
 
 from __future__ import annotations
@@ -18,16 +22,19 @@ from pathlib import Path
 
 import yaml
 
+from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
+from ascend_fleet.api.times import rfc3339_ms
 from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension
+from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
 from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_leading_picker, pool_routes
 from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
-from ascend_fleet.kube import wait_for
+from ascend_fleet.kube import Kube, wait_for
+from ascend_fleet.render import drain_patch
 
 NAME = "qwen-1-5b"
 NAMESPACE = "picker-failover"
@@ -93,14 +100,85 @@ def _client_view(results: list[tuple[float, bool]], killed: float) -> tuple[floa
     return None, failed
 
 
+DRAIN_SECONDS = 3  # spec.disruption.drainSeconds: in-flight requests here last well under a second
+
+
 def inference() -> dict:
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["metadata"]["namespace"] = NAMESPACE
     doc["spec"]["routing"] = {"mode": "inferencePool"}  # two pickers, the default
+    doc["spec"]["parallelism"]["data"] = 3
+    doc["spec"]["disruption"] = {"maxUnavailable": 1, "drainSeconds": DRAIN_SECONDS}
     return doc
 
 
-def run_picker(rate: float = 10.0) -> PickerRun:
+@dataclass
+class PlannedRun:
+    """Requests that failed (and were sent) from each operation until the fleet settled again, and the engine
+    pods it removed (evidence that the operation happened)."""
+
+    failed: dict[str, int]
+    sent: dict[str, int]
+    removed: dict[str, int] = field(default_factory=dict)
+
+
+def _engine_pods(kube: Kube) -> list[dict]:
+    return [p for p in kube.list("Pod", NAMESPACE, {names.LABEL_NAME: NAME}) if not is_picker_pod(p)]
+
+
+def _settled(kube: Kube, replicas: int) -> bool:
+    """Every wanted replica ready at the current revision, and no engine pod draining or being deleted."""
+    status = kube.get(names.KIND, NAMESPACE, NAME).get("status") or {}
+    pods = _engine_pods(kube)
+    moving = [
+        p
+        for p in pods
+        if p["metadata"].get("deletionTimestamp")
+        or p["metadata"]["labels"].get(names.LABEL_SERVING) == "false"
+    ]
+    return (
+        status.get("readyReplicas") == replicas
+        and status.get("updatedReplicas") == replicas
+        and len(pods) == replicas
+        and not moving
+    )
+
+
+def _operate(kube: Kube, traffic: Traffic, name: str, change, replicas: int, run: PlannedRun) -> None:
+    """Apply ``change`` and count the requests that fail until the fleet is settled at ``replicas``."""
+    start, before = len(traffic.results), {p["metadata"]["uid"] for p in _engine_pods(kube)}
+    change()
+    time.sleep(1)  # the operator's first write lands before "settled" can be read off the old state
+    wait_for(lambda: _settled(kube, replicas), 180, f"the fleet settled after the {name}", interval=0.5)
+    window = traffic.results[start:]
+    run.failed[name], run.sent[name] = sum(not ok for _, ok in window), len(window)
+    run.removed[name] = len(before - {p["metadata"]["uid"] for p in _engine_pods(kube)})
+    if not run.removed[name]:
+        raise RuntimeError(f"the {name} removed no engine pod: the operation did not happen")
+
+
+def _planned(kube: Kube, traffic: Traffic) -> PlannedRun:
+    run = PlannedRun({}, {})
+    _operate(kube, traffic, "scale_in", lambda: _patch_spec(kube, {"parallelism": {"data": 2}}), 2, run)
+
+    def restart() -> None:
+        (leader,) = [
+            p["metadata"]["name"]
+            for p in kube.list("Pod", NAMESPACE, {names.LABEL_NAME: NAME, names.LABEL_REPLICA: "0"})
+        ]
+        kube.patch("Pod", NAMESPACE, leader, drain_patch(rfc3339_ms(time.time()), "rule restart (bench)"))
+
+    _operate(kube, traffic, "restart", restart, 2, run)
+    rollout = {"template": {"metadata": {"annotations": {"bench.ascendfleet.io/rollout": "1"}}}}
+    _operate(kube, traffic, "rollout", lambda: _patch_spec(kube, rollout), 2, run)
+    return run
+
+
+def _patch_spec(kube: Kube, spec: dict) -> None:
+    kube.patch(names.KIND, NAMESPACE, NAME, {"spec": spec})
+
+
+def run_routed(rate: float = 10.0) -> tuple[PlannedRun, PickerRun]:
     with stack(
         real=True, nodes=3, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3, crds=[crd()]
     ) as local:
@@ -120,10 +198,12 @@ def run_picker(rate: float = 10.0) -> PickerRun:
                 kube.create(inference())
                 wait_for(lambda: len(pool_routes(pickers, NAMESPACE, NAME)) == 2, 180, "two picker pods")
                 wait_for(lambda: pickers.route(NAMESPACE, NAME), 60, "a leading picker")
+                wait_for(lambda: _settled(kube, 3), 180, "three replicas serving")
                 with Traffic(pickers, rate) as traffic:
                     wait_for(
                         lambda: sum(ok for _, ok in traffic.results[-STEADY:]) == STEADY, 60, "steady answers"
                     )
+                    planned = _planned(kube, traffic)
                     killed = time.monotonic() - traffic.began
                     failover = kill_leading_picker(pickers, kube, NAMESPACE, NAME)
                     wait_for(
@@ -134,4 +214,4 @@ def run_picker(rate: float = 10.0) -> PickerRun:
         finally:
             local.cluster.kubelet.remove_listener(engines)
             engines.close()
-    return PickerRun(failover, served_again, failed, len(traffic.results))
+    return planned, PickerRun(failover, served_again, failed, len(traffic.results))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.failover.__main__ import NOT_MEASURED, as_json
-from bench.failover.picker import STEADY, PickerRun, _client_view
+from bench.failover.picker import STEADY, PickerRun, PlannedRun, _client_view
 
 from ascend_fleet.devcluster.real.localpods import Route
 from ascend_fleet.devcluster.real.pickerfailover import PickerFailover
@@ -30,3 +30,12 @@ def test_json_names_the_picker_figures_and_leaves_the_rest_null():
     assert "picker_failover_s" not in NOT_MEASURED
     assert all(figures[key] is None for key in NOT_MEASURED)
     assert as_json([], None)["picker_failover_s"] is None
+
+
+def test_json_carries_the_planned_operations_failed_requests():
+    planned = PlannedRun(
+        {"scale_in": 0, "restart": 1, "rollout": 0}, {"scale_in": 30, "restart": 40, "rollout": 90}
+    )
+    figures = as_json([], None, planned)
+    assert [figures[f"failed_requests_{op}"] for op in ("scale_in", "restart", "rollout")] == [0, 1, 0]
+    assert as_json([], None)["failed_requests_restart"] is None
