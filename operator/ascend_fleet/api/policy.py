@@ -124,7 +124,7 @@ class GatewayRef(Model):
     section_name: str | None = Field(default=None, description="A listener of the Gateway.")
 
 
-class Picker(Model):
+class PickerSpec(Model):
     """The endpoint picker's Deployment (inferencePool mode)."""
 
     replicas: int = Field(
@@ -171,8 +171,8 @@ class Routing(Model):
         default=None,
         description="Attach the InferencePool to this Gateway with an HTTPRoute (inferencePool mode).",
     )
-    picker: Picker = Field(
-        default_factory=Picker,
+    picker: PickerSpec = Field(
+        default_factory=PickerSpec,
         description="The endpoint picker's replicas and failure mode (inferencePool mode).",
     )
 
