@@ -28,3 +28,9 @@ REPLICAS = Gauge(
     "Replicas per inference, by state (desired, ready, draining).",
     ["namespace", "inference", "state"],
 )
+UNHEALTHY_NPUS = Gauge(
+    "ascend_fleet_npu_unhealthy",
+    "1 for each NPU the Ascend device plugin reports unhealthy under a replica, by node, NPU and fault level "
+    "(written by the operator acting as leader, each cycle a rule reads npu_unhealthy).",
+    ["namespace", "inference", "replica", "node", "npu", "level"],
+)

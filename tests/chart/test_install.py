@@ -194,6 +194,7 @@ def test_built_in_objects_are_valid(releases, release):
 def test_defaults_create_only_the_core_objects(releases):
     assert sorted(o["kind"] for o in releases["defaults"]) == sorted(
         ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
+        + ["Role", "RoleBinding"]  # the NPU health reads in kube-system
     )
 
 
@@ -214,8 +215,13 @@ def test_every_option_creates_every_kind(releases):
         "PrometheusRule",
         "CustomResourceDefinition",  # the Inference Extension's, with inferenceExtension.installCRDs
     }
-    # The operator's Role in each watched namespace, and the leader-election Role in the release namespace.
-    assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == {*WATCHED, NAMESPACE}
+    # The operator's Role in each watched namespace, the leader-election Role in the release namespace and the
+    # NPU health reads in kube-system.
+    assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == {
+        *WATCHED,
+        NAMESPACE,
+        "kube-system",
+    }
 
 
 def test_inference_extension_crds_from_the_chart_are_served(api, releases):
@@ -442,16 +448,43 @@ def test_leader_election_rbac_is_a_role_on_leases_in_the_release_namespace(relea
         if b["roleRef"]["name"] == elected[0]["metadata"]["name"]
     ]
     assert binding["subjects"][0]["name"] == one(releases["peering"], "ServiceAccount")["metadata"]["name"]
-    assert not find(releases["defaults"], "Role")
+    assert not [
+        r for r in find(releases["defaults"], "Role") if r not in npu_health_roles(releases["defaults"])
+    ]
+
+
+NPU_HEALTH = {("", "configmaps"): {"list"}}
+
+
+def npu_health_roles(objects: list[dict]) -> list[dict]:
+    return [r for r in find(objects, "Role") if r["metadata"]["name"].endswith("-npu-health")]
+
+
+@pytest.mark.parametrize("release", ["defaults", "namespaced", "everything"])
+def test_npu_health_is_a_list_of_configmaps_in_kube_system_only(releases, release):
+    """The device plugin's health ConfigMaps live in kube-system: list there, nothing more, nowhere else."""
+    assert [(r["metadata"]["namespace"], granted(r)) for r in npu_health_roles(releases[release])] == [
+        ("kube-system", NPU_HEALTH)
+    ]
+
+
+def test_without_the_npu_health_grant_the_operator_does_not_read_it(releases):
+    assert not npu_health_roles(releases["restricted"])
+    assert settings_of(releases["restricted"]).control.npu_health is False
+    assert settings_of(releases["defaults"]).control.npu_health is True
 
 
 def test_namespaced_rbac(releases):
     assert granted(one(releases["namespaced"], "ClusterRole")) == {**CRD_READ, **NAMESPACE_WATCH}
-    roles = find(releases["namespaced"], "Role")
+    roles = [
+        r for r in find(releases["namespaced"], "Role") if r not in npu_health_roles(releases["namespaced"])
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
     for role in roles:
         assert granted(role) == NAMESPACED_RULES
     for role in find(releases["everything"], "Role"):
+        if role in npu_health_roles(releases["everything"]):
+            continue
         elected = role["metadata"]["name"].endswith("-leader-election")
         assert granted(role) == (LEASES if elected else {**NAMESPACED_RULES, **NAMESPACED_PEERING})
 

@@ -17,7 +17,7 @@ BRIEF_METRICS = {"npu_utilization", "mem_fragmentation", "queue_depth", "kv_cach
 def test_every_preset_has_the_rule_vocabulary_and_groups_by_replica(preset):
     catalog = Catalog.build(preset)
     assert catalog.names() >= BRIEF_METRICS
-    for expression in catalog.entries.values():
+    for expression in catalog.promql().values():
         # Quantiles group by the bucket bound too ("replica, le"), which histogram_quantile then removes.
         assert "by (namespace, inference, replica" in expression
 

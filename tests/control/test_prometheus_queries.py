@@ -81,7 +81,7 @@ def test_every_catalog_entry_is_promql_prometheus_accepts(prometheus, preset):
     catalog = Catalog.build(preset)
     queries = [
         Query(QueryWindow(expression, 5, scope), stat)
-        for expression in catalog.entries.values()
+        for expression in catalog.promql().values()
         for scope in ("fleet", "replica")
         for stat in ("min", "max", "count")
     ]

@@ -13,7 +13,9 @@ from tests.support.paths import ROOT
 
 
 def test_the_action_enum_is_the_table():
-    assert get_args(Action) == ACTION_NAMES == ("scale_up", "scale_down", "restart_service", "notify")
+    assert (
+        get_args(Action) == ACTION_NAMES == ("scale_up", "scale_down", "restart_service", "replace", "notify")
+    )
 
 
 @pytest.mark.parametrize("kind", ACTIONS, ids=lambda kind: kind.name)

@@ -27,6 +27,7 @@ def test_defaults_are_filled_in():
     assert [r.describe() for r in s.rules] == [
         "npu_utilization > 85% for 5m -> scale_up",
         "mem_fragmentation > 15% for 10m -> restart_service",
+        "npu_unhealthy > 0 for 30s -> replace",
     ]
 
 

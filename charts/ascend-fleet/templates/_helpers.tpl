@@ -152,6 +152,9 @@ Its keys are exactly those of the operator's settings schema; a chart test valid
 {{- if not .Values.rbac.routing }}
 {{- $_ := set $settings.routing "enabled" false }}
 {{- end }}
+{{- if not .Values.rbac.npuHealth }}
+{{- $_ := set $settings.control "npuHealth" false }}
+{{- end }}
 {{- if $images }}
 {{- $_ := set $settings "images" $images }}
 {{- end }}

@@ -45,9 +45,15 @@ ACTIONS = (
         "restart_service", "replica", True, "RuleRestart", False, ("restart_cooldown",),
         "drain, delete and recreate the replica the condition holds on",
     ),
+    ActionKind(
+        "replace", "replica", True, "RuleReplace", True, ("restart_cooldown",),
+        "drain and recreate the replica on NPUs the device plugin reports healthy (a faulty NPU's replica)",
+    ),
     ActionKind("notify", "fleet", False, "RuleNotify", True, (), "a Warning Event only, at most once per window"),
 )  # fmt: skip
 ACTION_NAMES = tuple(kind.name for kind in ACTIONS)
+# The list of actions in a field's description.
+ACTION_LIST = ", ".join(ACTION_NAMES[:-1]) + " or " + ACTION_NAMES[-1]
 
 
 def action_kind(name: str) -> ActionKind:

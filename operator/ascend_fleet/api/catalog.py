@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..engines.registry import builtin_facts
+from .units import format_threshold
 
 PRESET_ASCEND_FLEET = "ascend-fleet"
 PRESET_NPU_EXPORTER = "npu-exporter"
@@ -123,6 +124,33 @@ _NPU_EXPORTER_ENTRIES = {
     "hbm_usage": f"max {_BY} ({_npu_exporter(_HBM_RATIO)})",
 }
 
+# Signals the operator reads from the Kubernetes API rather than from Prometheus, answered by the control loop
+# (control.npu_health: the Ascend device plugin's health ConfigMaps). Their entry is a marker, not PromQL; an
+# operator's control.catalog may replace one with PromQL, which Prometheus then answers like any other entry.
+OPERATOR_SIGNAL_PREFIX = "ascend-fleet-operator:"
+NPU_UNHEALTHY = "npu_unhealthy"
+_OPERATOR_ENTRIES = {NPU_UNHEALTHY: OPERATOR_SIGNAL_PREFIX + NPU_UNHEALTHY}
+
+
+# Entries that count things (requests, NPUs) rather than measure a ratio: their values are shown as numbers.
+COUNTS = frozenset({"queue_depth", "running_requests", NPU_UNHEALTHY})
+
+
+def format_value(metric: str | None, value: float) -> str:
+    """A metric's value as a user reads it: a count as a number, anything else as a threshold is written."""
+    return f"{value:g}" if metric in COUNTS else format_threshold(value)
+
+
+def operator_signal(expression: str) -> str | None:
+    """The operator-read signal an entry stands for (None: the entry is PromQL)."""
+    return (
+        expression.removeprefix(OPERATOR_SIGNAL_PREFIX)
+        if expression.startswith(OPERATOR_SIGNAL_PREFIX)
+        else None
+    )
+
+
+# The PromQL entries of each preset; every catalog also has the operator-read signals.
 PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         PRESET_ASCEND_FLEET: MappingProxyType({**_EXPORTER_ENTRIES, **_ENGINE_ENTRIES, **_REQUEST_ENTRIES}),
@@ -144,8 +172,16 @@ class Catalog:
         """A preset's entries with the operator's own entries added or replacing them."""
         if preset not in PRESETS:
             raise ValueError(f"unknown catalog preset {preset!r}; use one of {', '.join(PRESETS)}")
-        merged = {**PRESETS[preset], **{name: expr.strip() for name, expr in (overrides or {}).items()}}
+        merged = {
+            **_OPERATOR_ENTRIES,
+            **PRESETS[preset],
+            **{name: expr.strip() for name, expr in (overrides or {}).items()},
+        }
         return cls(MappingProxyType(dict(sorted(merged.items()))))
+
+    def promql(self) -> dict[str, str]:
+        """The entries Prometheus answers (all but the operator-read signals)."""
+        return {name: expr for name, expr in self.entries.items() if operator_signal(expr) is None}
 
     def names(self) -> frozenset[str]:
         return frozenset(self.entries)

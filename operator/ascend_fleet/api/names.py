@@ -41,3 +41,19 @@ LABEL_APP_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_APP_COMPONENT = "app.kubernetes.io/component"
 APP_NAME = "ascend-fleet-engine"
 MANAGED_BY = "ascend-fleet"
+
+# The Ascend device plugin's NPU health, as it publishes it (the operator reads these, never writes them).
+# One ConfigMap per node, ``mindx-dl-deviceinfo-<node>`` in kube-system, holds under DeviceInfoCfg the JSON
+# {"DeviceInfo": {"DeviceList": {<resource><suffix>: ...}, "UpdateTime": <s>}, "CheckCode": <sha256>}.
+DEVICE_INFO_NAMESPACE = "kube-system"
+DEVICE_INFO_PREFIX = "mindx-dl-deviceinfo-"
+DEVICE_INFO_KEY = "DeviceInfoCfg"
+MANUALLY_SEPARATED_KEY = "ManuallySeparateNPU"  # comma-joined NPUs an administrator took out of service
+# DeviceList key suffixes after the resource name (huawei.com/Ascend910; huawei.com/npu on Atlas A5):
+UNHEALTHY_SUFFIX = "-Unhealthy"  # comma-joined NPU names (Ascend910-<physical id>)
+NETWORK_UNHEALTHY_SUFFIX = "-NetworkUnhealthy"
+FAULT_SUFFIX = "-Fault"  # a JSON list of faults: npu_name, fault_level, fault_code, fault_time_and_level_map
+# The NPUs a pod actually holds, written on the pod by the device plugin (comma-joined NPU names); the
+# Volcano Ascend plugin writes the resource name itself as the key when it binds.
+ANNOTATION_NPUS_MOUNTED = "huawei.com/AscendReal"
+ANNOTATION_NPUS_BOUND = "huawei.com/Ascend910"

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict
 
-from .actions import ACTIONS, Scope, action_kind
+from .actions import ACTION_LIST, ACTIONS, Scope, action_kind
 from .checks import MAX_WINDOW_SECONDS, window_sentence
 from .fields import (
     Action,
@@ -270,9 +270,7 @@ class Rule(Model):
     for_: Window = Field(
         alias="for", description="How long the condition must hold at every sample; at most 24h."
     )
-    action: Action = Field(
-        description="What to do while the condition holds: scale_up, scale_down or restart_service."
-    )
+    action: Action = Field(description=f"What to do while the condition holds: {ACTION_LIST}.")
     scope: Scope | None = Field(
         default=None, description="fleet (aggregate over replicas) or replica; default by action."
     )
@@ -308,10 +306,11 @@ MAX_RULES = 32  # bounds the CEL cost of the per-rule checks, and Prometheus' wo
 
 
 def default_rules() -> list[Rule]:
-    """The two rules from the project's brief."""
+    """The two rules from the project's brief, and the replacement of a replica on a faulty NPU."""
     return [
         Rule(metric="npu_utilization", threshold="85%", for_="5m", action="scale_up"),
         Rule(metric="mem_fragmentation", threshold="15%", for_="10m", action="restart_service"),
+        Rule(metric="npu_unhealthy", threshold=0, for_="30s", action="replace"),
     ]
 
 

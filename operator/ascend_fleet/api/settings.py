@@ -89,6 +89,12 @@ class ControlSettings(Model):
         default=0.8, gt=0, le=1, description="Share of a window's samples that must exist for a rule to hold."
     )
     actions_history: int = Field(default=20, ge=1, le=200, description="Decisions kept in status.actions.")
+    npu_health: bool = Field(
+        default=True,
+        description="Read the Ascend device plugin's health ConfigMaps in kube-system for npu_unhealthy (one list "
+        "a cycle; the chart's rbac.npuHealth grants it). Off: npu_unhealthy is 0 for every replica, so replace "
+        "rules never act.",
+    )
     catalog_preset: Literal["ascend-fleet", "npu-exporter"] = Field(
         default="ascend-fleet",
         description="Default metric names: the project's exporter or Huawei's npu-exporter.",

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from .actions import ACTION_LIST
 from .fields import Action, Model
 
 
@@ -40,7 +41,7 @@ class ActionRecord(Model):
         default=None, description="The catalog metric the rule reads (absent for a query)."
     )
     value: float | None = Field(default=None, description="The value that held over the rule's window.")
-    action: Action = Field(description="scale_up, scale_down or restart_service.")
+    action: Action = Field(description=f"{ACTION_LIST}.")
     target: str = Field(description="fleet, or replica-N.")
     result: str = Field(
         default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'."

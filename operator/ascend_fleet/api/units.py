@@ -79,7 +79,10 @@ def parse_threshold(value: object) -> float:
 
 
 def format_threshold(value: float) -> str:
-    """Human form of a threshold: ratios as percentages (``85%``), other numbers as they are."""
-    if 0.0 <= value <= 1.0:
+    """Human form of a threshold: ratios as percentages (``85%``), other numbers as they are.
+
+    Zero is shown as ``0``: it is as much a count (``npu_unhealthy > 0``) as a ratio.
+    """
+    if 0.0 < value <= 1.0:
         return f"{value * 100:g}%"
     return f"{value:g}"

@@ -33,9 +33,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..api.availability import Availability
-from ..api.catalog import Catalog
+from ..api.catalog import Catalog, format_value
 from ..api.settings import ControlSettings
-from ..api.units import format_duration, format_threshold
+from ..api.units import format_duration
 from ..api.v1alpha1 import Action, Autoscaling, Rule
 from .queries import Observations, Query, extreme_stat, plan_queries, required_samples, rule_queries
 
@@ -92,6 +92,11 @@ class EvaluationSettings:
         return 2 * self.step + self.interval
 
 
+Placement = tuple[
+    tuple[str | None, tuple[str, ...] | None], ...
+]  # per pod: its node, the NPUs it holds (None: unknown)
+
+
 @dataclass(frozen=True)
 class ReplicaInfo:
     """One replica as the control loop needs it."""
@@ -102,6 +107,7 @@ class ReplicaInfo:
     serving_since: float | None = None  # when it last became ready; None = long ago
     leader: str | None = None  # leader pod name, which a restart drains
     domain: str | None = None  # the leader's node or zone (spec.availability.spread); None = not known
+    placement: Placement = ()  # where its pods run, for the NPU health signal
 
 
 @dataclass(frozen=True)
@@ -208,6 +214,7 @@ class ControlDecision:
     replicas_to: int | None = None
     replica: int | None = None
     leader: str | None = None  # the pod a restart drains
+    detail: str | None = None  # what the signal saw, where it says more than a number (a replace's fault)
 
     def result(self) -> str:
         """What happened, in the words of status.actions."""
@@ -215,13 +222,16 @@ class ControlDecision:
             text = f"replicas {self.replicas_from} -> {self.replicas_to}"
         elif self.action == "restart_service":
             text = f"draining replica {self.replica} to recreate it"
+        elif self.action == "replace":
+            away = f" away from {self.detail}" if self.detail else " on healthy NPUs"
+            text = f"draining replica {self.replica} to recreate it{away}"
         else:
             text = "notified"
         return f"would have done: {text}" if self.dry_run else text
 
     def message(self) -> str:
         """The Event text: the rule, the value that proved it and what was done."""
-        value = "" if self.value is None else f" (value {format_threshold(self.value)})"
+        value = "" if self.value is None else f" (value {format_value(self.metric, self.value)})"
         return f"{self.rule}{value} on {self.target}: {self.result()}"
 
 
@@ -252,6 +262,7 @@ class _Held:
     target: str
     replica: int | None
     value: float
+    detail: str | None = None
 
 
 # ----- evaluation -----
@@ -297,7 +308,7 @@ def evaluate(
         held += _check_rule(fleet, rule, observations, now, policy, problems)
     result.metrics = _metrics_status(fleet, problems)
     _scale(fleet, held, now, result)
-    _restart(fleet, held, now, result)
+    _recycle(fleet, held, now, result)
     _notify(fleet, held, now, policy, result)
     return result
 
@@ -350,7 +361,7 @@ def _check_rule(
                 )
             continue
         if _compare(value, rule.comparison, rule.threshold):
-            held.append(_Held(rule, target, replica, value))
+            held.append(_Held(rule, target, replica, value, observations.detail(extreme.window, key)))
     if rule.scope == "replica" and rule.action == "scale_down" and len(held) < len(_targets(fleet, rule)):
         return []  # scaling in on a replica-scoped rule needs every ready replica to agree
     return held
@@ -403,6 +414,7 @@ def _decision(fleet: FleetState, held: _Held, action: Action, **extra) -> Contro
         action,
         held.target,
         fleet.dry_run,
+        detail=held.detail,
         **extra,
     )
 
@@ -451,39 +463,41 @@ def _scale(fleet: FleetState, held: list[_Held], now: float, result: Evaluation)
             )
 
 
-def _restart(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
-    by_replica: dict[int, _Held] = {}
-    for h in held:
-        if h.rule.action == "restart_service" and h.replica is not None:
-            by_replica.setdefault(h.replica, h)  # the first rule (in spec order) names the reason
-    if not by_replica:
-        return
-    # Worst first: furthest beyond its threshold, relative to it; then the lowest index.
-    order = sorted(by_replica.items(), key=lambda item: (-_severity(item[1]), item[0]))
+def _recycle(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
+    """``replace`` and ``restart_service``: drain a replica to recreate it, within one disruption budget.
+
+    Replacements go first (a faulty NPU outranks a fragmented allocator), and a replica taken by one
+    is not taken again by the other in the same cycle. ``replace`` does not ask the domain guard: a
+    replica on a faulty NPU is not one the fleet can count on to keep its domain serving.
+    """
     budget = fleet.max_unavailable - fleet.unavailable()
     cooldown = fleet.autoscaling.restart_cooldown
-    taken: list[int] = []  # restarted in this cycle: out of service for the next one's domain check
-    for replica, h in order:
-        last = fleet.last("restart_service", h.target)
-        if last is not None and now - last < cooldown:
-            result.notes.append(
-                f"{h.rule.display_name()}: replica {h.replica} restarted "
-                f"{now - last:.0f}s ago (restartCooldown {format_duration(cooldown)})"
-            )
-        elif budget <= 0:
-            result.notes.append(
-                f"{h.rule.display_name()}: replica {h.replica} waits for the disruption budget "
-                f"(maxUnavailable {fleet.max_unavailable})"
-            )
-        elif (keeper := _keeper_after(fleet, taken, replica)) is not None:
-            result.notes.append(f"{h.rule.display_name()}: no restart, {keeper}")
-        else:
-            info = fleet.replica_states[replica]
-            result.decisions.append(
-                _decision(fleet, h, "restart_service", replica=h.replica, leader=info.leader)
-            )
-            budget -= 1
-            taken.append(replica)
+    taken: list[int] = []  # drained in this cycle: out of service for the next one's domain check
+    for action in ("replace", "restart_service"):
+        by_replica: dict[int, _Held] = {}
+        for h in held:
+            if h.rule.action == action and h.replica is not None and h.replica not in taken:
+                by_replica.setdefault(h.replica, h)  # the first rule (in spec order) names the reason
+        # Worst first: furthest beyond its threshold, relative to it; then the lowest index.
+        for replica, h in sorted(by_replica.items(), key=lambda item: (-_severity(item[1]), item[0])):
+            last = fleet.last(action, h.target)
+            if last is not None and now - last < cooldown:
+                result.notes.append(
+                    f"{h.rule.display_name()}: replica {replica} drained by {action} "
+                    f"{now - last:.0f}s ago (restartCooldown {format_duration(cooldown)})"
+                )
+            elif budget <= 0:
+                result.notes.append(
+                    f"{h.rule.display_name()}: replica {replica} waits for the disruption budget "
+                    f"(maxUnavailable {fleet.max_unavailable})"
+                )
+            elif action == "restart_service" and (keeper := _keeper_after(fleet, taken, replica)) is not None:
+                result.notes.append(f"{h.rule.display_name()}: no restart, {keeper}")
+            else:
+                leader = fleet.replica_states[replica].leader
+                result.decisions.append(_decision(fleet, h, action, replica=replica, leader=leader))
+                budget -= 1
+                taken.append(replica)
 
 
 def _keeper_after(fleet: FleetState, taken: list[int], replica: int) -> str | None:

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from ..api import names
 from ..api.actions import ACTIONS, action_kind
+from ..api.catalog import operator_signal
 from ..api.settings import OperatorSettings
 from ..api.times import rfc3339_ms
 from ..kube import Conflict, Kube, KubeError, NotFound
@@ -36,8 +37,10 @@ from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
 from ..status.conditions import get_condition
 from ..status.fleet import slim_pod
-from ..telemetry import DECISIONS, RULE_EVALUATION
+from ..telemetry import DECISIONS, RULE_EVALUATION, UNHEALTHY_NPUS
+from . import npu_health
 from .evaluate import (
+    REASON_QUERY_FAILED,
     ControlDecision,
     Evaluation,
     EvaluationSettings,
@@ -47,14 +50,14 @@ from .evaluate import (
     queries_for,
 )
 from .prometheus import Prometheus
-from .queries import Observations
+from .queries import Observations, Query
 from .state import action_record, object_state, updated_actions, with_pods
 
 _log = logging.getLogger(__name__)
 
 CONDITION = "MetricsAvailable"
 ENGINE_PODS = {names.LABEL_APP_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP_COMPONENT: "engine"}
-DRAIN_REASON = "rule restart"
+DRAIN_REASONS = {"restart_service": "rule restart", "replace": "npu replace"}
 WRITE_ATTEMPTS = 3
 PARALLEL_WRITES = 4
 EVENT_REASONS = {kind.name: kind.event_reason for kind in ACTIONS}
@@ -138,6 +141,7 @@ class ControlLoop:
         self.source: Source = source if source is not None else ListSource(kube, namespaces)
         self.source_is_default = source is None  # the operator's wiring then swaps in its watch cache
         self.on_cycle = on_cycle
+        self._fault_clock = npu_health.FaultClock()  # when faults without a time were first seen
         # Each object's parsed state by uid, with the resourceVersion it was parsed from (see _fleet).
         self._parsed: dict[str, tuple[str, tuple[FleetState, int] | None]] = {}
 
@@ -185,11 +189,17 @@ class ControlLoop:
         fleets = await asyncio.to_thread(self._fleets, bodies, pods)
         report.objects = len(fleets)
         queries = queries_for([state for _, state in fleets], self.policy)
+        read_here = [q for q in queries if operator_signal(q.window.expression) is not None]
+        promql = [q for q in queries if q not in read_here]
         asked = time.perf_counter()
         observations = (
-            (await self.prometheus.observe(queries, self.policy.step, now)) if queries else Observations()
+            (await self.prometheus.observe(promql, self.policy.step, now)) if promql else Observations()
         )
         report.query_seconds = time.perf_counter() - asked
+        if read_here:
+            await asyncio.to_thread(
+                self._npu_health, read_here, [state for _, state in fleets], observations, now
+            )
         report.queries, report.failed_queries = len(queries), len(observations.failures)
         evaluations = await asyncio.to_thread(
             lambda: [(body, evaluate(state, observations, now, self.policy)) for body, state in fleets]
@@ -254,6 +264,31 @@ class ControlLoop:
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
         return object_state(valid), valid.layout.pods_per_replica
+
+    def _npu_health(
+        self, queries: list[Query], fleets: list[FleetState], observations: Observations, now: float
+    ) -> None:
+        """Answer the ``npu_unhealthy`` queries from the device plugin's ConfigMaps (one list call a cycle)."""
+        configmaps: list[dict] = []
+        try:
+            if self.settings.control.npu_health:
+                configmaps = self.kube.list("ConfigMap", names.DEVICE_INFO_NAMESPACE)
+        except KubeError as error:
+            message = (
+                f"npu_unhealthy: cannot read the Ascend device plugin's ConfigMaps in {names.DEVICE_INFO_NAMESPACE}"
+                f" ({error}); the chart grants it with rbac.npuHealth, control.npuHealth: false turns the signal off"
+            )
+            for query in queries:
+                observations.fail(query, REASON_QUERY_FAILED, message)
+            return
+        faults = self._fault_clock.stamp(npu_health.faults_by_node(configmaps), now)
+        found = npu_health.answer_health(queries, fleets, faults, now, self.policy.step, observations)
+        UNHEALTHY_NPUS.clear()
+        for (namespace, inference, replica), npus in found.items():
+            for fault in npus:
+                UNHEALTHY_NPUS.labels(
+                    namespace, inference, str(replica), fault.node, fault.npu, fault.level
+                ).set(1)
 
     # ----- writing -----
 
@@ -354,9 +389,8 @@ class ControlLoop:
                     },
                 )
             elif decision.leader:
-                self.kube.patch(
-                    "Pod", decision.namespace, decision.leader, drain_patch(rfc3339_ms(now), DRAIN_REASON)
-                )
+                why = DRAIN_REASONS[decision.action]
+                self.kube.patch("Pod", decision.namespace, decision.leader, drain_patch(rfc3339_ms(now), why))
         except KubeError as error:
             self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
             _log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)

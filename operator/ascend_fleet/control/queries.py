@@ -174,6 +174,8 @@ class Observations:
 
     series: dict[Query, dict[SeriesKey, float]] = field(default_factory=dict)
     failures: dict[Query, Failure] = field(default_factory=dict)
+    # What a series stands for, where a number says too little (the faults behind npu_unhealthy).
+    details: dict[tuple[QueryWindow, SeriesKey], str] = field(default_factory=dict)
 
     def record(self, query: Query, result: Iterable[Mapping]) -> None:
         """Store a raw Prometheus vector answer for ``query``."""
@@ -193,3 +195,9 @@ class Observations:
 
     def value(self, query: Query, key: SeriesKey) -> float | None:
         return self.series.get(query, {}).get(key)
+
+    def note(self, window: QueryWindow, key: SeriesKey, text: str) -> None:
+        self.details[(window, key)] = text
+
+    def detail(self, window: QueryWindow, key: SeriesKey) -> str | None:
+        return self.details.get((window, key))

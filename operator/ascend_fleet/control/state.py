@@ -16,6 +16,7 @@ from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..render import Valid
 from ..status import ObservedReplica, observed_replicas, pod_condition
 from .evaluate import FLEET, ControlDecision, FleetState, PastAction, ReplicaInfo
+from .npu_health import placement
 
 
 def fleet_state(valid: Valid, pods: Iterable[dict]) -> FleetState:
@@ -51,6 +52,7 @@ def with_pods(state: FleetState, pods_per_replica: int, pods: Iterable[dict]) ->
             serving_since=_serving_since(group, by_name),
             leader=group.leader.name if group.leader else None,
             domain=_domain(state, by_name.get(group.leader.name) if group.leader else None),
+            placement=placement(by_name.get(member.name) or {} for member in group.pods),
         )
         for index, group in observed_replicas(pods).items()
     }

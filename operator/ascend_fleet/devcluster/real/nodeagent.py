@@ -21,6 +21,10 @@ Its test controls (:meth:`crash`, :meth:`fail`, :meth:`vanish`, :meth:`pod_ip`) 
 simulator, so one end-to-end test runs on either. :meth:`power_off` and :meth:`power_on` (the real control plane
 only) kill a node as a power cut does: its heartbeats stop, its engines stop answering, and nothing on it writes
 to the API any more, so the node lifecycle controller sees what it sees when a machine dies.
+
+It also plays the Ascend device plugin (:mod:`~ascend_fleet.devcluster.real.deviceplugin`): each pod gets its
+NPUs written on it, each node's NPU health is published in ``kube-system``, and :meth:`mark_npu_unhealthy` breaks
+an NPU (the ConfigMap lists it with its fault, and the node's allocatable loses it).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from ascend_fleet.api import names
 from ascend_fleet.devcluster.fleet import kubelet as podstate
 from ascend_fleet.devcluster.fleet.kubelet import (
     DEFAULT_NODE_CAPACITY,
@@ -45,6 +50,7 @@ from ascend_fleet.devcluster.fleet.kubelet import (
     SimulatedPods,
 )
 from ascend_fleet.devcluster.real.controlplane import ApiServerAccess
+from ascend_fleet.devcluster.real.deviceplugin import DevicePlugin
 
 _log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -129,6 +135,7 @@ class NodeAgent(SimulatedPods):
         self._published: dict[str, dict[str, Any]] = {}
         self._republishing: set[str] = set()
         self._powered_off: set[str] = set()  # nodes whose kubelet is dead (power_off)
+        self.device_plugin = DevicePlugin({name: self.node_capacity for name in self.node_names})
 
     # Lifecycle ------------------------------------------------------------------------------------------
 
@@ -236,10 +243,39 @@ class NodeAgent(SimulatedPods):
         if code not in (201, 409):
             raise RuntimeError(f"could not register node {name}: {code} {body.get('message')}")
         await self._heartbeat(name)
+        await self._publish_device_info(name)
 
     def _node_status(self, name: str) -> dict[str, Any]:
         status = podstate.node_status(name, self.node_capacity)
+        status["allocatable"] = self.device_plugin.allocatable(
+            name
+        )  # less the NPUs the plugin calls unhealthy
         return status
+
+    async def _publish_device_info(self, node: str) -> None:
+        """Write the node's NPU health ConfigMap, as the device plugin does."""
+        configmap = self.device_plugin.configmap(node, datetime.now(UTC).timestamp())
+        path = f"/api/v1/namespaces/{names.DEVICE_INFO_NAMESPACE}/configmaps"
+        code, body = await self._request("PUT", f"{path}/{configmap['metadata']['name']}", configmap)
+        if code == 404:
+            code, body = await self._request("POST", path, configmap)
+        if code >= 300:
+            raise RuntimeError(f"could not publish the NPU health of {node}: {code} {body.get('message')}")
+
+    async def _mount(self, pod: dict[str, Any], node: str) -> None:
+        """Give a new pod its NPUs and write them on it (``huawei.com/AscendReal``), as the device plugin does."""
+        npus = self.device_plugin.assign(pod["metadata"]["uid"], node, pod)
+        if not npus:
+            return
+        patch = {"metadata": {"annotations": {names.ANNOTATION_NPUS_MOUNTED: ",".join(npus)}}}
+        meta = pod["metadata"]
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            await self._request(
+                "PATCH",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                patch,
+                content_type="application/merge-patch+json",
+            )
 
     async def _heartbeat(self, name: str) -> None:
         code, body = await self._request(
@@ -357,7 +393,10 @@ class NodeAgent(SimulatedPods):
         node = (pod.get("spec") or {}).get("nodeName")
         if node not in self.node_names or node in self._powered_off:
             return
+        new = metadata["uid"] not in self._pods
         self._track(pod)
+        if new and metadata["uid"] in self._pods:
+            asyncio.create_task(self._mount(pod, node), name=f"NPUs of {metadata['name']}")
         self._resync(pod)
 
     def _resync(self, pod: dict[str, Any]) -> None:
@@ -441,6 +480,7 @@ class NodeAgent(SimulatedPods):
         finally:
             self._pods.pop(state.uid, None)
             self._published.pop(state.uid, None)
+            self.device_plugin.release(state.uid)
             if state.running:
                 await self._notify("on_pod_stopped", state.last)
             node = (state.last.get("spec") or {}).get("nodeName")
@@ -505,6 +545,21 @@ class NodeAgent(SimulatedPods):
             raise RuntimeError(f"could not list the pods of {node}: {code} {listing.get('message')}")
         for pod in listing.get("items") or []:
             self._seen(pod)
+
+    def mark_npu_unhealthy(
+        self, node: str, index: int = 0, level: str = "SeparateNPU", code: str = "80E01801"
+    ) -> str:
+        """Break NPU ``index`` of ``node`` as the device plugin reports a fault: its health ConfigMap lists the
+        NPU unhealthy with the fault, and the node's allocatable loses it; returns the NPU's name."""
+        if node not in self.node_names:
+            raise LookupError(f"{node} is not one of this agent's nodes ({', '.join(self.node_names)})")
+        return self._run_on_loop(self._mark_npu_unhealthy(node, index, level, code))
+
+    async def _mark_npu_unhealthy(self, node: str, index: int, level: str, code: str) -> str:
+        npu = self.device_plugin.break_npu(node, index, level, code, datetime.now(UTC).timestamp())
+        await self._publish_device_info(node)
+        await self._heartbeat(node)  # the new allocatable
+        return npu
 
     def _run_on_loop(self, work: Coroutine[Any, Any, _T]) -> _T:
         if self._loop is None:
