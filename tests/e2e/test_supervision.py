@@ -88,7 +88,6 @@ def test_after_an_api_outage_the_node_agent_sets_its_pods_ready_again(fleet, ope
     fleet.apply(example("sglang-small.yaml"))
     fleet.wait_ready("qwen-1-5b", 1, timeout=60)
     agent = real.kubelet
-    resyncs = agent.status_resyncs
 
     with real.control_plane.outage("kube-apiserver"):
         time.sleep(scaled(OUTAGE_SECONDS))
@@ -97,13 +96,24 @@ def test_after_an_api_outage_the_node_agent_sets_its_pods_ready_again(fleet, ope
     # Heartbeats resume soon after the API is back (backing off while it was down, not a full period late).
     for node in agent.node_names:
         wait_for(lambda node=node: _lease_renewed_after(real, node, back), 15, f"a fresh lease of {node}")
+    # The agent has taken its pods up again (listed, same uids, its status the API's) before the fault.
+    wait_for(
+        lambda: (
+            (pods := fleet.pods("qwen-1-5b")) and all(_ready(p) and agent.status_in_step(p) for p in pods)
+        ),
+        30,
+        "the agent in step with its pods",
+    )
     pods = fleet.pods("qwen-1-5b")
-    assert pods and all(_ready(pod) for pod in pods)
+    uids = sorted(pod["metadata"]["uid"] for pod in pods)
+    resyncs = agent.status_resyncs
     for pod in pods:
         _mark_not_ready(kube, pod)
     wait_for(
         lambda: all(_ready(pod) for pod in fleet.pods("qwen-1-5b")), 30, "the pods Ready again", interval=0.2
     )
+    # The same pods, set Ready again by the agent writing its status back (not replaced by new pods).
+    assert sorted(pod["metadata"]["uid"] for pod in fleet.pods("qwen-1-5b")) == uids
     assert agent.status_resyncs >= resyncs + len(pods)
     fleet.wait_ready("qwen-1-5b", 1, timeout=60)
     assert operator.thread is not None and operator.thread.error is None

@@ -517,6 +517,18 @@ class NodeAgent(SimulatedPods):
     def pod_ip(self, namespace: str, name: str) -> str | None:
         return self._running_ip(namespace, name)
 
+    def status_in_step(self, pod: dict[str, Any]) -> bool:
+        """True when this agent runs ``pod`` (same uid) and the API's copy of its status is the one the agent
+        last wrote: nothing for the agent to write again."""
+        uid = pod["metadata"]["uid"]
+        published = self._published.get(uid)
+        return (
+            uid in self._pods
+            and uid not in self._republishing
+            and published is not None
+            and status_signature(pod.get("status") or {}) == status_signature(published)
+        )
+
     def power_off(self, node: str) -> list[str]:
         """Kill ``node``: no more heartbeats or status writes, and its engines stop; returns its pods' names."""
         if node not in self.node_names:
