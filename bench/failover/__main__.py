@@ -4,12 +4,16 @@ Each run starts a real control plane whose controller manager gives a silent nod
 (``--node-monitor-grace-period``), applies a two-replica inference spread over nodes with
 ``spec.availability``, waits until both replicas serve, then cuts the power of one replica's node and times,
 through the API: the node marked ``Unknown``, the dead replica out of service (its leader ``Ready=False``, which
-a Service and the InferencePool's picker go by), and its pod evicted by the taint manager. The baseline is the
+a Service and the InferencePool's picker go by), its pod evicted by the taint manager, and, once the node is
+tainted out of service as an administrator does for a node known to be down, the replica serving again on
+another node (``replica_restored_s``, the baseline run's). The baseline is the
 upstream default grace period (50 s) in the same run; the floor of each run is its grace period less the age of
 the node's last heartbeat at the cut, which no controller can beat.
 
 Then (unless ``--no-picker``) one more cluster runs a pool with two pickers under steady client traffic and kills
-the leading picker (:mod:`bench.failover.picker`); its floor is the picker Lease's remaining life.
+the leading picker (:mod:`bench.failover.picker`); its floor is the picker Lease's remaining life. Last (unless
+``--no-npu``) an NPU breaks under one of two replicas and the default rule replaces it (:mod:`bench.failover.npu`),
+once per control-loop interval; its floor is the rule's window and the drain.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,7 @@ from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import wait_for
+from bench.failover.npu import NpuRun, npu_report, run_npu
 from bench.failover.picker import PickerRun, PlannedRun, run_routed
 
 UPSTREAM_GRACE_SECONDS = 50  # kube-controller-manager's default --node-monitor-grace-period (1.32+)
@@ -78,7 +84,7 @@ def run_once(grace: int, toleration: int) -> Run:
                 lambda: len(set(serving_leaders(kube, NAMESPACE, NAME).values())) == 2, 120, "2 serving nodes"
             )
             failure = kill_serving_node(
-                local.cluster.kubelet, kube, NAMESPACE, NAME, grace, timeout=grace + 90
+                local.cluster.kubelet, kube, NAMESPACE, NAME, grace, timeout=grace + 150, out_of_service=True
             )
     return Run(grace, toleration, failure)
 
@@ -91,8 +97,8 @@ def report(runs: list[Run]) -> str:
     baseline = next((r for r in runs if r.grace == UPSTREAM_GRACE_SECONDS), None)
     lines = [
         "| node grace | heartbeat age at cut | floor | node Unknown | out of service | x floor | x upstream grace "
-        "| evicted (toleration) | serving replicas left |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| evicted (toleration) | serving replicas left | restored elsewhere (out-of-service taint) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         f = run.failure
@@ -102,19 +108,17 @@ def report(runs: list[Run]) -> str:
         lines.append(
             f"| {run.grace} s | {f.heartbeat_age:.1f} s | {f.floor:.1f} s | {_s(f.node_unknown)} | "
             f"{_s(f.out_of_service)} | {x_floor} | {x_base} | {_s(f.evicted)} ({run.toleration} s) | "
-            f"{f.fewest_survivors} |"
+            f"{f.fewest_survivors} | {_s(f.restored)} ({_s(f.tainted)}) |"
         )
     return "\n".join(lines)
 
 
-# The issue's keys for what this bench does not measure yet (no client traffic, no operator or picker kill, no
-# NPU faults, no planned operations): written as null so a reader never takes a missing figure for zero.
+# The issue's keys for what this bench does not measure yet (the node runs send no client traffic, no operator
+# is killed): written as null so a reader never takes a missing figure for zero.
 NOT_MEASURED = (
     "node_failover_s",
     "failed_requests_node",
-    "replica_restored_s",
     "operator_takeover_s",
-    "npu_unhealthy_replaced_s",
 )
 
 
@@ -137,11 +141,33 @@ def planned_report(run: PlannedRun) -> str:
     return "\n".join([header, "|---|---|---|---|", *rows])
 
 
-def as_json(runs: list[Run], picker: PickerRun | None, planned: PlannedRun | None = None) -> dict:
-    """The measured runs (nodes: server side, the leader's Ready condition; picker: client side), and null
-    for the keys not measured."""
+def as_json(
+    runs: list[Run],
+    picker: PickerRun | None,
+    planned: PlannedRun | None = None,
+    npu: Sequence[NpuRun] = (),
+) -> dict:
+    """The measured runs (nodes and NPU faults: server side, the leader's Ready condition; picker: client
+    side), and null for the keys not measured. ``npu_unhealthy_replaced_s`` is the first NPU run's (the
+    default control interval)."""
     return {
         **dict.fromkeys(NOT_MEASURED),
+        "replica_restored_s": round(runs[0].failure.restored, 2)
+        if runs and runs[0].failure.restored
+        else None,
+        "npu_unhealthy_replaced_s": round(npu[0].restored, 2) if npu and npu[0].restored else None,
+        "npu_runs": [
+            {
+                "control_interval_s": run.interval,
+                "floor_s": run.floor,
+                "decided_s": run.decided,
+                "placed_s": run.placed,
+                "restored_s": run.restored,
+                "moved_node": bool(run.placed_on) and run.placed_on != run.node,
+                "serving_replicas_left": run.fewest_serving,
+            }
+            for run in npu
+        ],
         "picker_failover_s": None
         if picker is None or picker.served_again is None
         else round(picker.served_again, 2),
@@ -161,6 +187,8 @@ def as_json(runs: list[Run], picker: PickerRun | None, planned: PlannedRun | Non
                 "node_out_of_service_s": run.failure.out_of_service,
                 "node_evicted_s": run.failure.evicted,
                 "serving_replicas_left": run.failure.fewest_survivors,
+                "node_tainted_out_of_service_s": run.failure.tainted,
+                "node_replica_restored_s": run.failure.restored,
             }
             for run in runs
         ],
@@ -180,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-picker", action="store_true", help="skip the routed run (planned operations, picker death)"
     )
+    parser.add_argument(
+        "--npu-interval",
+        default="15,5",
+        help="control-loop intervals of the NPU-fault runs, comma-separated (seconds; the first, the default "
+        "15, gives npu_unhealthy_replaced_s)",
+    )
+    parser.add_argument("--no-npu", action="store_true", help="skip the NPU-fault runs")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -200,10 +235,39 @@ def main(argv: list[str] | None = None) -> int:
         print(planned_report(planned))
         print()
         print(picker_report(picker))
+    npu = []
+    if not args.no_npu:
+        for interval in (float(i) for i in args.npu_interval.split(",")):
+            print(f"an NPU breaks, control interval {interval:g} s ...", file=sys.stderr, flush=True)
+            npu.append(run_npu(interval))
+        print()
+        print(npu_report(npu))
     if args.json:
-        Path(args.json).write_text(json.dumps(as_json(runs, picker, planned), indent=2) + "\n")
-    print(f"\n{len(runs)} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    return 0
+        Path(args.json).write_text(json.dumps(as_json(runs, picker, planned, npu), indent=2) + "\n")
+    print(
+        f"\n{len(runs) + len(npu) + (picker is not None)} runs in {time.monotonic() - started:.0f} s",
+        file=sys.stderr,
+    )
+    missed = unseen(runs, picker, npu)
+    if missed:
+        print("not seen within the timeout: " + "; ".join(missed), file=sys.stderr)
+    return 1 if missed else 0
+
+
+def unseen(runs: list[Run], picker: PickerRun | None, npu: Sequence[NpuRun]) -> list[str]:
+    """The failovers that did not happen: a bench that prints "not seen" must not exit 0."""
+    missed = [
+        f"node grace {r.grace} s: the dead replica out of service"
+        for r in runs
+        if r.failure.out_of_service is None
+    ]
+    missed += [
+        f"node grace {r.grace} s: the replica restored elsewhere" for r in runs if r.failure.restored is None
+    ]
+    if picker is not None and picker.served_again is None:
+        missed.append("answers after the picker's death")
+    missed += [f"NPU run at {r.interval:g} s: the replica serving again" for r in npu if r.restored is None]
+    return missed
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ watches it through the API:
    refuse, so this module reads the Ready condition those controllers read, on the serving leaders.)
 3. the taint manager evicts the pods once the ``unreachable`` taint outlasts their toleration
    (``spec.availability.unreachableTolerationSeconds``).
+4. with ``out_of_service``, once the pods are evicted this module taints the node
+   ``node.kubernetes.io/out-of-service`` as an administrator (or a node-remediation controller) does after a
+   node is known to be down (Kubernetes' non-graceful node shutdown); the pod garbage collector then removes
+   its terminating pods, which no kubelet will confirm, and the operator recreates the replica on another node:
+   restored once as many replicas serve on the surviving nodes as served before.
 
 The floor of step 2 is the grace period less the age of the node's last heartbeat at the cut: no controller
 can know a node is dead before it has been silent that long.
@@ -26,6 +31,13 @@ from ascend_fleet.kube import Kube
 from ascend_fleet.render.metadata import serving_selector
 
 _READY_POLL_SECONDS = 0.1
+# What an administrator puts on a node known to be shut down (Kubernetes' non-graceful node shutdown, GA in
+# 1.28): pods without a matching toleration are evicted, and the pod GC deletes those left terminating there.
+OUT_OF_SERVICE_TAINT = {
+    "key": "node.kubernetes.io/out-of-service",
+    "value": "nodeshutdown",
+    "effect": "NoExecute",
+}
 
 
 @dataclass
@@ -39,6 +51,8 @@ class NodeFailure:
     node_unknown: float | None = None
     out_of_service: float | None = None
     evicted: float | None = None
+    tainted: float | None = None  # the out-of-service taint applied (only with ``out_of_service``)
+    restored: float | None = None  # as many replicas serving on the other nodes as served before the cut
     # The fewest serving leaders on other nodes seen at any moment; the dual-active promise is that it stays > 0.
     fewest_survivors: int = 0
     samples: int = field(default=0, repr=False)
@@ -75,10 +89,22 @@ def _heartbeat_age(kube: Kube, node: str) -> float:
     return time.time() - renewed
 
 
+def _taint_out_of_service(kube: Kube, node: str) -> None:
+    taints = (kube.get("Node", None, node).get("spec") or {}).get("taints") or []
+    kube.patch("Node", None, node, {"spec": {"taints": [*taints, OUT_OF_SERVICE_TAINT]}})
+
+
 def kill_serving_node(
-    agent, kube: Kube, namespace: str, name: str, grace_seconds: int, timeout: float = 120.0
+    agent,
+    kube: Kube,
+    namespace: str,
+    name: str,
+    grace_seconds: int,
+    timeout: float = 120.0,
+    out_of_service: bool = False,
 ) -> NodeFailure:
-    """Cut the power of the node under the first serving leader of ``name`` and time what Kubernetes does."""
+    """Cut the power of the node under the first serving leader of ``name`` and time what Kubernetes does:
+    until the pods are evicted, or with ``out_of_service`` until the replica serves again elsewhere."""
     before = serving_leaders(kube, namespace, name)
     if len(set(before.values())) < 2:
         raise RuntimeError(f"{name} serves from {len(set(before.values()))} node(s); a failover needs 2")
@@ -88,17 +114,31 @@ def kill_serving_node(
     pods = agent.power_off(node)
     failure = NodeFailure(node, pods, age, grace_seconds, fewest_survivors=len(before))
     deadline = began + timeout
-    while time.monotonic() < deadline and failure.evicted is None:
-        now = time.monotonic() - began
-        ready = serving_leaders(kube, namespace, name)
-        failure.samples += 1
-        failure.fewest_survivors = min(failure.fewest_survivors, sum(1 for n in ready.values() if n != node))
-        if failure.node_unknown is None and _node_ready(kube, node) == "Unknown":
-            failure.node_unknown = now
-        if failure.out_of_service is None and node not in ready.values():
-            failure.out_of_service = now
-        on_node = [p for p in kube.list("Pod", namespace) if (p.get("spec") or {}).get("nodeName") == node]
-        if on_node and all(p["metadata"].get("deletionTimestamp") for p in on_node):
-            failure.evicted = now
+    while time.monotonic() < deadline and not _done(failure, out_of_service):
+        _observe(kube, namespace, name, failure, len(before), time.monotonic() - began)
+        if out_of_service and failure.evicted is not None and failure.tainted is None:
+            _taint_out_of_service(kube, node)
+            failure.tainted = time.monotonic() - began
         time.sleep(_READY_POLL_SECONDS)
     return failure
+
+
+def _done(failure: NodeFailure, out_of_service: bool) -> bool:
+    return (failure.restored if out_of_service else failure.evicted) is not None
+
+
+def _observe(kube: Kube, namespace: str, name: str, failure: NodeFailure, serving: int, now: float) -> None:
+    node = failure.node
+    ready = serving_leaders(kube, namespace, name)
+    survivors = sum(1 for n in ready.values() if n != node)
+    failure.samples += 1
+    failure.fewest_survivors = min(failure.fewest_survivors, survivors)
+    if failure.node_unknown is None and _node_ready(kube, node) == "Unknown":
+        failure.node_unknown = now
+    if failure.out_of_service is None and node not in ready.values():
+        failure.out_of_service = now
+    on_node = [p for p in kube.list("Pod", namespace) if (p.get("spec") or {}).get("nodeName") == node]
+    if failure.evicted is None and on_node and all(p["metadata"].get("deletionTimestamp") for p in on_node):
+        failure.evicted = now
+    if failure.out_of_service is not None and failure.restored is None and survivors >= serving:
+        failure.restored = now
