@@ -26,28 +26,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.devcluster.real.nodefailure import NodeFailure, kill_serving_node, serving_leaders
-from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import wait_for
+from bench.failover import NAME, example, prepare_namespace, seconds
 from bench.failover.npu import NpuRun, npu_report, run_npu
 from bench.failover.picker import PickerRun, PlannedRun, run_routed
 
 UPSTREAM_GRACE_SECONDS = 50  # kube-controller-manager's default --node-monitor-grace-period (1.32+)
-NAME = "qwen-1-5b"
 NAMESPACE = "failover"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang-small.yaml"
 
 
 def inference(toleration: int) -> dict:
     """The small SGLang example with two replicas spread over nodes."""
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["namespace"] = NAMESPACE
+    doc = example(NAMESPACE)
     doc["spec"].update(
         parallelism={"tensor": 2, "data": 2},
         autoscaling={"minReplicas": 2, "maxReplicas": 2},
@@ -75,9 +70,7 @@ def run_once(grace: int, toleration: int) -> Run:
         crds=[crd()],
     ) as local:
         kube = local.cluster.kube()
-        kube.create_namespace(NAMESPACE)
-        wait_for(lambda: kube.get("ServiceAccount", NAMESPACE, "default"), 60, "the default ServiceAccount")
-        provide_model_claim(kube, NAMESPACE)
+        prepare_namespace(kube, NAMESPACE)
         with OperatorThread(OperatorContext(OperatorSettings(), local.cluster.kube()), RunOptions()):
             kube.create(inference(toleration))
             wait_for(
@@ -89,12 +82,13 @@ def run_once(grace: int, toleration: int) -> Run:
     return Run(grace, toleration, failure)
 
 
-def _s(value: float | None) -> str:
-    return "not seen" if value is None else f"{value:.1f} s"
+def baseline(runs: list[Run]) -> Run | None:
+    """The run at the upstream default grace period, if it was run."""
+    return next((r for r in runs if r.grace == UPSTREAM_GRACE_SECONDS), None)
 
 
 def report(runs: list[Run]) -> str:
-    baseline = next((r for r in runs if r.grace == UPSTREAM_GRACE_SECONDS), None)
+    base_run = baseline(runs)
     lines = [
         "| node grace | heartbeat age at cut | floor | node Unknown | out of service | x floor | x upstream grace "
         "| evicted (toleration) | serving replicas left | restored elsewhere (out-of-service taint) |",
@@ -103,12 +97,12 @@ def report(runs: list[Run]) -> str:
     for run in runs:
         f = run.failure
         x_floor = f"{f.out_of_service / f.floor:.2f}x" if f.out_of_service and f.floor else "-"
-        base = baseline.failure.out_of_service if baseline else None
+        base = base_run.failure.out_of_service if base_run else None
         x_base = f"{f.out_of_service / base:.2f}x" if f.out_of_service and base else "-"
         lines.append(
-            f"| {run.grace} s | {f.heartbeat_age:.1f} s | {f.floor:.1f} s | {_s(f.node_unknown)} | "
-            f"{_s(f.out_of_service)} | {x_floor} | {x_base} | {_s(f.evicted)} ({run.toleration} s) | "
-            f"{f.fewest_survivors} | {_s(f.restored)} ({_s(f.tainted)}) |"
+            f"| {run.grace} s | {f.heartbeat_age:.1f} s | {f.floor:.1f} s | {seconds(f.node_unknown)} | "
+            f"{seconds(f.out_of_service)} | {x_floor} | {x_base} | {seconds(f.evicted)} ({run.toleration} s) | "
+            f"{f.fewest_survivors} | {seconds(f.restored)} ({seconds(f.tainted)}) |"
         )
     return "\n".join(lines)
 
@@ -124,7 +118,7 @@ NOT_MEASURED = (
 
 def picker_report(run: PickerRun) -> str:
     f = run.failover
-    again = "not seen" if run.served_again is None else f"{run.served_again:.1f} s"
+    again = seconds(run.served_again)
     x_floor = f"{run.served_again / f.floor:.2f}x" if run.served_again and f.floor else "-"
     return "\n".join(
         [
@@ -149,11 +143,12 @@ def as_json(
 ) -> dict:
     """The measured runs (nodes and NPU faults: server side, the leader's Ready condition; picker: client
     side), and null for the keys not measured. ``npu_unhealthy_replaced_s`` is the first NPU run's (the
-    default control interval)."""
+    default control interval); ``replica_restored_s`` the baseline node run's."""
+    base_run = baseline(runs)
     return {
         **dict.fromkeys(NOT_MEASURED),
-        "replica_restored_s": round(runs[0].failure.restored, 2)
-        if runs and runs[0].failure.restored
+        "replica_restored_s": round(base_run.failure.restored, 2)
+        if base_run and base_run.failure.restored
         else None,
         "npu_unhealthy_replaced_s": round(npu[0].restored, 2) if npu and npu[0].restored else None,
         "npu_runs": [
@@ -163,7 +158,7 @@ def as_json(
                 "decided_s": run.decided,
                 "placed_s": run.placed,
                 "restored_s": run.restored,
-                "moved_node": bool(run.placed_on) and run.placed_on != run.node,
+                "moved_node": run.moved,
                 "serving_replicas_left": run.fewest_serving,
             }
             for run in npu

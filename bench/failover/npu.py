@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
-
-import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
@@ -28,15 +25,13 @@ from ascend_fleet.api.policy import Disruption, default_rules
 from ascend_fleet.api.settings import ControlSettings, OperatorSettings, PrometheusSettings
 from ascend_fleet.control.loop import ControlLoop
 from ascend_fleet.devcluster.real.nodefailure import serving_leaders
-from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
+from bench.failover import NAME, example, prepare_namespace, seconds
 
-NAME = "qwen-1-5b"
 NAMESPACE = "npu-health"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang-small.yaml"
 BROKEN_NPU = 3
 _POLL_SECONDS = 0.2
 # Nothing answers here: the default rules that read Prometheus report it and wait, the NPU rule reads the API.
@@ -54,8 +49,7 @@ def policy_floor() -> float:
 
 def inference() -> dict:
     """Two 8-NPU replicas of the small SGLang example: one node each, the third node free."""
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["namespace"] = NAMESPACE
+    doc = example(NAMESPACE)
     doc["spec"].update(
         parallelism={"tensor": 8, "data": 2},
         autoscaling={"minReplicas": 2, "maxReplicas": 2},
@@ -76,6 +70,11 @@ class NpuRun:
     placed_on: str = ""
     restored: float | None = None
     fewest_serving: int = 2
+
+    @property
+    def moved(self) -> bool | None:
+        """Whether the new pod landed on another node than the broken NPU's (None: not placed)."""
+        return self.placed_on != self.node if self.placed_on else None
 
 
 def _replica_pods(kube: Kube, replica: str) -> list[dict]:
@@ -117,9 +116,7 @@ def run_npu(interval: float, timeout: float = 240.0) -> NpuRun:
         real=True, nodes=3, npus_per_node=8, start_seconds=0.2, ready_seconds=0.3, crds=[crd()]
     ) as local:
         kube = local.cluster.kube()
-        kube.create_namespace(NAMESPACE)
-        wait_for(lambda: kube.get("ServiceAccount", NAMESPACE, "default"), 60, "the default ServiceAccount")
-        provide_model_claim(kube, NAMESPACE)
+        prepare_namespace(kube, NAMESPACE)
         operator_kube = local.cluster.kube()
         context = OperatorContext(settings, operator_kube)
         context.extra_startup.append(control_loop_hook(ControlLoop(settings, operator_kube)))
@@ -135,9 +132,6 @@ def run_npu(interval: float, timeout: float = 240.0) -> NpuRun:
 
 
 def npu_report(runs: list[NpuRun]) -> str:
-    def s(value: float | None) -> str:
-        return "not seen" if value is None else f"{value:.1f} s"
-
     lines = [
         "| control interval | floor (for + drain) | replace decided | new pod placed | serving again "
         "| x floor | new node | serving replicas left |",
@@ -145,9 +139,9 @@ def npu_report(runs: list[NpuRun]) -> str:
     ]
     for run in runs:
         x_floor = f"{run.restored / run.floor:.2f}x" if run.restored else "-"
-        moved = "another" if run.placed_on and run.placed_on != run.node else run.placed_on and "the same"
+        moved = {True: "another", False: "the same", None: "-"}[run.moved]
         lines.append(
-            f"| {run.interval:g} s | {run.floor:.0f} s | {s(run.decided)} | {s(run.placed)} | {s(run.restored)} "
-            f"| {x_floor} | {moved or '-'} | {run.fewest_serving} |"
+            f"| {run.interval:g} s | {run.floor:.0f} s | {seconds(run.decided)} | {seconds(run.placed)} "
+            f"| {seconds(run.restored)} | {x_floor} | {moved} | {run.fewest_serving} |"
         )
     return "\n".join(lines)

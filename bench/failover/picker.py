@@ -18,9 +18,6 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
@@ -30,15 +27,13 @@ from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
 from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_leading_picker, pool_routes
-from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
 from ascend_fleet.render import drain_patch
+from bench.failover import NAME, example, prepare_namespace
 
-NAME = "qwen-1-5b"
 NAMESPACE = "picker-failover"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang-small.yaml"
 STEADY = 5  # answers in a row that count as served again
 
 
@@ -104,8 +99,7 @@ DRAIN_SECONDS = 3  # spec.disruption.drainSeconds: in-flight requests here last 
 
 
 def inference() -> dict:
-    doc = yaml.safe_load(EXAMPLE.read_text())
-    doc["metadata"]["namespace"] = NAMESPACE
+    doc = example(NAMESPACE)
     doc["spec"]["routing"] = {"mode": "inferencePool"}  # two pickers, the default
     doc["spec"]["parallelism"]["data"] = 3
     doc["spec"]["disruption"] = {"maxUnavailable": 1, "drainSeconds": DRAIN_SECONDS}
@@ -184,9 +178,7 @@ def run_routed(rate: float = 10.0) -> tuple[PlannedRun, PickerRun]:
     ) as local:
         kube = local.cluster.kube()
         install_inference_extension(kube)
-        kube.create_namespace(NAMESPACE)
-        wait_for(lambda: kube.get("ServiceAccount", NAMESPACE, "default"), 60, "the default ServiceAccount")
-        provide_model_claim(kube, NAMESPACE)
+        prepare_namespace(kube, NAMESPACE)
         engines = SimulatedEngines(Scenario.constant(0.0))
         local.cluster.kubelet.add_listener(engines)
         try:
