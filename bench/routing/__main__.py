@@ -44,6 +44,7 @@ from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.real.dataplane import Classifier, Envoy, Picker, ensure_classifier, ensure_picker
+from ascend_fleet.devcluster.real.poolendpoints import PoolRef
 from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.kube import wait_for
 from ascend_fleet.render import Owner, render_all, validate
@@ -203,7 +204,12 @@ def start_data_plane(cluster: RealCluster, obj: AscendInference, mode: str, work
         )
         processes.append(classifier.start())
         classifier_port = classifier.grpc_port
-    processes.append(Envoy(picker_port=processes[0].grpc_port, classifier_port=classifier_port).start())
+    pool = PoolRef(cluster.kube(), namespace, NAME)
+    picker = processes[0]
+    envoy = Envoy(
+        picker_port=picker.grpc_port, classifier_port=classifier_port, pool=pool, fallbacks=picker.fallbacks
+    )
+    processes.append(envoy.start())
     return processes
 
 

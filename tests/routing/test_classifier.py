@@ -33,6 +33,7 @@ from ascend_fleet.devcluster.real.dataplane import (
     ensure_picker,
     envoy_binary,
 )
+from ascend_fleet.devcluster.real.poolendpoints import PoolRef
 from ascend_fleet.kube import wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (
@@ -97,7 +98,13 @@ def fleet(real_cluster, binaries, tmp_path_factory):
         ports = {"grpc_port": free_port(), "health_port": free_port(), "metrics_port": free_port()}
         classifier = Classifier(classifier_args(obj.spec, owner, **ports), kubeconfig, binary=binaries[1])
         processes.append(classifier.start())
-        envoy = Envoy(picker_port=picker.grpc_port, classifier_port=classifier.grpc_port)
+        pool = PoolRef(real_cluster.kube, namespace, NAME)
+        envoy = Envoy(
+            picker_port=picker.grpc_port,
+            classifier_port=classifier.grpc_port,
+            pool=pool,
+            fallbacks=picker.fallbacks,
+        )
         processes.append(envoy.start())
         try:
             wait_for(

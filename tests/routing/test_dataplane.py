@@ -14,6 +14,7 @@ import asyncio
 import os
 import statistics
 import time
+import urllib.request
 import uuid
 
 import aiohttp
@@ -32,6 +33,7 @@ from ascend_fleet.devcluster.real.dataplane import (
     envoy_binary,
     free_port,
 )
+from ascend_fleet.devcluster.real.poolendpoints import PoolRef
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (
@@ -49,6 +51,7 @@ pytestmark = pytest.mark.e2e
 UPSTREAM_CRDS = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
 NAME = "llm"
 SLOTS = 4  # batch slots per replica (--max-num-seqs)
+FALLBACKS = 1  # spec.routing.picker.fallbacks: one retry after a failed endpoint
 CLASSES = [
     {"name": "interactive", "priority": 10, "maxQueue": 256},
     {"name": "batch", "priority": 0, "maxQueue": 256},
@@ -73,7 +76,7 @@ def inference(namespace: str) -> AscendInference:
         .engine("vllm-ascend")
         .parallelism(data=2)
         .section("batching", maxBatchSize=SLOTS)
-        .routing("inferencePool", classes=CLASSES)
+        .routing("inferencePool", classes=CLASSES, picker={"fallbacks": FALLBACKS})
         .build()
     )
     return validate(doc).obj
@@ -128,7 +131,9 @@ def routed(real_cluster, binaries, tmp_path_factory):
         picker = Picker(args, picker_config(obj.spec), kubeconfig, binary=binaries[0]).start(
             timeout=scaled(60.0)
         )
-        envoy = Envoy(picker_port=picker.grpc_port).start(timeout=scaled(60.0))
+        pool = PoolRef(real_cluster.kube, namespace, NAME)
+        envoy = Envoy(picker_port=picker.grpc_port, pool=pool, fallbacks=picker.fallbacks)
+        envoy.start(timeout=scaled(60.0))
         fleet = Routed(namespace, engines, picker, envoy, leaders)
 
         def answers() -> bool:
@@ -270,3 +275,52 @@ def test_a_sheddable_class_is_shed_under_overload(routed):
     shed = [status for status, *_ in bulk if status != 200]
     assert len(shed) >= 20 - 4 - 2, [status for status, *_ in bulk]
     assert set(shed) <= {429, 503}, set(shed)
+
+
+def envoy_counter(envoy: Envoy, name: str) -> int:
+    """One of Envoy's own counters, from its admin interface."""
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{envoy.admin_port}/stats?filter=^{name}$", timeout=5
+    ) as answer:
+        line = answer.read().decode().strip()
+    return int(line.rsplit(":", 1)[1]) if line else 0
+
+
+def test_an_engine_that_stopped_answering_costs_retries_then_is_passed_over(routed, real_cluster):
+    """Replica 1 is kept busy, so the picker prefers replica 0; then replica 0's engine stops while its pod
+    stays Ready, as on a node that just died. While its last gauges are fresh the picker still names it first,
+    and the gateway retries each request on the fallback; once they are stale (1 s) the picker passes it
+    over. No request fails either way."""
+    pod = real_cluster.kube.get("Pod", routed.namespace, routed.leaders[0])
+    counters = ("upstream_cx_connect_fail", "upstream_rq_retry")
+
+    async def sent(client, count: int) -> tuple[list[int], dict[str, int]]:
+        before = {c: envoy_counter(routed.envoy, f"cluster.pool.{c}") for c in counters}
+        statuses = [(await one_request(routed.envoy.url, "interactive", 2, client))[0] for _ in range(count)]
+        return statuses, {c: envoy_counter(routed.envoy, f"cluster.pool.{c}") - before[c] for c in counters}
+
+    async def scenario():
+        async with session() as client:
+            busy = [asyncio.create_task(one_request(routed.direct_url(1), None, 100_000, client))
+                    for _ in range(SLOTS - 1)]  # fmt: skip
+            await asyncio.sleep(1.0)  # the picker scrapes replica 1 busy, replica 0 idle
+            routed.engines.on_pod_stopped(pod)
+            assert routed.engine(0) is None  # really stopped: nothing listens there now
+            fresh = await sent(client, 10)
+            await asyncio.sleep(2.0)  # replica 0's last gauges are now older than the 1 s staleness bound
+            stale = await sent(client, 20)
+            for task in busy:
+                task.cancel()
+            await asyncio.gather(*busy, return_exceptions=True)
+            return fresh, stale
+
+    try:
+        fresh, stale = asyncio.run(scenario())
+    finally:
+        routed.engines.on_pod_running(pod)
+        wait_for(lambda: routed.engine(0) is not None, 30, "replica 0 serving again")
+    assert fresh[0] == [200] * 10 and stale[0] == [200] * 20, (fresh, stale)
+    # The fault was hit: requests went to the stopped engine first, and were retried on the fallback ...
+    assert fresh[1]["upstream_cx_connect_fail"] > 0 and fresh[1]["upstream_rq_retry"] > 0, fresh
+    # ... until the picker stopped choosing it.
+    assert stale[1] == {"upstream_cx_connect_fail": 0, "upstream_rq_retry": 0}, stale

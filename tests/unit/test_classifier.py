@@ -7,6 +7,7 @@ the upstream picker on the real control plane.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from ascend_fleet.api import names
 from ascend_fleet.devcluster.real.dataplane import envoy_config, flag
@@ -17,6 +18,8 @@ from ascend_fleet.render.routing import (
     classifier_args,
     classifier_plugin,
 )
+
+EDS = Path("/run/gateway/pool-endpoints.json")
 
 
 def inference(**spec):
@@ -70,7 +73,7 @@ def test_classifier_ports_are_the_given_ones():
 
 
 def test_envoy_calls_the_classifier_before_the_picker():
-    config = envoy_config(8080, 8081, picker_port=9002, classifier_port=9004)
+    config = envoy_config(8080, 8081, picker_port=9002, classifier_port=9004, pool_eds=EDS)
     manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     calls = [f["typed_config"].get("grpc_service", {}).get("envoy_grpc", {}).get("cluster_name")
              for f in manager["http_filters"]]  # fmt: skip
@@ -82,14 +85,14 @@ def test_envoy_calls_the_classifier_before_the_picker():
 
 
 def test_envoy_without_classifier_has_the_picker_alone():
-    config = envoy_config(8080, 8081, picker_port=9002)
+    config = envoy_config(8080, 8081, picker_port=9002, pool_eds=EDS)
     manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     assert len(manager["http_filters"]) == 2
 
 
 def test_responses_bypass_the_classifier():
     # Its router buffers a streamed response to the end: through it, the first token would arrive with the last.
-    config = envoy_config(8080, 8081, picker_port=9002, classifier_port=9004)
+    config = envoy_config(8080, 8081, picker_port=9002, classifier_port=9004, pool_eds=EDS)
     manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     modes = {f["typed_config"]["grpc_service"]["envoy_grpc"]["cluster_name"]: f["typed_config"]["processing_mode"]
              for f in manager["http_filters"] if "grpc_service" in f["typed_config"]}  # fmt: skip

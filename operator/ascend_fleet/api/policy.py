@@ -139,6 +139,15 @@ class PickerSpec(Model):
         description="What the gateway does when no picker answers: FailClose refuses the request, FailOpen "
         "sends it to a serving leader of its own choice (no priority classes, no load awareness).",
     )
+    fallbacks: int = Field(
+        default=0,
+        ge=0,
+        le=4,
+        description="Endpoints the picker names after the best one, in order, for the gateway to retry on when "
+        "the first refuses the connection or fails before answering (the endpoint picker protocol's fallbacks): "
+        "a dead engine then costs a retry instead of a failed request. Needs a Gateway that implements the "
+        "fallbacks (Envoy's override_host policy); one that reads a single address fails on the list.",
+    )
 
 
 class Routing(Model):

@@ -188,6 +188,11 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
             {"type": "queue-scorer"},
             {"type": "kv-cache-utilization-scorer"},
             {"type": "prefix-cache-scorer"},
+            # The best endpoint and spec.routing.picker.fallbacks more, in order, for the gateway to retry on.
+            {
+                "type": "max-score-picker",
+                "parameters": {"maxNumOfEndpoints": 1 + spec.routing.picker.fallbacks},
+            },
             {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
             extractor,
             detector,
@@ -196,9 +201,13 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
             {
                 "name": "default",
                 "plugins": [
+                    # As a filter, before any scorer: an engine whose gauges are stale (its scrapes fail: a
+                    # dead engine or node) or that is saturated is passed over while another is not.
+                    {"pluginRef": detector["type"]},
                     {"pluginRef": "queue-scorer", "weight": 2},
                     {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
                     {"pluginRef": "prefix-cache-scorer", "weight": 3},
+                    {"pluginRef": "max-score-picker"},
                 ],
             }
         ],

@@ -4,8 +4,9 @@ Nothing here routes a request itself. :class:`Envoy` runs the Envoy binary of th
 bootstrap written here, in one of two modes:
 
 - ``picker``: every request goes through the ``ext_proc`` filter to the endpoint picker, which answers with the
-  chosen endpoint in ``x-gateway-destination-endpoint``; an ``ORIGINAL_DST`` cluster sends the request there
-  (how the Inference Extension's gateways are wired);
+  chosen endpoints, best first, in ``x-gateway-destination-endpoint``; a cluster of the pool's endpoints
+  (:mod:`.poolendpoints`) sends the request to the first and retries the next if it fails to answer (how the
+  Inference Extension's gateways are wired);
 - ``service``: a static cluster of the given endpoints with random choice, what kube-proxy does for a
   ClusterIP Service: the baseline.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import socket
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -30,8 +31,15 @@ from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
 
 from .controlplane import ControlPlaneUnavailable, cached_go_build
+from .poolendpoints import PoolEndpoints, PoolRef
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# What sends a request on to the picker's next endpoint: the connection refused or timed out, or the stream
+# reset before the engine answered (an engine that died, or whose node did). Never an answer the engine gave:
+# once response headers went to the client Envoy does not retry.
+FALLBACK_RETRY_ON = "connect-failure,refused-stream,reset"
+FALLBACK_CONNECT_TIMEOUT = "1s"
+POOL_CLUSTER = "pool"
 _START_TIMEOUT = 60.0
 
 
@@ -173,6 +181,14 @@ class Picker(Process):
         self.grpc_port = int(flag(self.args, "--grpc-port") or 9002)
         self.metrics_port = int(flag(self.args, "--metrics-port") or 9090)
 
+    @property
+    def fallbacks(self) -> int:
+        """How many endpoints this picker names after the best one, from its config file (0 without one)."""
+        path = flag(self.args, "--config-file")
+        if not path or not Path(path).is_file():
+            return 0
+        return picker_fallbacks(yaml.safe_load(Path(path).read_text()) or {})
+
     def start(self, timeout: float = _START_TIMEOUT) -> Self:
         self._spawn([str(self.binary), *self.args], env={**self.env, "KUBECONFIG": str(self.kubeconfig)})
         try:
@@ -237,20 +253,30 @@ class Envoy(Process):
         port: int | None = None,
         workdir: str | Path | None = None,
         classifier_port: int | None = None,
+        pool: PoolRef | None = None,
+        fallbacks: int = 0,
     ) -> None:
-        """With ``picker_port`` the picker chooses; otherwise requests spread randomly over ``endpoints``.
-        With ``classifier_port`` the classifier sees each request first (it names the objective)."""
+        """With ``picker_port`` the picker chooses among the endpoints of ``pool`` (followed through the
+        API while Envoy runs), and a request is retried on each of the ``fallbacks`` endpoints the picker
+        names after the first; otherwise requests spread randomly over ``endpoints``. With
+        ``classifier_port`` the classifier sees each request first (it names the objective)."""
         super().__init__(workdir)
+        if (picker_port is None) != (pool is None):
+            raise ValueError("Envoy's picker needs the pool it picks from, and only the picker does")
         if picker_port is None and not endpoints:
             raise ValueError("Envoy needs the endpoint picker's port or a list of endpoints")
         self.port = port or free_port()
         self.admin_port = free_port()
+        eds = self.workdir / "pool-endpoints.json"
+        self.pool_endpoints = PoolEndpoints(pool, eds, POOL_CLUSTER) if pool is not None else None
         self.config = envoy_config(
             self.port,
             self.admin_port,
             picker_port=picker_port,
             endpoints=endpoints,
             classifier_port=classifier_port,
+            pool_eds=eds if pool is not None else None,
+            fallbacks=fallbacks,
         )
 
     @property
@@ -262,9 +288,16 @@ class Envoy(Process):
         path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         argv = [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                 "--log-level", "warning"]  # fmt: skip
+        if self.pool_endpoints is not None:  # the first version is on disk before Envoy reads it
+            self.pool_endpoints.start()
         self._spawn(argv)
         self._wait_listening(self.port, timeout, "Envoy")
         return self
+
+    def stop(self) -> None:
+        if self.pool_endpoints is not None:
+            self.pool_endpoints.stop()
+        super().stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -277,8 +310,18 @@ def envoy_config(
     picker_port: int | None = None,
     endpoints: Sequence[str] = (),
     classifier_port: int | None = None,
+    pool_eds: Path | None = None,
+    fallbacks: int = 0,
 ) -> dict[str, Any]:
-    """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines."""
+    """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines.
+
+    Through the picker (``picker_port`` with ``pool_eds``), as the Inference Extension's gateways do: a
+    cluster of the pool's endpoints (file-based EDS) under the ``override_host`` policy, which sends a request
+    to the first endpoint of the picker's destination header and, with ``fallbacks``, a retry policy: a
+    request whose endpoint refuses the connection or resets before answering goes to the picker's next
+    endpoint, so a dead engine costs a retry, not an error. (The upstream standalone chart's ``ORIGINAL_DST``
+    cluster takes the header as one address, so it cannot follow a list.)
+    """
     router = {"name": "envoy.filters.http.router",
               "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}  # fmt: skip
     filters: list[dict[str, Any]] = []
@@ -288,10 +331,15 @@ def envoy_config(
     ):  # before the picker, as the Inference Extension chains its body-based router
         filters.append(_ext_proc_filter("classifier", responses=False))
         clusters.append(_ext_proc_cluster("classifier", classifier_port))
+    retry: dict[str, Any] = {}
     if picker_port is not None:
-        target = "picked_endpoint"
+        if pool_eds is None:
+            raise ValueError("the picker's gateway needs the pool's endpoints (pool_eds)")
+        target = POOL_CLUSTER
         filters.append(_ext_proc_filter())
-        clusters += [_picked_cluster(target), _ext_proc_cluster("endpoint_picker", picker_port)]
+        clusters += [_pool_cluster(target, pool_eds), _ext_proc_cluster("endpoint_picker", picker_port)]
+        if fallbacks:
+            retry = {"retry_policy": {"retry_on": FALLBACK_RETRY_ON, "num_retries": fallbacks}}
     else:
         target = "service"
         clusters.append(_random_cluster(target, endpoints))
@@ -301,13 +349,16 @@ def envoy_config(
         "route_config": {
             "name": "inference",
             "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
-                {"match": {"prefix": "/"}, "route": {"cluster": target, "timeout": "600s", "idle_timeout": "600s"}}]}],
+                {"match": {"prefix": "/"},
+                 "route": {"cluster": target, "timeout": "600s", "idle_timeout": "600s", **retry}}]}],
         },
         "http_filters": [*filters, router],
         # Requests wait in the picker's queues: the stream must outlive the default 5-minute idle timeout.
         "stream_idle_timeout": "600s",
     }  # fmt: skip
     return {
+        # A file-based EDS source, like any xDS client, names its node.
+        "node": {"id": f"gateway-{port}", "cluster": "ascend-fleet-dev-gateway"},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {
             "listeners": [{
@@ -347,16 +398,28 @@ def _ext_proc_filter(cluster: str = "endpoint_picker", *, responses: bool = True
     }
 
 
-def _picked_cluster(name: str) -> dict[str, Any]:
-    """Whatever endpoint the picker wrote into the destination header."""
+def _pool_cluster(name: str, eds: Path) -> dict[str, Any]:
+    """The pool's endpoints from the EDS file ``eds``; the first of the picker's endpoints the cluster holds
+    serves, and each retry takes the next (``override_host``), random choice only if none is known."""
+    random = {"name": "envoy.load_balancing_policies.random",
+              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.random.v3.Random"}}  # fmt: skip
+    override = {
+        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+        "override_host_sources": [{"header": DESTINATION_HEADER}],
+        "fallback_policy": {"policies": [{"typed_extension_config": random}]},
+    }
+    source = {"path_config_source": {"path": str(eds), "watched_directory": {"path": str(eds.parent)}},
+              "resource_api_version": "V3"}  # fmt: skip
     return {
         "name": name,
-        "type": "ORIGINAL_DST",
-        "lb_policy": "CLUSTER_PROVIDED",
-        "connect_timeout": "5s",
-        "original_dst_lb_config": {"use_http_header": True, "http_header_name": DESTINATION_HEADER},
+        "type": "EDS",
+        # A dead node's engine does not refuse, it stays silent: the next endpoint is tried after this long.
+        "connect_timeout": FALLBACK_CONNECT_TIMEOUT,
+        "eds_cluster_config": {"eds_config": source},
+        "load_balancing_policy": {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.override_host", "typed_config": override}}]},
         "circuit_breakers": _unbounded(),
-    }
+    }  # fmt: skip
 
 
 def _ext_proc_cluster(name: str, port: int) -> dict[str, Any]:
@@ -407,6 +470,15 @@ def _split(address: str) -> tuple[str, int]:
 def _unbounded() -> dict[str, Any]:
     limit = 100_000
     return {"thresholds": [{"max_connections": limit, "max_pending_requests": limit, "max_requests": limit}]}
+
+
+def picker_fallbacks(config: Mapping[str, Any]) -> int:
+    """How many endpoints an ``EndpointPickerConfig`` names after the best one (its max-score picker's
+    ``maxNumOfEndpoints`` less one; 0 without one), so the gateway retries as often as it has somewhere to go."""
+    for plugin in config.get("plugins") or []:
+        if plugin.get("type") == "max-score-picker":
+            return max(int((plugin.get("parameters") or {}).get("maxNumOfEndpoints", 1)) - 1, 0)
+    return 0
 
 
 def flag(args: Sequence[str], name: str) -> str | None:

@@ -56,6 +56,7 @@ from .dataplane import (
     flag,
     replace_flag,
 )
+from .poolendpoints import PoolRef
 
 _log = logging.getLogger(__name__)
 PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
@@ -299,15 +300,20 @@ class LocalPods:
         (work / "envoy").mkdir()
         picker = Picker(args, None, kubeconfig, binary=self.picker_binary, workdir=work / "picker", env=env)
         picker.start()
+        namespace, name = pod["metadata"].get("namespace", "default"), pod["metadata"]["name"]
+        pool = PoolRef(
+            self.kube, flag(args, "--pool-namespace") or namespace, flag(args, "--pool-name") or ""
+        )
         try:
-            envoy = Envoy(picker_port=picker.grpc_port, workdir=work / "envoy").start()
+            envoy = Envoy(
+                picker_port=picker.grpc_port, workdir=work / "envoy", pool=pool, fallbacks=picker.fallbacks
+            ).start()
         except BaseException:
             picker.stop()
             raise
-        namespace, name = pod["metadata"].get("namespace", "default"), pod["metadata"]["name"]
         route = Route(
-            namespace=flag(args, "--pool-namespace") or namespace,
-            pool=flag(args, "--pool-name") or "",
+            namespace=pool.namespace,
+            pool=pool.name,
             url=envoy.url,
             picker=name,
             picker_metrics=f"http://127.0.0.1:{picker.metrics_port}/metrics",

@@ -1,0 +1,185 @@
+"""The dev cluster's gateway follows the pool and honours the picker's fallbacks.
+
+Envoy's own handling of the configuration (a dead first endpoint retried on the next) is checked with the real
+picker in tests/routing/test_dataplane.py; here, what the derivation and the configuration say.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ascend_fleet.devcluster.real.dataplane import Envoy, envoy_config, picker_fallbacks
+from ascend_fleet.devcluster.real.poolendpoints import PoolEndpoints, PoolRef, eds_document, pool_endpoints
+from ascend_fleet.kube import KubeError, wait_for
+from ascend_fleet.render import InvalidSpec, validate
+from ascend_fleet.render.routing import picker_config
+from tests.support.documents import inference
+
+POOL = {
+    "spec": {
+        "selector": {"matchLabels": {"app": "llm", "serving": "true"}},
+        "targetPorts": [{"number": 8000}],
+    }
+}
+
+
+def pod(
+    name: str, ip: str, *, ready: bool = True, labels: dict | None = None, deleting: bool = False
+) -> dict:
+    metadata: dict = {"name": name, "labels": {"app": "llm", "serving": "true"} if labels is None else labels}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    status = {"podIP": ip, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return {"metadata": metadata, "status": status}
+
+
+def test_the_pool_endpoints_are_its_ready_selected_pods_not_being_deleted():
+    pods = [
+        pod("a", "127.0.1.2"),
+        pod("b", "127.0.1.1"),
+        pod("not-ready", "127.0.1.3", ready=False),
+        pod("drained", "127.0.1.4", labels={"app": "llm", "serving": "false"}),
+        pod("deleting", "127.0.1.5", deleting=True),
+        pod("no-ip", ""),
+    ]
+    assert pool_endpoints(POOL, pods) == ["127.0.1.1:8000", "127.0.1.2:8000"]
+
+
+def test_every_target_port_of_a_pod_is_an_endpoint():
+    pool = {"spec": {**POOL["spec"], "targetPorts": [{"number": 8000}, {"number": 8001}]}}
+    assert pool_endpoints(pool, [pod("a", "127.0.1.1")]) == ["127.0.1.1:8000", "127.0.1.1:8001"]
+
+
+def test_the_eds_document_is_one_load_assignment_of_the_cluster():
+    document = eds_document("pool", ["127.0.1.1:8000"], version=7)
+    (assignment,) = document["resources"]
+    assert document["version_info"] == "7"
+    assert assignment["cluster_name"] == "pool"
+    (host,) = assignment["endpoints"][0]["lb_endpoints"]
+    assert host["endpoint"]["address"]["socket_address"] == {"address": "127.0.1.1", "port_value": 8000}
+
+
+def routed_config(**picker) -> dict:
+    doc = inference().engine("vllm-ascend").routing("inferencePool", **({"picker": picker} if picker else {}))
+    return picker_config(validate(doc.build()).obj.spec)
+
+
+def test_the_picker_names_the_best_endpoint_and_as_many_fallbacks_as_asked():
+    for fallbacks, named in ((None, 1), (2, 3)):
+        config = routed_config(**({} if fallbacks is None else {"fallbacks": fallbacks}))
+        (picker,) = [p for p in config["plugins"] if p["type"] == "max-score-picker"]
+        assert picker["parameters"] == {"maxNumOfEndpoints": named}
+        assert picker_fallbacks(config) == named - 1  # what the dev cluster's gateway retries
+        (profile,) = config["schedulingProfiles"]
+        assert {"pluginRef": "max-score-picker"} in profile["plugins"]
+    assert picker_fallbacks({"plugins": []}) == 0
+
+
+def test_the_picker_passes_over_an_engine_whose_gauges_are_stale():
+    """The saturation detector also filters: an engine whose scrapes stopped (a dead node) is not chosen."""
+    config = routed_config()
+    (profile,) = config["schedulingProfiles"]
+    detector = config["saturationDetector"]["pluginRef"]
+    assert profile["plugins"][0] == {"pluginRef": detector}
+    (parameters,) = [p["parameters"] for p in config["plugins"] if p["type"] == detector]
+    assert parameters["metricsStalenessThreshold"] == "1s"
+
+
+def test_fallbacks_beyond_four_are_refused():
+    with pytest.raises(InvalidSpec, match="fallbacks"):
+        routed_config(fallbacks=5)
+
+
+def test_the_gateway_retries_each_fallback_over_the_pools_endpoints(tmp_path):
+    config = envoy_config(8080, 8081, picker_port=9002, pool_eds=tmp_path / "pool.json", fallbacks=2)
+    (pool,) = [c for c in config["static_resources"]["clusters"] if c["name"] == "pool"]
+    source = pool["eds_cluster_config"]["eds_config"]["path_config_source"]
+    assert source["path"] == str(tmp_path / "pool.json")
+    (policy,) = pool["load_balancing_policy"]["policies"]
+    override = policy["typed_extension_config"]["typed_config"]
+    assert override["override_host_sources"] == [{"header": "x-gateway-destination-endpoint"}]
+    retry = route(config)["retry_policy"]
+    assert retry["num_retries"] == 2
+    assert "connect-failure" in retry["retry_on"].split(",")
+    # No fallbacks, no retries: the gateway does not send a request again where the picker did not say.
+    assert "retry_policy" not in route(
+        envoy_config(8080, 8081, picker_port=9002, pool_eds=tmp_path / "p.json")
+    )
+
+
+def route(config: dict) -> dict:
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    (only,) = manager["route_config"]["virtual_hosts"][0]["routes"]
+    return only["route"]
+
+
+def test_a_picker_gateway_without_its_pool_is_refused():
+    with pytest.raises(ValueError, match="pool"):
+        Envoy(picker_port=9002)
+    with pytest.raises(ValueError, match="pool_eds"):
+        envoy_config(8080, 8081, picker_port=9002)
+
+
+class FakeKube:
+    """The two reads PoolEndpoints makes, and an outage switch."""
+
+    def __init__(self, pods: list[dict]) -> None:
+        self.pods, self.down = pods, False
+
+    def get(self, kind: str, namespace: str, name: str) -> dict:
+        if self.down:
+            raise KubeError(503, "ServiceUnavailable", "the API server does not answer")
+        assert (kind, namespace, name) == ("InferencePool", "ns", "llm")
+        return POOL
+
+    def list(self, kind: str, namespace: str, selector: dict | None = None) -> list[dict]:
+        assert kind == "Pod" and selector == POOL["spec"]["selector"]["matchLabels"]
+        return self.pods
+
+
+def hosts(path: Path) -> list[str]:
+    (assignment,) = json.loads(path.read_text())["resources"]
+    return [
+        "{address}:{port_value}".format(**h["endpoint"]["address"]["socket_address"])
+        for h in assignment["endpoints"][0]["lb_endpoints"]
+    ]
+
+
+def test_the_file_follows_the_pool_and_changes_only_when_it_does(tmp_path):
+    kube = FakeKube([pod("a", "127.0.1.1")])
+    path = tmp_path / "pool.json"
+    writer = PoolEndpoints(PoolRef(kube, "ns", "llm"), path, "pool")  # type: ignore[arg-type]
+    writer.refresh()
+    assert hosts(path) == ["127.0.1.1:8000"] and writer.version == 1
+    writer.refresh()
+    assert writer.version == 1  # unchanged: not rewritten
+    kube.pods.append(pod("b", "127.0.1.2"))
+    writer.refresh()
+    assert hosts(path) == ["127.0.1.1:8000", "127.0.1.2:8000"] and writer.version == 2
+
+
+def test_an_api_outage_keeps_the_last_endpoints(tmp_path):
+    kube = FakeKube([pod("a", "127.0.1.1")])
+    path = tmp_path / "pool.json"
+    writer = PoolEndpoints(PoolRef(kube, "ns", "llm"), path, "pool")  # type: ignore[arg-type]
+    writer.refresh()
+    kube.down = True
+    with pytest.raises(KubeError):
+        writer.refresh()
+    assert hosts(path) == ["127.0.1.1:8000"]  # not emptied: the pods did not go away, the API did
+
+
+def test_an_api_outage_at_start_leaves_an_empty_file_not_a_missing_one(tmp_path):
+    kube = FakeKube([pod("a", "127.0.1.1")])
+    kube.down = True
+    path = tmp_path / "pool.json"
+    writer = PoolEndpoints(PoolRef(kube, "ns", "llm"), path, "pool", interval=0.05).start()  # type: ignore[arg-type]
+    try:
+        assert hosts(path) == []
+        kube.down = False
+        wait_for(lambda: hosts(path) == ["127.0.1.1:8000"], 10, "the endpoints once the API answers")
+    finally:
+        writer.stop()
