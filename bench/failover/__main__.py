@@ -2,18 +2,23 @@
 
 Each run starts a real control plane whose controller manager gives a silent node ``grace`` seconds
 (``--node-monitor-grace-period``), applies a two-replica inference spread over nodes with
-``spec.availability``, waits until both replicas serve, then cuts the power of one replica's node and times,
-through the API: the node marked ``Unknown``, the dead replica out of service (its leader ``Ready=False``, which
-a Service and the InferencePool's picker go by), its pod evicted by the taint manager, and, once the node is
-tainted out of service as an administrator does for a node known to be down, the replica serving again on
-another node (``replica_restored_s``, the baseline run's). The baseline is the
-upstream default grace period (50 s) in the same run; the floor of each run is its grace period less the age of
+``spec.availability`` behind an InferencePool (two pickers, each with its gateway), waits until both replicas
+serve and a client's requests through the gateway are answered, then cuts the power of one replica's node (not
+the leading picker's) and times, through the API: the node marked ``Unknown``, the dead replica out of service
+(its leader ``Ready=False``, which a Service and the InferencePool's picker go by), its pod evicted by the taint
+manager, and, once the node is tainted out of service as an administrator does for a node known to be down,
+the replica serving again on another node (``replica_restored_s``, the baseline run's). The client counts what
+it saw meanwhile: when its answers were steady again after the cut (``node_failover_s``) and how many of its
+requests failed until the replica was restored (``failed_requests_node``). The baseline is the upstream default
+grace period (50 s) in the same run; the floor of each server-side step is its grace period less the age of
 the node's last heartbeat at the cut, which no controller can beat.
 
 Then (unless ``--no-picker``) one more cluster runs a pool with two pickers under steady client traffic and kills
 the leading picker (:mod:`bench.failover.picker`); its floor is the picker Lease's remaining life. Last (unless
 ``--no-npu``) an NPU breaks under one of two replicas and the default rule replaces it (:mod:`bench.failover.npu`),
-once per control-loop interval; its floor is the rule's window and the drain.
+once per control-loop interval; its floor is the rule's window and the drain. Then (unless ``--no-operator``) the
+acting one of two operator processes is killed (:mod:`bench.failover.operator`); its floor is the operator
+Lease's remaining life.
 """
 
 from __future__ import annotations
@@ -27,26 +32,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ascend_fleet.api.crd import crd
-from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.devcluster.real.nodefailure import NodeFailure, kill_serving_node, serving_leaders
 from ascend_fleet.devcluster.stack import stack
-from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import wait_for
-from bench.failover import NAME, example, prepare_namespace, seconds
+from bench.failover import NAME, example, seconds
 from bench.failover.npu import NpuRun, npu_report, run_npu
-from bench.failover.picker import PickerRun, PlannedRun, run_routed
+from bench.failover.operator import OperatorRun, operator_report, run_operator_takeover
+from bench.failover.picker import PickerRun, PlannedRun, Traffic, client_view, routed, run_routed
 
 UPSTREAM_GRACE_SECONDS = 50  # kube-controller-manager's default --node-monitor-grace-period (1.32+)
 NAMESPACE = "failover"
 
 
-def inference(toleration: int) -> dict:
-    """The small SGLang example with two replicas spread over nodes."""
+def inference(toleration: int, fallbacks: int = 0) -> dict:
+    """The small SGLang example with two replicas spread over nodes, behind an InferencePool whose picker
+    names ``fallbacks`` more endpoints for the gateway to retry on."""
     doc = example(NAMESPACE)
     doc["spec"].update(
         parallelism={"tensor": 2, "data": 2},
         autoscaling={"minReplicas": 2, "maxReplicas": 2},
         availability={"spread": "node", "unreachableTolerationSeconds": toleration},
+        routing={"mode": "inferencePool", "picker": {"fallbacks": fallbacks}},
     )
     return doc
 
@@ -56,43 +62,66 @@ class Run:
     grace: int
     toleration: int
     failure: NodeFailure
+    fallbacks: int = 0  # spec.routing.picker.fallbacks
+    # The client's view: from the power cut to the first of STEADY answers in a row (None: not seen), and
+    # the requests that failed (of those sent) from the cut until the replica served again elsewhere.
+    failover: float | None = None
+    failed: int = 0
+    sent: int = 0
+    # Requests the dead node's replica had answered before the cut: the client's traffic really reached it.
+    dead_replica_answered: int = 0
 
 
-def run_once(grace: int, toleration: int) -> Run:
-    """One cluster, one inference, one node death."""
-    with stack(
-        real=True,
-        nodes=3,
-        npus_per_node=16,
-        start_seconds=0.2,
-        ready_seconds=0.3,
-        node_monitor_grace_seconds=grace,
-        crds=[crd()],
-    ) as local:
-        kube = local.cluster.kube()
-        prepare_namespace(kube, NAMESPACE)
-        with OperatorThread(OperatorContext(OperatorSettings(), local.cluster.kube()), RunOptions()):
-            kube.create(inference(toleration))
-            wait_for(
-                lambda: len(set(serving_leaders(kube, NAMESPACE, NAME).values())) == 2, 120, "2 serving nodes"
-            )
+def run_once(grace: int, toleration: int, fallbacks: int = 0, rate: float = 10.0) -> Run:
+    """One cluster, one inference under client traffic, one node death (not the leading picker's node: its
+    death is the picker run's)."""
+    with (
+        stack(
+            real=True,
+            nodes=3,
+            npus_per_node=16,
+            start_seconds=0.2,
+            ready_seconds=0.3,
+            node_monitor_grace_seconds=grace,
+            crds=[crd()],
+        ) as local,
+        routed(local, NAMESPACE, inference(toleration, fallbacks)) as fleet,
+    ):
+        kube, pickers = local.cluster.kube(), fleet.pickers
+        wait_for(
+            lambda: len(set(serving_leaders(kube, NAMESPACE, NAME).values())) == 2, 120, "2 serving nodes"
+        )
+        fleet.warm()
+        with Traffic(pickers, rate, NAMESPACE) as traffic:
+            wait_for(traffic.steady, 60, "steady answers")
+            route = pickers.route(NAMESPACE, NAME)
+            assert route is not None, "routed() waits for a leading picker"
+            leading_node = kube.get("Pod", NAMESPACE, route.picker)["spec"]["nodeName"]
+            before = fleet.wait_spread(2)  # the dead replica's share is what the failover must move
+            killed = traffic.now()
             failure = kill_serving_node(
-                local.cluster.kubelet, kube, NAMESPACE, NAME, grace, timeout=grace + 150, out_of_service=True
-            )
-    return Run(grace, toleration, failure)
+                local.cluster.kubelet, kube, NAMESPACE, NAME, grace, timeout=grace + 150, out_of_service=True,
+                spare={leading_node},
+            )  # fmt: skip
+    failover, _ = client_view(traffic.results, killed)
+    after = [ok for t, ok in traffic.results if t >= killed]
+    dead = sum(before.get(pod, 0) - 1 for pod in failure.pods if pod in before)  # less the warm-up's
+    return Run(grace, toleration, failure, fallbacks, failover, after.count(False), len(after), dead)
 
 
 def baseline(runs: list[Run]) -> Run | None:
-    """The run at the upstream default grace period, if it was run."""
-    return next((r for r in runs if r.grace == UPSTREAM_GRACE_SECONDS), None)
+    """The run at the upstream default grace period without fallbacks (the defaults), if it was run."""
+    return next((r for r in runs if r.grace == UPSTREAM_GRACE_SECONDS and not r.fallbacks), None)
 
 
 def report(runs: list[Run]) -> str:
     base_run = baseline(runs)
     lines = [
-        "| node grace | heartbeat age at cut | floor | node Unknown | out of service | x floor | x upstream grace "
-        "| evicted (toleration) | serving replicas left | restored elsewhere (out-of-service taint) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| node grace | fallbacks | heartbeat age at cut | floor | node Unknown | out of service | x floor "
+        "| x upstream grace "
+        "| evicted (toleration) | serving replicas left | restored elsewhere (out-of-service taint) "
+        "| client: answers steadily | failed requests | sent | answered by the dead replica before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         f = run.failure
@@ -100,20 +129,12 @@ def report(runs: list[Run]) -> str:
         base = base_run.failure.out_of_service if base_run else None
         x_base = f"{f.out_of_service / base:.2f}x" if f.out_of_service and base else "-"
         lines.append(
-            f"| {run.grace} s | {f.heartbeat_age:.1f} s | {f.floor:.1f} s | {seconds(f.node_unknown)} | "
+            f"| {run.grace} s | {run.fallbacks} | {f.heartbeat_age:.1f} s | {f.floor:.1f} s | {seconds(f.node_unknown)} | "
             f"{seconds(f.out_of_service)} | {x_floor} | {x_base} | {seconds(f.evicted)} ({run.toleration} s) | "
-            f"{f.fewest_survivors} | {seconds(f.restored)} ({seconds(f.tainted)}) |"
+            f"{f.fewest_survivors} | {seconds(f.restored)} ({seconds(f.tainted)}) | {seconds(run.failover)} | "
+            f"{run.failed} | {run.sent} | {run.dead_replica_answered} |"
         )
     return "\n".join(lines)
-
-
-# The issue's keys for what this bench does not measure yet (the node runs send no client traffic, no operator
-# is killed): written as null so a reader never takes a missing figure for zero.
-NOT_MEASURED = (
-    "node_failover_s",
-    "failed_requests_node",
-    "operator_takeover_s",
-)
 
 
 def picker_report(run: PickerRun) -> str:
@@ -140,13 +161,23 @@ def as_json(
     picker: PickerRun | None,
     planned: PlannedRun | None = None,
     npu: Sequence[NpuRun] = (),
+    operator: OperatorRun | None = None,
 ) -> dict:
-    """The measured runs (nodes and NPU faults: server side, the leader's Ready condition; picker: client
-    side), and null for the keys not measured. ``npu_unhealthy_replaced_s`` is the first NPU run's (the
-    default control interval); ``replica_restored_s`` the baseline node run's."""
+    """The measured runs (nodes: client side and, per step, server side; NPU faults: server side, the
+    leader's Ready condition; picker: client side; operator: through the API), null for what was not run
+    or not seen. ``npu_unhealthy_replaced_s`` is the first NPU run's (the default control interval);
+    ``node_failover_s``, ``failed_requests_node`` and ``replica_restored_s`` the baseline node run's."""
     base_run = baseline(runs)
     return {
-        **dict.fromkeys(NOT_MEASURED),
+        "operator_takeover_s": None if operator is None or operator.acts is None else round(operator.acts, 2),
+        "operator_lease_taken_s": None
+        if operator is None or operator.leads is None
+        else round(operator.leads, 2),
+        "operator_lease_floor_s": None if operator is None else round(operator.floor, 2),
+        "node_failover_s": round(base_run.failover, 2)
+        if base_run and base_run.failover is not None
+        else None,
+        "failed_requests_node": base_run.failed if base_run else None,
         "replica_restored_s": round(base_run.failure.restored, 2)
         if base_run and base_run.failure.restored
         else None,
@@ -175,6 +206,7 @@ def as_json(
         "node_runs": [
             {
                 "node_grace_s": run.grace,
+                "fallbacks": run.fallbacks,
                 "toleration_s": run.toleration,
                 "heartbeat_age_s": round(run.failure.heartbeat_age, 2),
                 "floor_s": round(run.failure.floor, 2),
@@ -184,6 +216,10 @@ def as_json(
                 "serving_replicas_left": run.failure.fewest_survivors,
                 "node_tainted_out_of_service_s": run.failure.tainted,
                 "node_replica_restored_s": run.failure.restored,
+                "client_failover_s": run.failover,
+                "failed_requests": run.failed,
+                "sent_requests": run.sent,
+                "dead_replica_answered_before": run.dead_replica_answered,
             }
             for run in runs
         ],
@@ -195,10 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--grace",
         default=f"{UPSTREAM_GRACE_SECONDS},20",
-        help="node monitor grace periods to run, comma-separated (seconds; the first 50 is the baseline)",
+        help="node monitor grace periods to run, comma-separated (seconds; the first 50 is the baseline; "
+        "empty: no node runs)",
     )
     parser.add_argument(
         "--toleration", type=int, default=5, help="spec.availability.unreachableTolerationSeconds"
+    )
+    parser.add_argument(
+        "--fallbacks",
+        default="1",
+        help="spec.routing.picker.fallbacks of extra node runs at the first grace period, comma-separated "
+        "(the node runs themselves use the default, 0; empty: none)",
     )
     parser.add_argument(
         "--no-picker", action="store_true", help="skip the routed run (planned operations, picker death)"
@@ -210,13 +253,18 @@ def main(argv: list[str] | None = None) -> int:
         "15, gives npu_unhealthy_replaced_s)",
     )
     parser.add_argument("--no-npu", action="store_true", help="skip the NPU-fault runs")
+    parser.add_argument("--no-operator", action="store_true", help="skip the operator takeover run")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     started = time.monotonic()
+    graces = [int(g) for g in args.grace.split(",") if g]
+    node_runs = [(g, 0) for g in graces] + [
+        (g, int(f)) for g in graces[:1] for f in args.fallbacks.split(",") if f
+    ]
     runs = []
-    for grace in (int(g) for g in args.grace.split(",")):
-        print(f"node grace {grace} s ...", file=sys.stderr, flush=True)
-        runs.append(run_once(grace, args.toleration))
+    for grace, fallbacks in node_runs:
+        print(f"node grace {grace} s, {fallbacks} fallbacks ...", file=sys.stderr, flush=True)
+        runs.append(run_once(grace, args.toleration, fallbacks))
     print(report(runs))
     picker = planned = None
     if not args.no_picker:
@@ -237,19 +285,26 @@ def main(argv: list[str] | None = None) -> int:
             npu.append(run_npu(interval))
         print()
         print(npu_report(npu))
+    operator = None
+    if not args.no_operator:
+        print("the acting operator killed ...", file=sys.stderr, flush=True)
+        operator = run_operator_takeover()
+        print()
+        print(operator_report(operator))
     if args.json:
-        Path(args.json).write_text(json.dumps(as_json(runs, picker, planned, npu), indent=2) + "\n")
-    print(
-        f"\n{len(runs) + len(npu) + (picker is not None)} runs in {time.monotonic() - started:.0f} s",
-        file=sys.stderr,
-    )
-    missed = unseen(runs, picker, npu)
+        figures = as_json(runs, picker, planned, npu, operator)
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    count = len(runs) + len(npu) + (picker is not None) + (operator is not None)
+    print(f"\n{count} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    missed = unseen(runs, picker, npu, operator)
     if missed:
         print("not seen within the timeout: " + "; ".join(missed), file=sys.stderr)
     return 1 if missed else 0
 
 
-def unseen(runs: list[Run], picker: PickerRun | None, npu: Sequence[NpuRun]) -> list[str]:
+def unseen(
+    runs: list[Run], picker: PickerRun | None, npu: Sequence[NpuRun], operator: OperatorRun | None = None
+) -> list[str]:
     """The failovers that did not happen: a bench that prints "not seen" must not exit 0."""
     missed = [
         f"node grace {r.grace} s: the dead replica out of service"
@@ -259,9 +314,17 @@ def unseen(runs: list[Run], picker: PickerRun | None, npu: Sequence[NpuRun]) -> 
     missed += [
         f"node grace {r.grace} s: the replica restored elsewhere" for r in runs if r.failure.restored is None
     ]
+    missed += [f"node grace {r.grace} s: steady answers (client)" for r in runs if r.failover is None]
+    missed += [
+        f"node grace {r.grace} s: client traffic on the dead replica before the cut"
+        for r in runs
+        if r.sent and not r.dead_replica_answered
+    ]
     if picker is not None and picker.served_again is None:
         missed.append("answers after the picker's death")
     missed += [f"NPU run at {r.interval:g} s: the replica serving again" for r in npu if r.restored is None]
+    if operator is not None and operator.acts is None:
+        missed.append("the standby operator acting")
     return missed
 
 

@@ -17,6 +17,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ascend_fleet.api import names
@@ -27,7 +30,7 @@ from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
 from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_leading_picker, pool_routes
-from ascend_fleet.devcluster.stack import stack
+from ascend_fleet.devcluster.stack import Stack, stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
 from ascend_fleet.render import drain_patch
@@ -39,19 +42,24 @@ STEADY = 5  # answers in a row that count as served again
 
 @dataclass
 class Traffic:
-    """(seconds since start, answered) per request, sent by one thread at a fixed rate."""
+    """(seconds since start, answered) per request, sent by one thread at a fixed rate to the pool ``NAME``
+    in ``namespace``."""
 
     pickers: LocalPods
     rate: float
+    namespace: str = NAMESPACE
     results: list[tuple[float, bool]] = field(default_factory=list)
     began: float = field(default_factory=time.monotonic)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def _one(self) -> bool:
-        route = self.pickers.route(NAMESPACE, NAME)
+        route = self.pickers.route(self.namespace, NAME)
         if route is None:
             return False
-        body = json.dumps({"model": "qwen2.5-1.5b", "prompt": "hello", "max_tokens": 2}).encode()
+        # A prompt of its own: identical ones would (rightly) draw the picker's prefix-cache affinity to one
+        # replica, and a replica that gets no traffic shows no failover.
+        prompt = f"{uuid.uuid4().hex} hello"
+        body = json.dumps({"model": "qwen2.5-1.5b", "prompt": prompt, "max_tokens": 2}).encode()
         request = urllib.request.Request(
             route.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
         )
@@ -76,6 +84,14 @@ class Traffic:
         self._stop.set()
         self._thread.join(15)
 
+    def now(self) -> float:
+        """Seconds since the traffic began, on the clock of :attr:`results`."""
+        return time.monotonic() - self.began
+
+    def steady(self) -> bool:
+        """Whether the last ``STEADY`` requests were all answered."""
+        return len(self.results) >= STEADY and all(ok for _, ok in self.results[-STEADY:])
+
 
 @dataclass
 class PickerRun:
@@ -85,7 +101,9 @@ class PickerRun:
     sent: int
 
 
-def _client_view(results: list[tuple[float, bool]], killed: float) -> tuple[float | None, int]:
+def client_view(results: list[tuple[float, bool]], killed: float) -> tuple[float | None, int]:
+    """Seconds from ``killed`` to the first of ``STEADY`` answers in a row (None: not seen), and the
+    requests that failed before it."""
     after = [(t, ok) for t, ok in results if t >= killed]
     failed = 0
     for i, (t, ok) in enumerate(after):
@@ -172,38 +190,93 @@ def _patch_spec(kube: Kube, spec: dict) -> None:
     kube.patch(names.KIND, NAMESPACE, NAME, {"spec": spec})
 
 
-def run_routed(rate: float = 10.0) -> tuple[PlannedRun, PickerRun]:
-    with stack(
-        real=True, nodes=3, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3, crds=[crd()]
-    ) as local:
-        kube = local.cluster.kube()
-        install_inference_extension(kube)
-        prepare_namespace(kube, NAMESPACE)
-        engines = SimulatedEngines(Scenario.constant(0.0))
-        local.cluster.kubelet.add_listener(engines)
-        try:
-            with (
-                LocalPods(kube, local.cluster.control_plane) as pickers,
-                OperatorThread(OperatorContext(OperatorSettings(), local.cluster.kube()), RunOptions()),
-            ):
-                local.cluster.kubelet.add_listener(pickers)
-                kube.create(inference())
-                wait_for(lambda: len(pool_routes(pickers, NAMESPACE, NAME)) == 2, 180, "two picker pods")
-                wait_for(lambda: pickers.route(NAMESPACE, NAME), 60, "a leading picker")
-                wait_for(lambda: _settled(kube, 3), 180, "three replicas serving")
-                with Traffic(pickers, rate) as traffic:
-                    wait_for(
-                        lambda: sum(ok for _, ok in traffic.results[-STEADY:]) == STEADY, 60, "steady answers"
-                    )
-                    planned = _planned(kube, traffic)
-                    killed = time.monotonic() - traffic.began
-                    failover = kill_leading_picker(pickers, kube, NAMESPACE, NAME)
-                    wait_for(
-                        lambda: _client_view(traffic.results, killed)[0] is not None, 60, "answers again"
-                    )
-                served_again, failed = _client_view(traffic.results, killed)
+@dataclass
+class Routed:
+    """A routed fleet running: its picker pods (with their gateways) and its simulated engines."""
+
+    pickers: LocalPods
+    engines: SimulatedEngines
+
+    def warm(self) -> None:
+        """One request straight to each serving engine. An engine that has served none reports the
+        scenario's idle gauges (some KV cache in use) rather than its own (none), and the picker would keep
+        choosing the one that has: real engines report the same idle gauges whatever they served."""
+        for pod in self.engines.pods():
+            address = self.engines.api_endpoint(pod.namespace, pod.name)
+            if address is None:
+                continue
+            body = json.dumps({"model": "qwen2.5-1.5b", "prompt": "warm", "max_tokens": 1}).encode()
+            request = urllib.request.Request(
+                f"http://{address}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                answer.read()
+
+    def answered(self) -> dict[str, int]:
+        """Requests each serving engine has answered so far, by pod."""
+        engines = self.engines
+        return {
+            p.name: e.received
+            for p in engines.pods()
+            if (e := engines.engine(p.namespace, p.name)) is not None
+        }
+
+    def wait_spread(self, replicas: int, at_least: int = 5) -> dict[str, int]:
+        """Wait until each of ``replicas`` engines has answered ``at_least`` requests (the warm-up's one
+        aside): the client's traffic reaches every replica an operation or a failure may take away."""
+
+        def spread() -> dict[str, int] | None:
+            counts = self.answered()
+            return counts if len(counts) == replicas and min(counts.values()) >= at_least + 1 else None
+
+        return wait_for(spread, 60, f"client traffic on all {replicas} replicas")
+
+
+@contextmanager
+def routed(local: Stack, namespace: str, doc: dict) -> Iterator[Routed]:
+    """``doc`` (an inference with ``routing.mode: inferencePool``) applied in ``namespace`` and reconciled
+    by the operator, its engines simulated and its picker pods (with their gateways) running here; yields
+    once two pickers run and one leads."""
+    kube = local.cluster.kube()
+    install_inference_extension(kube)
+    prepare_namespace(kube, namespace)
+    engines = SimulatedEngines(Scenario.constant(0.0))
+    local.cluster.kubelet.add_listener(engines)
+    try:
+        with (
+            LocalPods(kube, local.cluster.control_plane) as pickers,
+            OperatorThread(OperatorContext(OperatorSettings(), local.cluster.kube()), RunOptions()),
+        ):
+            local.cluster.kubelet.add_listener(pickers)
+            try:
+                kube.create(doc)
+                wait_for(lambda: len(pool_routes(pickers, namespace, NAME)) == 2, 180, "two picker pods")
+                wait_for(lambda: pickers.route(namespace, NAME), 60, "a leading picker")
+                yield Routed(pickers, engines)
+            finally:
                 local.cluster.kubelet.remove_listener(pickers)
-        finally:
-            local.cluster.kubelet.remove_listener(engines)
-            engines.close()
+    finally:
+        local.cluster.kubelet.remove_listener(engines)
+        engines.close()
+
+
+def run_routed(rate: float = 10.0) -> tuple[PlannedRun, PickerRun]:
+    with (
+        stack(
+            real=True, nodes=3, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3, crds=[crd()]
+        ) as local,
+        routed(local, NAMESPACE, inference()) as fleet,
+    ):
+        pickers = fleet.pickers
+        kube = local.cluster.kube()
+        wait_for(lambda: _settled(kube, 3), 180, "three replicas serving")
+        fleet.warm()
+        with Traffic(pickers, rate) as traffic:
+            wait_for(traffic.steady, 60, "steady answers")
+            fleet.wait_spread(3)
+            planned = _planned(kube, traffic)
+            killed = traffic.now()
+            failover = kill_leading_picker(pickers, kube, NAMESPACE, NAME)
+            wait_for(lambda: client_view(traffic.results, killed)[0] is not None, 60, "answers again")
+        served_again, failed = client_view(traffic.results, killed)
     return planned, PickerRun(failover, served_again, failed, len(traffic.results))

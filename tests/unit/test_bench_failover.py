@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from bench.failover.__main__ import NOT_MEASURED, Run, as_json, report, unseen
+from bench.failover.__main__ import Run, as_json, report, unseen
 from bench.failover.npu import NpuRun, npu_report, policy_floor
-from bench.failover.picker import STEADY, PickerRun, PlannedRun, _client_view
+from bench.failover.operator import OperatorRun, operator_report
+from bench.failover.picker import STEADY, PickerRun, PlannedRun, client_view
 
 from ascend_fleet.devcluster.real.localpods import Route
 from ascend_fleet.devcluster.real.nodefailure import NodeFailure
@@ -16,12 +17,12 @@ def test_served_again_is_the_first_of_a_steady_run_of_answers_after_the_kill():
     gap = [(5 + t / 10, False) for t in range(160)]  # 16 s of failures
     blip = [(21.0, True), (21.1, False)]  # one answer is not a steady run
     after = [(21.2 + t / 10, True) for t in range(STEADY)]
-    served, failed = _client_view(before + gap + blip + after, killed=5.0)
+    served, failed = client_view(before + gap + blip + after, killed=5.0)
     assert round(served, 1) == 16.2 and failed == 161
 
 
 def test_a_pool_never_served_again_has_no_figure():
-    assert _client_view([(1.0, True), (6.0, False), (7.0, False)], killed=5.0) == (None, 2)
+    assert client_view([(1.0, True), (6.0, False), (7.0, False)], killed=5.0) == (None, 2)
 
 
 def test_json_names_the_picker_figures_and_leaves_the_rest_null():
@@ -29,8 +30,6 @@ def test_json_names_the_picker_figures_and_leaves_the_rest_null():
     run = PickerRun(PickerFailover(route, route, 16.4, 14.8, "a", "b"), 16.9, 163, 400)
     figures = as_json([], run)
     assert (figures["picker_failover_s"], figures["failed_requests_picker"]) == (16.9, 163)
-    assert "picker_failover_s" not in NOT_MEASURED
-    assert all(figures[key] is None for key in NOT_MEASURED)
     assert as_json([], None)["picker_failover_s"] is None
 
 
@@ -51,7 +50,6 @@ def test_the_npu_figure_is_the_default_interval_runs_and_its_floor_is_the_rules_
     assert figures["npu_unhealthy_replaced_s"] == 68.9
     assert [run["control_interval_s"] for run in figures["npu_runs"]] == [15.0, 5.0]
     assert figures["npu_runs"][0]["moved_node"] is True
-    assert "npu_unhealthy_replaced_s" not in NOT_MEASURED
     # A run whose replica never served again has no figure, not a zero.
     assert as_json([], None, None, [NpuRun(15.0, 60.0)])["npu_unhealthy_replaced_s"] is None
     assert "| 15 s | 60 s | 38.1 s | 68.3 s | 68.9 s | 1.15x | another | 1 |" in npu_report([first])
@@ -65,10 +63,51 @@ def test_a_failover_not_seen_fails_the_bench():
 def test_the_restored_figure_is_the_baseline_node_runs_and_a_replica_never_restored_fails_the_bench():
     restored = NodeFailure("n1", ["p-0"], 4.0, 50, 46.0, 46.1, 51.2, tainted=46.2, restored=70.5)
     faster = NodeFailure("n1", ["p-0"], 4.0, 20, 16.0, 16.1, 21.2, tainted=16.2, restored=40.3)
-    figures = as_json([Run(50, 5, restored), Run(20, 5, faster)], None)
+    figures = as_json(
+        [Run(50, 5, restored, failover=0.1, sent=700), Run(20, 5, faster, failover=0.1, sent=400)], None
+    )
     assert figures["replica_restored_s"] == 70.5
     assert [r["node_replica_restored_s"] for r in figures["node_runs"]] == [70.5, 40.3]
-    assert "replica_restored_s" not in NOT_MEASURED
     lost = NodeFailure("n1", ["p-0"], 4.0, 20, 16.0, 16.1, 21.2, tainted=16.2)
-    assert unseen([Run(20, 5, lost)], None, []) == ["node grace 20 s: the replica restored elsewhere"]
+    assert unseen([Run(20, 5, lost, failover=0.1)], None, []) == [
+        "node grace 20 s: the replica restored elsewhere"
+    ]
     assert "| 70.5 s (46.2 s) |" in report([Run(50, 5, restored)])
+
+
+def test_the_node_figures_are_the_clients_in_the_baseline_run():
+    failure = NodeFailure("n1", ["p-0"], 4.0, 50, 46.0, 46.1, 51.2, tainted=46.2, restored=70.5)
+    other = NodeFailure("n1", ["p-0"], 4.0, 20, 16.0, 16.1, 21.2, tainted=16.2, restored=40.3)
+    runs = [
+        Run(20, 5, other, failover=9.9, failed=3, sent=400),
+        Run(50, 5, failure, fallbacks=1, failover=0.1, failed=0, sent=690),
+        Run(50, 5, failure, failover=0.12, failed=1, sent=705, dead_replica_answered=300),
+    ]
+    figures = as_json(runs, None)
+    # The defaults' run (no fallbacks) at the upstream grace period, whatever the order.
+    assert (figures["node_failover_s"], figures["failed_requests_node"]) == (0.12, 1)
+    assert [(r["fallbacks"], r["sent_requests"]) for r in figures["node_runs"]] == [
+        (0, 400),
+        (1, 690),
+        (0, 705),
+    ]
+    assert "| 0.1 s | 1 | 705 |" in report([runs[2]])
+    assert report([runs[1]]).splitlines()[2].startswith("| 50 s | 1 |")
+    # Answers never steady again after the cut: no figure, and the bench fails.
+    assert as_json([Run(50, 5, failure)], None)["node_failover_s"] is None
+    assert unseen([Run(50, 5, failure)], None, []) == ["node grace 50 s: steady answers (client)"]
+    # Traffic that never reached the dead replica shows no failover: the run does not count.
+    blind = Run(50, 5, failure, failover=0.1, sent=700, dead_replica_answered=0)
+    assert unseen([blind], None, []) == ["node grace 50 s: client traffic on the dead replica before the cut"]
+
+
+def test_the_operator_figure_is_the_standby_acting_and_not_acting_fails_the_bench():
+    run = OperatorRun(9.3, "operator-a_1", leads=10.2, leader="operator-b_2", acts=12.4)
+    figures = as_json([], None, operator=run)
+    assert (figures["operator_takeover_s"], figures["operator_lease_taken_s"]) == (12.4, 10.2)
+    assert figures["operator_lease_floor_s"] == 9.3
+    assert "| 9.3 s | 10.2 s | 12.4 s | 1.33x |" in operator_report(run)
+    assert as_json([], None)["operator_takeover_s"] is None  # not run: no figure, not a zero
+    assert unseen([], None, [], OperatorRun(9.3, "operator-a_1", leads=10.2)) == [
+        "the standby operator acting"
+    ]

@@ -24,8 +24,10 @@ can know a node is dead before it has been silent that long.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from ascend_fleet.api import names
 from ascend_fleet.api.times import parse_rfc3339
 from ascend_fleet.kube import Kube
 from ascend_fleet.render.metadata import serving_selector
@@ -102,13 +104,18 @@ def kill_serving_node(
     grace_seconds: int,
     timeout: float = 120.0,
     out_of_service: bool = False,
+    spare: Collection[str] = (),
 ) -> NodeFailure:
-    """Cut the power of the node under the first serving leader of ``name`` and time what Kubernetes does:
-    until the pods are evicted, or with ``out_of_service`` until the replica serves again elsewhere."""
+    """Cut the power of the first node (by name) under a serving leader of ``name``, bar the ``spare`` ones,
+    and time what Kubernetes does: until the pods are evicted, or with ``out_of_service`` until the replica
+    serves again elsewhere."""
     before = serving_leaders(kube, namespace, name)
     if len(set(before.values())) < 2:
         raise RuntimeError(f"{name} serves from {len(set(before.values()))} node(s); a failover needs 2")
-    node = sorted(before.values())[0]
+    candidates = sorted(set(before.values()) - set(spare))
+    if not candidates:
+        raise RuntimeError(f"every node serving {name} is spared ({', '.join(sorted(spare))})")
+    node = candidates[0]
     age = _heartbeat_age(kube, node)
     began = time.monotonic()
     pods = agent.power_off(node)
@@ -121,6 +128,19 @@ def kill_serving_node(
             failure.tainted = time.monotonic() - began
         time.sleep(_READY_POLL_SECONDS)
     return failure
+
+
+def _engine_pods_evicted(kube: Kube, namespace: str, name: str, node: str) -> bool:
+    """Whether every engine pod of ``name`` on ``node`` is being deleted. Only the engine pods tolerate the
+    node's taints for ``spec.availability``'s short time; anything else there (a picker pod) keeps the
+    default 300 s."""
+    pods = [
+        p
+        for p in kube.list("Pod", namespace, {names.LABEL_NAME: name})
+        if (p.get("spec") or {}).get("nodeName") == node
+        and names.LABEL_REPLICA in p["metadata"].get("labels", {})
+    ]
+    return bool(pods) and all(p["metadata"].get("deletionTimestamp") for p in pods)
 
 
 def _done(failure: NodeFailure, out_of_service: bool) -> bool:
@@ -137,8 +157,7 @@ def _observe(kube: Kube, namespace: str, name: str, failure: NodeFailure, servin
         failure.node_unknown = now
     if failure.out_of_service is None and node not in ready.values():
         failure.out_of_service = now
-    on_node = [p for p in kube.list("Pod", namespace) if (p.get("spec") or {}).get("nodeName") == node]
-    if failure.evicted is None and on_node and all(p["metadata"].get("deletionTimestamp") for p in on_node):
+    if failure.evicted is None and _engine_pods_evicted(kube, namespace, name, node):
         failure.evicted = now
     if failure.out_of_service is not None and failure.restored is None and survivors >= serving:
         failure.restored = now
