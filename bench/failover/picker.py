@@ -40,6 +40,14 @@ NAMESPACE = "picker-failover"
 STEADY = 5  # answers in a row that count as served again
 
 
+def completion(url: str, prompt: str, max_tokens: int) -> urllib.request.Request:
+    """A short completion request to the OpenAI API at ``url``."""
+    body = json.dumps({"model": "qwen2.5-1.5b", "prompt": prompt, "max_tokens": max_tokens}).encode()
+    return urllib.request.Request(
+        url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+
+
 @dataclass
 class Traffic:
     """(seconds since start, answered) per request, sent by one thread at a fixed rate to the pool ``NAME``
@@ -58,11 +66,7 @@ class Traffic:
             return False
         # A prompt of its own: identical ones would (rightly) draw the picker's prefix-cache affinity to one
         # replica, and a replica that gets no traffic shows no failover.
-        prompt = f"{uuid.uuid4().hex} hello"
-        body = json.dumps({"model": "qwen2.5-1.5b", "prompt": prompt, "max_tokens": 2}).encode()
-        request = urllib.request.Request(
-            route.url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
-        )
+        request = completion(route.url, f"{uuid.uuid4().hex} hello", 2)
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 return answer.status == 200
@@ -205,11 +209,7 @@ class Routed:
             address = self.engines.api_endpoint(pod.namespace, pod.name)
             if address is None:
                 continue
-            body = json.dumps({"model": "qwen2.5-1.5b", "prompt": "warm", "max_tokens": 1}).encode()
-            request = urllib.request.Request(
-                f"http://{address}/v1/completions", data=body, headers={"Content-Type": "application/json"}
-            )
-            with urllib.request.urlopen(request, timeout=10) as answer:
+            with urllib.request.urlopen(completion(f"http://{address}", "warm", 1), timeout=10) as answer:
                 answer.read()
 
     def answered(self) -> dict[str, int]:

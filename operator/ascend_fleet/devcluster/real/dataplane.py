@@ -31,7 +31,7 @@ from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
 
 from .controlplane import ControlPlaneUnavailable, cached_go_build
-from .poolendpoints import PoolEndpoints, PoolRef
+from .poolendpoints import PoolEndpoints, PoolRef, envoy_endpoint
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 # What sends a request on to the picker's next endpoint: the connection refused or timed out, or the stream
@@ -442,12 +442,12 @@ def _ext_proc_cluster(name: str, port: int) -> dict[str, Any]:
                 "common_tls_context": {"alpn_protocols": ["h2"]},
             },
         },
-        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [_endpoint("127.0.0.1", port)]}]},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [envoy_endpoint(f"127.0.0.1:{port}")]}]},
     }  # fmt: skip
 
 
 def _random_cluster(name: str, endpoints: Sequence[str]) -> dict[str, Any]:
-    hosts = [_endpoint(*_split(address)) for address in endpoints]
+    hosts = [envoy_endpoint(address) for address in endpoints]
     return {
         "name": name,
         "type": "STATIC",
@@ -456,15 +456,6 @@ def _random_cluster(name: str, endpoints: Sequence[str]) -> dict[str, Any]:
         "circuit_breakers": _unbounded(),
         "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": hosts}]},
     }
-
-
-def _endpoint(host: str, port: int) -> dict[str, Any]:
-    return {"endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}}}
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host, int(port)
 
 
 def _unbounded() -> dict[str, Any]:

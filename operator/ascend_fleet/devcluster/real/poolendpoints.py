@@ -48,14 +48,15 @@ def pool_endpoints(pool: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -
     return sorted(found)
 
 
+def envoy_endpoint(address: str) -> dict[str, Any]:
+    """One of an Envoy cluster's endpoints, from ``host:port``."""
+    host, _, port = address.rpartition(":")
+    return {"endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}}}
+
+
 def eds_document(cluster: str, endpoints: Iterable[str], version: int = 0) -> dict[str, Any]:
     """Envoy's discovery response for one cluster's load assignment (what a file-based EDS source holds)."""
-    hosts = []
-    for endpoint in endpoints:
-        host, _, port = endpoint.rpartition(":")
-        hosts.append(
-            {"endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}}}
-        )
+    hosts = [envoy_endpoint(address) for address in endpoints]
     assignment = {"@type": EDS_TYPE, "cluster_name": cluster, "endpoints": [{"lb_endpoints": hosts}]}
     return {"version_info": str(version), "resources": [assignment]}
 
@@ -87,7 +88,7 @@ class PoolEndpoints:
         self.endpoints: list[str] = []
         self.version = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"pool-endpoints-{pool}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"pool-endpoints-{pool.name}", daemon=True)
 
     def read(self) -> list[str]:
         """The pool's endpoints now, from the API (empty while the pool does not exist)."""
