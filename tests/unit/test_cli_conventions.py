@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from ascend_fleet.api.settings import OperatorSettings, ReconcileSettings
+from ascend_fleet.reconcile.observe import is_picker_object
 from ascend_fleet.reconcile.plan import Observed, plan_pass
 from ascend_fleet.render import validate
 from ascend_fleet.render.routing import PickerSettings
@@ -201,7 +202,7 @@ def operator_creates(body: dict, settings: OperatorSettings) -> list[dict]:
                 observed.pods.append(obj)
             elif kind == "Service":
                 observed.services[name] = obj
-            elif kind == "PodDisruptionBudget":
+            elif kind == "PodDisruptionBudget" and not is_picker_object(obj):
                 observed.pdb = obj
             else:
                 observed.routing[(kind, name)] = obj

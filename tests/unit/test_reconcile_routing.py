@@ -95,6 +95,7 @@ def test_the_pickers_service_comes_first_then_every_routing_object():
         "InferenceObjective",
         "InferenceObjective",
         "InferencePool",
+        "PodDisruptionBudget",  # the pickers' budget: both serve by default
         "Role",
         "RoleBinding",
         "ServiceAccount",
@@ -132,10 +133,10 @@ def test_drifted_routing_objects_are_patched_back():
         ("Role", "llm-epp"),
     }
     assert patches[("Deployment", "llm-epp")]["spec"]["replicas"] == 2  # the default, two pickers
-    # Recreate next to a stored rollingUpdate is refused by the API server: the patch removes it.
+    # The rendered rolling update replaces the stored one whole (both pickers serve by default).
     assert patches[("Deployment", "llm-epp")]["spec"]["strategy"] == {
-        "type": "Recreate",
-        "rollingUpdate": None,
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
     assert "selector" not in patches[("Deployment", "llm-epp")]["spec"]
     assert patches[("InferenceObjective", "llm-long")]["spec"]["priority"] == 2

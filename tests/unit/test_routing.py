@@ -176,7 +176,7 @@ def test_built_in_picker_objects_are_valid_kubernetes():
     _, objects = routed()
     built_in = [o for o in objects if o["kind"] not in UPSTREAM_CRDS and o["kind"] != "HTTPRoute"]
     assert {o["kind"] for o in built_in} == {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment",
-                                             "Service"}  # fmt: skip
+                                             "Service", "PodDisruptionBudget"}  # fmt: skip
     for obj in built_in:
         k8s_validate(obj, "1.33", strict=True)
 
@@ -237,8 +237,32 @@ def _picker(objects: list[dict]) -> tuple[dict, dict, dict]:
     return deployment, role, pool
 
 
-def test_two_pickers_by_default_elect_a_leader_and_only_the_leader_is_ready():
-    deployment, role, pool = _picker(routed()[1])
+def test_two_pickers_by_default_both_serve_roll_one_by_one_and_keep_one_through_a_drain():
+    objects = routed()[1]
+    deployment, role, pool = _picker(objects)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert "--ha-enable-leader-election" not in container["args"]
+    assert {container[p]["grpc"]["service"] for p in ("readinessProbe", "livenessProbe")} == {
+        "inference-extension"
+    }
+    assert all("leases" not in rule["resources"] for rule in role["rules"])
+    (apart,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert apart["podAffinityTerm"]["labelSelector"] == deployment["spec"]["selector"]
+    (budget,) = by_kind(objects, "PodDisruptionBudget")
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": deployment["spec"]["selector"]}
+    assert budget["metadata"]["labels"]["app.kubernetes.io/component"] == "endpoint-picker"
+    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailClose"
+
+
+def test_electing_pickers_recreate_and_only_the_leader_is_ready():
+    objects = routed(routing={"picker": {"leaderElection": True}})[1]
+    deployment, role, _ = _picker(objects)
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"] == {"type": "Recreate"}
@@ -250,9 +274,8 @@ def test_two_pickers_by_default_elect_a_leader_and_only_the_leader_is_ready():
         "resources": ["leases"],
         "verbs": ["get", "create", "update"],
     } in (role["rules"])
-    (apart,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert apart["podAffinityTerm"]["labelSelector"] == deployment["spec"]["selector"]
-    assert pool["spec"]["endpointPickerRef"]["failureMode"] == "FailClose"
+    # A standby is never Ready: a budget over the pickers would block every drain of its node.
+    assert by_kind(objects, "PodDisruptionBudget") == []
 
 
 def test_one_picker_runs_alone_without_an_election():

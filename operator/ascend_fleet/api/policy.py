@@ -131,8 +131,16 @@ class PickerSpec(Model):
         default=2,
         ge=1,
         le=5,
-        description="Picker pods. More than one: they elect a leader through a Lease and only the leader is "
-        "Ready (serves), the others stand by to take over when it dies.",
+        description="Picker pods. More than one: all of them serve (each reads the pool and the engines' "
+        "metrics itself), so the death of one fails only the requests in flight through it; with "
+        "leaderElection, only the leader serves and the others stand by.",
+    )
+    leader_election: bool = Field(
+        default=False,
+        description="With more than one replica: elect a leader through a Lease, and only the leader serves "
+        "(one prefix-cache index and one set of flow-control queues for the whole pool). A standby reads "
+        "nothing until it leads, so the leader's death stops routing for up to the Lease's 15 s. Off: every "
+        "replica serves.",
     )
     failure_mode: Literal["FailClose", "FailOpen"] = Field(
         default="FailClose",

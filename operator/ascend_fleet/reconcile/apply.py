@@ -18,7 +18,7 @@ from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation
 from .fleet_status import OTHER_WRITERS_KEYS, canonical_status
-from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, owned_by
+from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, is_picker_object, owned_by
 from .plan import creation_event, plan_invalid, plan_pass
 from .refusals import CHILD_REJECTED, NAME_CONFLICT
 from .timing import SETTLE_AFTER_CONFLICT
@@ -334,6 +334,6 @@ def observe_routing(
             missing.add(kind)
             continue
         for item in items:
-            if owned_by(item, uid):
+            if owned_by(item, uid) and (kind != "PodDisruptionBudget" or is_picker_object(item)):
                 owned[(kind, item["metadata"]["name"])] = item
     return owned, frozenset(missing)

@@ -16,6 +16,7 @@ ROUTING_OWNED = {
     "ServiceAccount": (),
     "Role": ("rules",),
     "RoleBinding": ("subjects",),
+    "PodDisruptionBudget": ("spec",),
 }
 
 
@@ -43,10 +44,11 @@ def routing_patch(want: dict) -> dict:
         body[key] = want.get(key)
     spec = body.get("spec")
     if want["kind"] == "Deployment" and spec:
-        # The picker's strategy is Recreate, which the API server refuses next to a stored rollingUpdate;
+        # Electing pickers' strategy is Recreate, which the API server refuses next to a stored rollingUpdate;
         # the selector is immutable (and always the rendered one).
         spec = {k: v for k, v in spec.items() if k != "selector"}
-        spec["strategy"] = {**spec.get("strategy", {}), "rollingUpdate": None}
+        strategy = spec.get("strategy", {})
+        spec["strategy"] = {**strategy, "rollingUpdate": strategy.get("rollingUpdate")}
         body["spec"] = spec
     return body
 

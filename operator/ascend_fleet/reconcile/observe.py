@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..api import names
+from ..render.routing import PICKER_COMPONENT
 from .writes import Observed
 
 
@@ -19,14 +21,28 @@ def observed_children(
     """Filter candidate children (found by the name label) down to the ones this object owns."""
     mine = [p for p in pods if owned_by(p, uid)]
     services_by_name = {s["metadata"]["name"]: s for s in services if owned_by(s, uid)}
-    pdb = next((b for b in pdbs if owned_by(b, uid)), None)
+    pdb = next((b for b in pdbs if owned_by(b, uid) and not is_picker_object(b)), None)
     return Observed(pods=mine, services=services_by_name, pdb=pdb)
 
 
+def is_picker_object(obj: dict) -> bool:
+    """One of the endpoint picker's objects (its component label): the picker's disruption budget is a
+    routing object, never the engines' budget, though both carry the inference's name label."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(names.LABEL_APP_COMPONENT) == PICKER_COMPONENT
+
+
 # Routing kinds read by a list per pass (not watched), CRD kinds first; the picker's Service is watched with
-# the other Services.
+# the other Services. Of the PodDisruptionBudgets only the picker's is a routing object (is_picker_object).
 ROUTING_CRD_KINDS = ("InferencePool", "InferenceObjective", "HTTPRoute")
-ROUTING_CORE_KINDS = ("Deployment", "ConfigMap", "ServiceAccount", "Role", "RoleBinding")
+ROUTING_CORE_KINDS = (
+    "Deployment",
+    "ConfigMap",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "PodDisruptionBudget",
+)
 
 
 def wants_routing_list(mode: str, picker_service: dict | None, uid: str) -> bool:

@@ -35,6 +35,7 @@ ROUTING_DELETE_ORDER = (
     "HTTPRoute",
     "InferenceObjective",
     "InferencePool",
+    "PodDisruptionBudget",
     "Deployment",
     "ConfigMap",
     "RoleBinding",

@@ -64,9 +64,10 @@ SATURATION_KV_CACHE = 0.9
 # (200 ms) is shorter than a busy engine's /metrics sometimes takes to answer: the picker then sends
 # everything to the one engine whose last scrape happened to be quick.
 METRICS_STALENESS = "1s"
-# Several picker pods elect a leader through a Lease (the picker's own flag, as the upstream chart sets it for
-# more than one replica); only the leader answers its gRPC health service "readiness", so only it is Ready and
-# in the picker Service, while "liveness" passes on every pod (a standby is alive, not broken).
+# With routing.picker.leaderElection, several picker pods elect a leader through a Lease (the picker's own flag,
+# as the upstream chart sets it in its active-passive mode); only the leader answers its gRPC health service
+# "readiness", so only it is Ready and in the picker Service, while "liveness" passes on every pod (a standby is
+# alive, not broken). Without it every replica serves (upstream's active-active mode).
 PICKER_LEADER_ELECTION_FLAG = "--ha-enable-leader-election"
 PICKER_HEALTH_SERVICE = "inference-extension"  # one replica: live and ready once the pool is synced
 PICKER_LIVENESS_SERVICE = "liveness"
@@ -316,13 +317,33 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
         "kind": "ServiceAccount",
         "metadata": metadata(owner, name, labels),
     }
+    budget = (
+        [] if picker_elects(spec) or spec.routing.picker.replicas < 2 else [_picker_budget(owner, labels)]
+    )
     return [
         service_account,
-        *_picker_access(owner, labels, spec.routing.picker.replicas > 1),
+        *_picker_access(owner, labels, picker_elects(spec)),
         config,
         _picker_deployment(spec, owner, picker, labels),
         _picker_service(owner, labels),
+        *budget,
     ]
+
+
+def picker_elects(spec: AscendInferenceSpec) -> bool:
+    """Whether the picker replicas elect a leader (only it serves) rather than all serving side by side."""
+    return spec.routing.picker.leader_election and spec.routing.picker.replicas > 1
+
+
+def _picker_budget(owner: Owner, labels: dict[str, str]) -> dict:
+    """At most one serving picker away at a time by a voluntary disruption (a drain, an eviction). Only for
+    pickers that all serve: a standby is never Ready, so a budget over elected pickers would block every drain."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(owner, picker_name(owner.name), labels),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _picker_selector(owner)}},
+    }
 
 
 def _picker_selector(owner: Owner) -> dict[str, str]:
@@ -398,12 +419,15 @@ def _picker_container(owner: Owner, picker: PickerSettings, elects: bool) -> dic
     }
 
 
+_ROLLING_ONE_BY_ONE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+
 def _picker_deployment(
     spec: AscendInferenceSpec, owner: Owner, picker: PickerSettings, labels: dict[str, str]
 ) -> dict:
     name = picker_name(owner.name)
-    replicas = spec.routing.picker.replicas
-    # Standbys on other nodes than the leader, where the scheduler can: one node's death leaves a picker.
+    replicas, elects = spec.routing.picker.replicas, picker_elects(spec)
+    # Replicas on other nodes, where the scheduler can: one node's death leaves a picker.
     apart = {
         "podAntiAffinity": {
             "preferredDuringSchedulingIgnoredDuringExecution": [
@@ -422,11 +446,11 @@ def _picker_deployment(
         "kind": "Deployment",
         "metadata": metadata(owner, name, labels),
         "spec": {
-            # One active picker (its prefix-cache index and flow-control queues live in memory), the others
-            # standing by. Recreate, as upstream: only the leader is Ready, so a rolling update would wait for
-            # a new pod that cannot become Ready while the old leader holds the Lease.
+            # Electing pickers: Recreate, as upstream, since only the leader is Ready and a rolling update
+            # would wait for a new pod that cannot become Ready while the old leader holds the Lease. Pickers
+            # that all serve roll one at a time, a new one Ready before an old one goes.
             "replicas": replicas,
-            "strategy": {"type": "Recreate"},
+            "strategy": {"type": "Recreate"} if elects else _ROLLING_ONE_BY_ONE,
             "selector": {"matchLabels": _picker_selector(owner)},
             "template": {
                 "metadata": {"labels": labels},
@@ -441,7 +465,7 @@ def _picker_deployment(
                     },
                     "terminationGracePeriodSeconds": 130,
                     **({"affinity": apart} if replicas > 1 else {}),
-                    "containers": [_picker_container(owner, picker, replicas > 1)],
+                    "containers": [_picker_container(owner, picker, elects)],
                     "volumes": [{"name": "config", "configMap": {"name": name}}],
                 },
             },
