@@ -1,10 +1,10 @@
-"""``python -m bench.failover``: a node under one of two replicas dies, then the leading endpoint picker does.
+"""``python -m bench.failover``: a node under one of two replicas dies, then a serving endpoint picker does.
 
 Each run starts a real control plane whose controller manager gives a silent node ``grace`` seconds
 (``--node-monitor-grace-period``), applies a two-replica inference spread over nodes with
-``spec.availability`` behind an InferencePool (two pickers, each with its gateway), waits until both replicas
+``spec.availability`` behind an InferencePool (two pickers behind the pool's gateway), waits until both replicas
 serve and a client's requests through the gateway are answered, then cuts the power of one replica's node (not
-the leading picker's) and times, through the API: the node marked ``Unknown``, the dead replica out of service
+the first serving picker's) and times, through the API: the node marked ``Unknown``, the dead replica out of service
 (its leader ``Ready=False``, which a Service and the InferencePool's picker go by), its pod evicted by the taint
 manager, and, once the node is tainted out of service as an administrator does for a node known to be down,
 the replica serving again on another node (``replica_restored_s``, the baseline run's). The client counts what
@@ -14,7 +14,8 @@ grace period (50 s) in the same run; the floor of each server-side step is its g
 the node's last heartbeat at the cut, which no controller can beat.
 
 Then (unless ``--no-picker``) one more cluster runs a pool with two pickers under steady client traffic and kills
-the leading picker (:mod:`bench.failover.picker`); its floor is the picker Lease's remaining life. Last (unless
+one that serves (:mod:`bench.failover.picker`): both serve by default, so there is no floor to wait for; and one
+more with ``leaderElection``, whose floor is the picker Lease's remaining life. Last (unless
 ``--no-npu``) an NPU breaks under one of two replicas and the default rule replaces it (:mod:`bench.failover.npu`),
 once per control-loop interval; its floor is the rule's window and the drain. Then (unless ``--no-operator``) the
 acting one of two operator processes is killed (:mod:`bench.failover.operator`); its floor is the operator
@@ -73,8 +74,8 @@ class Run:
 
 
 def run_once(grace: int, toleration: int, fallbacks: int = 0, rate: float = 10.0) -> Run:
-    """One cluster, one inference under client traffic, one node death (not the leading picker's node: its
-    death is the picker run's)."""
+    """One cluster, one inference under client traffic, one node death (not the node of the first serving
+    picker: a picker's death is the picker run's; the other picker may share the dying node, as in a cluster)."""
     with (
         stack(
             real=True,
@@ -95,7 +96,7 @@ def run_once(grace: int, toleration: int, fallbacks: int = 0, rate: float = 10.0
         with Traffic(pickers, rate, NAMESPACE) as traffic:
             wait_for(traffic.steady, 60, "steady answers")
             route = pickers.route(NAMESPACE, NAME)
-            assert route is not None, "routed() waits for a leading picker"
+            assert route is not None, "routed() waits for a serving picker"
             leading_node = kube.get("Pod", NAMESPACE, route.picker)["spec"]["nodeName"]
             before = fleet.wait_spread(2)  # the dead replica's share is what the failover must move
             killed = traffic.now()
@@ -137,17 +138,22 @@ def report(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
-def picker_report(run: PickerRun) -> str:
-    f = run.failover
-    again = seconds(run.served_again)
-    x_floor = f"{run.served_again / f.floor:.2f}x" if run.served_again and f.floor else "-"
-    return "\n".join(
-        [
-            "| picker Lease floor | standby leads | answers again (client) | x floor | failed requests | sent |",
-            "|---|---|---|---|---|---|",
-            f"| {f.floor:.1f} s | {f.seconds:.1f} s | {again} | {x_floor} | {run.failed} | {run.sent} |",
-        ]
+def picker_report(runs: Sequence[PickerRun]) -> str:
+    """One row per picker run: both pickers serving, or electing a leader (the leader killed)."""
+    rows = []
+    for run in runs:
+        f = run.failover
+        pickers = "leader elected" if f.killed.elects else "both serve"
+        x_floor = f"{run.served_again / f.floor:.2f}x" if run.served_again and f.floor else "-"
+        rows.append(
+            f"| {pickers} | {f.floor:.1f} s | {f.seconds:.1f} s | {seconds(run.served_again)} | {x_floor} "
+            f"| {run.failed} | {run.in_flight} | {run.sent} |"
+        )
+    header = (
+        "| pickers | floor | another serves | answers again (client) | x floor | failed requests "
+        "| in flight at the kill | sent |"
     )
+    return "\n".join([header, "|---|---|---|---|---|---|---|---|", *rows])
 
 
 def planned_report(run: PlannedRun) -> str:
@@ -162,10 +168,11 @@ def as_json(
     planned: PlannedRun | None = None,
     npu: Sequence[NpuRun] = (),
     operator: OperatorRun | None = None,
+    elected: PickerRun | None = None,
 ) -> dict:
     """The measured runs (nodes: client side and, per step, server side; NPU faults: server side, the
-    leader's Ready condition; picker: client side; operator: through the API), null for what was not run
-    or not seen. ``npu_unhealthy_replaced_s`` is the first NPU run's (the default control interval);
+    leader's Ready condition; picker: client side, ``picker`` with both pickers serving and ``elected`` with a
+    leader elected; operator: through the API), null for what was not run or not seen. ``npu_unhealthy_replaced_s`` is the first NPU run's (the default control interval);
     ``node_failover_s``, ``failed_requests_node`` and ``replica_restored_s`` the baseline node run's."""
     base_run = baseline(runs)
     return {
@@ -198,7 +205,12 @@ def as_json(
         if picker is None or picker.served_again is None
         else round(picker.served_again, 2),
         "failed_requests_picker": None if picker is None else picker.failed,
-        "picker_lease_floor_s": None if picker is None else round(picker.failover.floor, 2),
+        "in_flight_requests_picker": None if picker is None else picker.in_flight,
+        "picker_elected_failover_s": None
+        if elected is None or elected.served_again is None
+        else round(elected.served_again, 2),
+        "failed_requests_picker_elected": None if elected is None else elected.failed,
+        "picker_lease_floor_s": None if elected is None else round(elected.failover.floor, 2),
         **{
             f"failed_requests_{op}": None if planned is None else planned.failed.get(op)
             for op in ("scale_in", "restart", "rollout")
@@ -266,18 +278,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"node grace {grace} s, {fallbacks} fallbacks ...", file=sys.stderr, flush=True)
         runs.append(run_once(grace, args.toleration, fallbacks))
     print(report(runs))
-    picker = planned = None
+    picker = planned = elected = None
     if not args.no_picker:
         print(
-            "planned operations, then the leading picker killed, under traffic ...",
-            file=sys.stderr,
-            flush=True,
+            "planned operations, then a serving picker killed, under traffic ...", file=sys.stderr, flush=True
         )
         planned, picker = run_routed()
+        print("the leader of two electing pickers killed, under traffic ...", file=sys.stderr, flush=True)
+        _, elected = run_routed(leader_election=True, planned=False)
         print()
+        assert planned is not None  # run_routed runs them by default
         print(planned_report(planned))
         print()
-        print(picker_report(picker))
+        print(picker_report([picker, elected]))
     npu = []
     if not args.no_npu:
         for interval in (float(i) for i in args.npu_interval.split(",")):
@@ -292,11 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(operator_report(operator))
     if args.json:
-        figures = as_json(runs, picker, planned, npu, operator)
+        figures = as_json(runs, picker, planned, npu, operator, elected)
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
     count = len(runs) + len(npu) + (picker is not None) + (operator is not None)
     print(f"\n{count} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    missed = unseen(runs, picker, npu, operator)
+    missed = unseen(runs, picker, npu, operator) + unseen([], elected, [])
     if missed:
         print("not seen within the timeout: " + "; ".join(missed), file=sys.stderr)
     return 1 if missed else 0

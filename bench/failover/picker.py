@@ -1,13 +1,14 @@
-"""The routed runs of ``bench.failover``: planned operations, then the leading endpoint picker's death, under
+"""The routed runs of ``bench.failover``: planned operations, then a serving endpoint picker's death, under
 steady client traffic.
 
-A client sends one short completion every ``1 / rate`` seconds through the pool's gateway, as a gateway in a
-cluster follows the picker Service's Ready endpoint (:meth:`LocalPods.route`, the leader). On a fleet of two
-replicas behind two pickers it first counts the requests that fail during a scale-in, a ``restart_service`` drain
-(the control loop's own patch) and a rollout, each from the change until the fleet is settled again; then the
-leading picker's process gets SIGKILL. The picker figures: how long until a steady run of answers resumed
-(client side), how many requests failed meanwhile, and the Lease's floor (its duration less its renewal's age
-at the kill).
+A client sends one short completion every ``1 / rate`` seconds through the pool's gateway, which calls the
+pool's pickers that serve (as a gateway follows the picker Service's Ready endpoints). On a fleet of three
+replicas behind two pickers it first counts the requests that fail during a scale-in, a ``restart_service``
+drain (the control loop's own patch) and a rollout, each from the change until the fleet is settled again; then
+a serving picker's process gets SIGKILL: with both pickers serving (the default), and again with
+``leaderElection`` (the leader killed). The picker figures: how long until a steady run of answers resumed
+(client side), how many requests failed meanwhile and how many were in flight at the kill, and the floor (none
+with both serving; the Lease's duration less its renewal's age at the kill when electing).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ascend_fleet.api.times import rfc3339_ms
 from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
-from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_leading_picker, pool_routes
+from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_serving_picker, pool_routes
 from ascend_fleet.devcluster.stack import Stack, stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
@@ -51,22 +52,23 @@ def completion(url: str, prompt: str, max_tokens: int) -> urllib.request.Request
 @dataclass
 class Traffic:
     """(seconds since start, answered) per request, sent by one thread at a fixed rate to the pool ``NAME``
-    in ``namespace``."""
+    in ``namespace`` through its gateway; ``ended`` the second each answer (or failure) came, in the same order."""
 
     pickers: LocalPods
     rate: float
     namespace: str = NAMESPACE
     results: list[tuple[float, bool]] = field(default_factory=list)
+    ended: list[float] = field(default_factory=list)
     began: float = field(default_factory=time.monotonic)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def _one(self) -> bool:
-        route = self.pickers.route(self.namespace, NAME)
-        if route is None:
+        url = self.pickers.gateway_url(self.namespace, NAME)
+        if url is None:
             return False
         # A prompt of its own: identical ones would (rightly) draw the picker's prefix-cache affinity to one
         # replica, and a replica that gets no traffic shows no failover.
-        request = completion(route.url, f"{uuid.uuid4().hex} hello", 2)
+        request = completion(url, f"{uuid.uuid4().hex} hello", 2)
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 return answer.status == 200
@@ -76,7 +78,9 @@ class Traffic:
     def run(self) -> None:
         while not self._stop.is_set():
             sent = time.monotonic()
-            self.results.append((sent - self.began, self._one()))
+            answered = self._one()
+            self.results.append((sent - self.began, answered))
+            self.ended.append(self.now())
             self._stop.wait(max(1 / self.rate - (time.monotonic() - sent), 0))
 
     def __enter__(self) -> Traffic:
@@ -103,6 +107,12 @@ class PickerRun:
     served_again: float | None  # seconds from the kill to the first of STEADY answers in a row (client)
     failed: int  # requests that failed between the kill and then
     sent: int
+    in_flight: int = 0  # requests sent before the kill and not yet answered at it
+
+
+def in_flight(traffic: Traffic, killed: float) -> int:
+    """Requests sent before ``killed`` whose answer came after it."""
+    return sum(t < killed <= end for (t, _), end in zip(traffic.results, traffic.ended, strict=False))
 
 
 def client_view(results: list[tuple[float, bool]], killed: float) -> tuple[float | None, int]:
@@ -120,9 +130,10 @@ def client_view(results: list[tuple[float, bool]], killed: float) -> tuple[float
 DRAIN_SECONDS = 3  # spec.disruption.drainSeconds: in-flight requests here last well under a second
 
 
-def inference() -> dict:
+def inference(leader_election: bool = False) -> dict:
     doc = example(NAMESPACE)
-    doc["spec"]["routing"] = {"mode": "inferencePool"}  # two pickers, the default
+    # Two pickers, the default; both serve unless they elect a leader.
+    doc["spec"]["routing"] = {"mode": "inferencePool", "picker": {"leaderElection": leader_election}}
     doc["spec"]["parallelism"]["data"] = 3
     doc["spec"]["disruption"] = {"maxUnavailable": 1, "drainSeconds": DRAIN_SECONDS}
     return doc
@@ -251,7 +262,7 @@ def routed(local: Stack, namespace: str, doc: dict) -> Iterator[Routed]:
             try:
                 kube.create(doc)
                 wait_for(lambda: len(pool_routes(pickers, namespace, NAME)) == 2, 180, "two picker pods")
-                wait_for(lambda: pickers.route(namespace, NAME), 60, "a leading picker")
+                wait_for(lambda: pickers.route(namespace, NAME), 60, "a serving picker")
                 yield Routed(pickers, engines)
             finally:
                 local.cluster.kubelet.remove_listener(pickers)
@@ -260,12 +271,16 @@ def routed(local: Stack, namespace: str, doc: dict) -> Iterator[Routed]:
         engines.close()
 
 
-def run_routed(rate: float = 10.0) -> tuple[PlannedRun, PickerRun]:
+def run_routed(
+    rate: float = 10.0, *, leader_election: bool = False, planned: bool = True
+) -> tuple[PlannedRun | None, PickerRun]:
+    """With ``planned``, the planned operations first; then a serving picker killed (the leader, with
+    ``leader_election``)."""
     with (
         stack(
             real=True, nodes=3, npus_per_node=16, start_seconds=0.2, ready_seconds=0.3, crds=[crd()]
         ) as local,
-        routed(local, NAMESPACE, inference()) as fleet,
+        routed(local, NAMESPACE, inference(leader_election)) as fleet,
     ):
         pickers = fleet.pickers
         kube = local.cluster.kube()
@@ -274,9 +289,11 @@ def run_routed(rate: float = 10.0) -> tuple[PlannedRun, PickerRun]:
         with Traffic(pickers, rate) as traffic:
             wait_for(traffic.steady, 60, "steady answers")
             fleet.wait_spread(3)
-            planned = _planned(kube, traffic)
+            operations = _planned(kube, traffic) if planned else None
             killed = traffic.now()
-            failover = kill_leading_picker(pickers, kube, NAMESPACE, NAME)
+            failover = kill_serving_picker(pickers, kube, NAMESPACE, NAME)
             wait_for(lambda: client_view(traffic.results, killed)[0] is not None, 60, "answers again")
+            time.sleep(2)  # the requests in flight at the kill have ended
         served_again, failed = client_view(traffic.results, killed)
-    return planned, PickerRun(failover, served_again, failed, len(traffic.results))
+    run = PickerRun(failover, served_again, failed, len(traffic.results), in_flight(traffic, killed))
+    return operations, run

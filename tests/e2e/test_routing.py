@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,7 +17,7 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.devcluster.real.localpods import is_picker_pod
-from ascend_fleet.devcluster.real.pickerfailover import kill_leading_picker, pool_routes
+from ascend_fleet.devcluster.real.pickerfailover import kill_serving_picker, pool_routes
 from ascend_fleet.kube import NotFound, wait_for
 from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
@@ -171,6 +172,7 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
         ("RoleBinding", epp): {"subjects": []},
         ("ServiceAccount", epp): {"metadata": {"labels": {names.LABEL_APP_MANAGED_BY: "someone"}}},
         ("HTTPRoute", NAME): {"spec": {"parentRefs": [{"name": "another-gateway"}]}},
+        ("PodDisruptionBudget", epp): {"spec": {"maxUnavailable": 2}},
     }
     for (kind, name), edit in edits.items():
         kube.patch(kind, namespace, name, edit)
@@ -179,7 +181,8 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
         ("InferencePool", NAME): lambda o: o["spec"]["targetPorts"] == ports,
         ("Deployment", epp): lambda o: o["spec"]["replicas"] == 2,  # spec.routing.picker.replicas' default
         ("ConfigMap", epp): lambda o: "flowControl" in o["data"]["epp.yaml"],
-        ("Role", epp): lambda o: len(o["rules"]) == 5,  # reads, and the leader Lease with its Events
+        ("Role", epp): lambda o: len(o["rules"]) == 3,  # reads only: both pickers serve, no Lease
+        ("PodDisruptionBudget", epp): lambda o: o["spec"]["maxUnavailable"] == 1,
         ("RoleBinding", epp): lambda o: [s["name"] for s in o["subjects"]] == [epp],
         ("ServiceAccount", epp): lambda o: (
             o["metadata"]["labels"][names.LABEL_APP_MANAGED_BY] == names.MANAGED_BY
@@ -404,11 +407,11 @@ def audited_users(audit_log, namespace: str, resource: str) -> set[str]:
 
 
 def test_a_standby_picker_takes_over_when_the_leader_dies(real, fleet, kube, namespace, picker_pods):
-    """Two picker pods (the default) elect a leader through a Lease; only the leader serves. SIGKILL of the
-    leader's process (no Lease release) hands the pool to the standby once the Lease expires."""
+    """Two picker pods with ``leaderElection`` elect a leader through a Lease; only the leader serves. SIGKILL
+    of the leader's process (no Lease release) hands the pool to the standby once the Lease expires."""
     _, pickers = picker_pods
     apply_crds(real, kube)
-    fleet.apply(routed())
+    fleet.apply(routed(picker={"leaderElection": True}))
     wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
     routes = wait_for(
         lambda: len(r := pool_routes(pickers, namespace, NAME)) == 2 and r,
@@ -419,16 +422,74 @@ def test_a_standby_picker_takes_over_when_the_leader_dies(real, fleet, kube, nam
     assert [r.serves() for r in routes].count(True) == 1, "exactly one picker leads"
     wait_for(lambda: complete(leader.url, f"{NAME}-short")[0] == 200, 60, "an answer via the leader")
 
-    failover = kill_leading_picker(pickers, kube, namespace, NAME)
+    failover = kill_serving_picker(pickers, kube, namespace, NAME)
 
     assert failover.killed == leader and not any(p.running for p in pickers.programs(namespace, leader.picker)
                                                  if p.name == "epp"), "the leader's picker was killed"  # fmt: skip
     assert failover.holder_after != failover.holder_before, "the Lease changed hands"
     wait_for(
-        lambda: complete(failover.leader.url, f"{NAME}-long")[0] == 200, 60, "an answer via the new leader"
+        lambda: complete(failover.serving.url, f"{NAME}-long")[0] == 200, 60, "an answer via the new leader"
     )
     # The standby cannot take the Lease before it expires; the figure goes to docs/routing.md.
     assert failover.seconds >= failover.floor - 1
     print(
         f"picker takeover after SIGKILL of the leader: {failover.seconds:.1f} s (floor {failover.floor:.1f} s)"
+    )
+
+
+def test_two_serving_pickers_lose_only_the_requests_in_flight_when_one_dies(
+    real, fleet, kube, namespace, picker_pods
+):
+    """Two picker pods (the default) both serve behind the pool's gateway, which spreads its streams over
+    them. SIGKILL of one under traffic from four clients: the gateway stops calling it and every request sent
+    after the kill is answered; only requests in flight at that instant may fail."""
+    _, pickers = picker_pods
+    apply_crds(real, kube)
+    fleet.apply(routed())
+    wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
+    routes = wait_for(
+        lambda: len(r := pool_routes(pickers, namespace, NAME)) == 2 and all(x.serves() for x in r) and r,
+        120,
+        f"two serving picker pods\n{pickers.failures}",
+    )
+    gateway = pickers.gateway(namespace, NAME)
+    assert gateway is not None and {r.url for r in routes} == {gateway.url}, "one gateway for the pool"
+    wait_for(lambda: complete(gateway.url, f"{NAME}-short")[0] == 200, 60, "an answer via the gateway")
+
+    spans: list[tuple[float, float, int]] = []  # (sent, answered, status) per request
+
+    def client(stop: float) -> None:
+        while time.monotonic() < stop:
+            sent = time.monotonic()
+            status, _ = complete(gateway.url, f"{NAME}-short")
+            spans.append((sent, time.monotonic(), status))
+
+    stop = time.monotonic() + 12
+    clients = [threading.Thread(target=client, args=(stop,)) for _ in range(4)]
+    for thread in clients:
+        thread.start()
+    time.sleep(4)
+    before = gateway.host_stats("endpoint_picker")
+    assert all(before.get(r.grpc, {}).get("rq_total", 0) > 0 for r in routes), (
+        f"both pickers served: {before}"
+    )
+    killed_at = time.monotonic()
+    failover = kill_serving_picker(pickers, kube, namespace, NAME)
+    for thread in clients:
+        thread.join(30)
+
+    victim = failover.killed
+    assert not any(p.running for p in pickers.programs(namespace, victim.picker) if p.name == "epp")
+    after = gateway.host_stats("endpoint_picker")
+    assert after[failover.serving.grpc]["rq_total"] > before[failover.serving.grpc]["rq_total"]
+    sent_after = [s for s in spans if s[0] > killed_at]
+    assert len(sent_after) > 20, "traffic went on after the kill"
+    failed = [s for s in spans if s[2] != 200]
+    in_flight = [s for s in spans if s[0] <= killed_at <= s[1]]
+    assert all(s[0] <= killed_at <= s[1] for s in failed), (
+        f"{len(failed)} failed, {sum(s[0] > killed_at for s in failed)} of them sent after the kill"
+    )
+    print(
+        f"picker death, both serving: {len(failed)} failed of {len(spans)} "
+        f"({len(in_flight)} in flight at the kill)"
     )

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from bench.failover.__main__ import Run, as_json, report, unseen
+from bench.failover.__main__ import Run, as_json, picker_report, report, unseen
 from bench.failover.npu import NpuRun, npu_report, policy_floor
 from bench.failover.operator import OperatorRun, operator_report
-from bench.failover.picker import STEADY, PickerRun, PlannedRun, client_view
+from bench.failover.picker import STEADY, PickerRun, PlannedRun, Traffic, client_view, in_flight
 
 from ascend_fleet.devcluster.real.localpods import Route
 from ascend_fleet.devcluster.real.nodefailure import NodeFailure
@@ -26,11 +26,28 @@ def test_a_pool_never_served_again_has_no_figure():
 
 
 def test_json_names_the_picker_figures_and_leaves_the_rest_null():
-    route = Route("ns", "pool", "http://127.0.0.1:1", "epp-a", "http://127.0.0.1:2/metrics", elects=True)
-    run = PickerRun(PickerFailover(route, route, 16.4, 14.8, "a", "b"), 16.9, 163, 400)
-    figures = as_json([], run)
-    assert (figures["picker_failover_s"], figures["failed_requests_picker"]) == (16.9, 163)
+    serving = Route("ns", "pool", "http://127.0.0.1:1", "epp-a", "http://127.0.0.1:2/metrics")
+    run = PickerRun(PickerFailover(serving, serving, 0.2, 0.0), 0.1, 1, 400, in_flight=1)
+    leader = Route("ns", "pool", "http://127.0.0.1:1", "epp-a", "http://127.0.0.1:2/metrics", elects=True)
+    elected = PickerRun(PickerFailover(leader, leader, 16.4, 14.8, "a", "b"), 16.9, 163, 400)
+    figures = as_json([], run, elected=elected)
+    assert (figures["picker_failover_s"], figures["failed_requests_picker"]) == (0.1, 1)
+    assert figures["in_flight_requests_picker"] == 1
+    assert (figures["picker_elected_failover_s"], figures["failed_requests_picker_elected"]) == (16.9, 163)
+    assert figures["picker_lease_floor_s"] == 14.8
     assert as_json([], None)["picker_failover_s"] is None
+    assert as_json([], run)["picker_elected_failover_s"] is None
+    table = picker_report([run, elected])
+    assert "| both serve | 0.0 s | 0.2 s | 0.1 s | - | 1 | 1 | 400 |" in table
+    assert "| leader elected | 14.8 s | 16.4 s | 16.9 s | 1.14x | 163 | 0 | 400 |" in table
+
+
+def test_in_flight_counts_the_requests_sent_before_the_kill_and_answered_after():
+    traffic = Traffic(pickers=None, rate=10.0)  # type: ignore[arg-type]  # never started
+    traffic.results = [(1.0, True), (1.9, False), (2.05, True)]
+    traffic.ended = [1.1, 2.3, 2.1]
+    assert in_flight(traffic, killed=2.0) == 1
+    assert in_flight(traffic, killed=1.05) == 1 and in_flight(traffic, killed=0.5) == 0
 
 
 def test_json_carries_the_planned_operations_failed_requests():

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import socket
 import tempfile
-from collections.abc import Mapping, Sequence
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -31,7 +32,7 @@ from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
 
 from .controlplane import ControlPlaneUnavailable, cached_go_build
-from .poolendpoints import PoolEndpoints, PoolRef, envoy_endpoint
+from .poolendpoints import FollowedEndpoints, PoolEndpoints, PoolRef, envoy_endpoint
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 # What sends a request on to the picker's next endpoint: the connection refused or timed out, or the stream
@@ -40,6 +41,10 @@ DESTINATION_HEADER = "x-gateway-destination-endpoint"
 FALLBACK_RETRY_ON = "connect-failure,refused-stream,reset"
 FALLBACK_CONNECT_TIMEOUT = "1s"
 POOL_CLUSTER = "pool"
+PICKER_CLUSTER = "endpoint_picker"
+# How soon the gateway stops calling a picker that stopped serving: a kubelet's readiness probe every 2 s
+# (the rendered period) and the endpoints' propagation are slower; the dev cluster checks every 0.25 s.
+PICKERS_REFRESH_SECONDS = 0.25
 _START_TIMEOUT = 60.0
 
 
@@ -255,48 +260,78 @@ class Envoy(Process):
         classifier_port: int | None = None,
         pool: PoolRef | None = None,
         fallbacks: int = 0,
+        pickers: Callable[[], list[str]] | None = None,
+        fail_open: bool = False,
     ) -> None:
-        """With ``picker_port`` the picker chooses among the endpoints of ``pool`` (followed through the
-        API while Envoy runs), and a request is retried on each of the ``fallbacks`` endpoints the picker
-        names after the first; otherwise requests spread randomly over ``endpoints``. With
-        ``classifier_port`` the classifier sees each request first (it names the objective)."""
+        """With ``picker_port`` (one picker) or ``pickers`` (the ``host:port`` of every picker that serves
+        now, followed while Envoy runs, as a gateway follows the picker Service's Ready endpoints) the
+        picker chooses among the endpoints of ``pool`` (followed through the API), and a request is retried
+        on each of the ``fallbacks`` endpoints the picker names after the first; otherwise requests spread
+        randomly over ``endpoints``. With ``classifier_port`` the classifier sees each request first (it names
+        the objective). ``fail_open``: the pool's ``failureMode: FailOpen``, requests go on without a picker."""
         super().__init__(workdir)
-        if (picker_port is None) != (pool is None):
-            raise ValueError("Envoy's picker needs the pool it picks from, and only the picker does")
-        if picker_port is None and not endpoints:
+        picked = picker_port is not None or pickers is not None
+        if picked != (pool is not None) or (picker_port is not None and pickers is not None):
+            raise ValueError(
+                "Envoy's picker (a port or a list) needs the pool it picks from, and only it does"
+            )
+        if not picked and not endpoints:
             raise ValueError("Envoy needs the endpoint picker's port or a list of endpoints")
         self.port = port or free_port()
         self.admin_port = free_port()
-        eds = self.workdir / "pool-endpoints.json"
-        self.pool_endpoints = PoolEndpoints(pool, eds, POOL_CLUSTER) if pool is not None else None
+        eds, picker_eds = self.workdir / "pool-endpoints.json", self.workdir / "pickers" / "pickers.json"
+        self.followed: list[FollowedEndpoints] = []
+        if pool is not None:
+            self.followed.append(PoolEndpoints(pool, eds, POOL_CLUSTER))
+        if pickers is not None:
+            picker_eds.parent.mkdir(parents=True, exist_ok=True)
+            self.followed.append(
+                FollowedEndpoints(pickers, picker_eds, PICKER_CLUSTER, PICKERS_REFRESH_SECONDS)
+            )
         self.config = envoy_config(
             self.port,
             self.admin_port,
             picker_port=picker_port,
+            picker_eds=picker_eds if pickers is not None else None,
             endpoints=endpoints,
             classifier_port=classifier_port,
             pool_eds=eds if pool is not None else None,
             fallbacks=fallbacks,
+            fail_open=fail_open,
         )
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def host_stats(self, cluster: str) -> dict[str, dict[str, int]]:
+        """Envoy's counters per host of ``cluster`` (``rq_total``, ``rq_error``, ``cx_connect_fail`` ...) by
+        ``host:port``, from its admin interface: which upstream got what."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/clusters", timeout=5) as answer:
+            text = answer.read().decode()
+        stats: dict[str, dict[str, int]] = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition("::")
+            host, _, stat = rest.partition("::")
+            key, _, value = stat.partition("::")
+            if name == cluster and value.isdigit():
+                stats.setdefault(host, {})[key] = int(value)
+        return stats
+
     def start(self, timeout: float = _START_TIMEOUT) -> Self:
         path = self.workdir / "envoy.yaml"
         path.write_text(yaml.safe_dump(self.config, sort_keys=False))
         argv = [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
                 "--log-level", "warning"]  # fmt: skip
-        if self.pool_endpoints is not None:  # the first version is on disk before Envoy reads it
-            self.pool_endpoints.start()
+        for followed in self.followed:  # the first version is on disk before Envoy reads it
+            followed.start()
         self._spawn(argv)
         self._wait_listening(self.port, timeout, "Envoy")
         return self
 
     def stop(self) -> None:
-        if self.pool_endpoints is not None:
-            self.pool_endpoints.stop()
+        for followed in self.followed:
+            followed.stop()
         super().stop()
 
     def __enter__(self) -> Self:
@@ -308,10 +343,12 @@ def envoy_config(
     admin_port: int,
     *,
     picker_port: int | None = None,
+    picker_eds: Path | None = None,
     endpoints: Sequence[str] = (),
     classifier_port: int | None = None,
     pool_eds: Path | None = None,
     fallbacks: int = 0,
+    fail_open: bool = False,
 ) -> dict[str, Any]:
     """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines.
 
@@ -321,6 +358,10 @@ def envoy_config(
     request whose endpoint refuses the connection or resets before answering goes to the picker's next
     endpoint, so a dead engine costs a retry, not an error. (The upstream standalone chart's ``ORIGINAL_DST``
     cluster takes the header as one address, so it cannot follow a list.)
+
+    The picker is one port (``picker_port``) or the serving pickers of an EDS file (``picker_eds``): each
+    request's stream goes to one of them, and a picker that refuses the stream is ejected at once and the
+    stream retried on another. ``fail_open`` lets a request go on unrouted when no picker answers.
     """
     router = {"name": "envoy.filters.http.router",
               "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}  # fmt: skip
@@ -332,12 +373,13 @@ def envoy_config(
         filters.append(_ext_proc_filter("classifier", responses=False))
         clusters.append(_ext_proc_cluster("classifier", classifier_port))
     retry: dict[str, Any] = {}
-    if picker_port is not None:
+    if picker_port is not None or picker_eds is not None:
         if pool_eds is None:
             raise ValueError("the picker's gateway needs the pool's endpoints (pool_eds)")
         target = POOL_CLUSTER
-        filters.append(_ext_proc_filter())
-        clusters += [_pool_cluster(target, pool_eds), _ext_proc_cluster("endpoint_picker", picker_port)]
+        filters.append(_ext_proc_filter(fail_open=fail_open))
+        pickers = _ext_proc_cluster(PICKER_CLUSTER, picker_port, eds=picker_eds)
+        clusters += [_pool_cluster(target, pool_eds), pickers]
         if fallbacks:
             retry = {"retry_policy": {"retry_on": FALLBACK_RETRY_ON, "num_retries": fallbacks}}
     else:
@@ -372,18 +414,27 @@ def envoy_config(
     }  # fmt: skip
 
 
-def _ext_proc_filter(cluster: str = "endpoint_picker", *, responses: bool = True) -> dict[str, Any]:
+def _ext_proc_filter(
+    cluster: str = PICKER_CLUSTER, *, responses: bool = True, fail_open: bool = False
+) -> dict[str, Any]:
     """Headers and bodies of requests (and responses) streamed to ``cluster``, as the Inference Extension expects.
 
     The classifier has no response plugin, and its router buffers a streamed response to its end: without
     ``responses`` its filter never sees them, so first tokens reach the client as the engine sends them.
+    A stream the server refuses is retried (on another host of ``cluster``, see :func:`_ext_proc_cluster`);
+    with ``fail_open`` a request whose server cannot be reached goes on without it.
     """
     answer = "SEND" if responses else "SKIP"
     return {
         "name": f"envoy.filters.http.ext_proc.{cluster}",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-            "grpc_service": {"envoy_grpc": {"cluster_name": cluster}, "timeout": "10s"},
+            "grpc_service": {
+                "envoy_grpc": {"cluster_name": cluster},
+                "timeout": "10s",
+                "retry_policy": _STREAM_RETRY,
+            },
+            "failure_mode_allow": fail_open,
             "processing_mode": {
                 "request_header_mode": "SEND",
                 "response_header_mode": answer,
@@ -422,11 +473,34 @@ def _pool_cluster(name: str, eds: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _ext_proc_cluster(name: str, port: int) -> dict[str, Any]:
-    """An ext_proc gRPC server (picker or classifier): HTTP/2 over TLS with its self-signed certificate."""
+# A stream that could not be opened (its server refused or reset it before answering) is opened again, at once.
+_STREAM_RETRY = {"num_retries": 2, "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.05s"}}
+
+
+def _ext_proc_cluster(name: str, port: int | None, *, eds: Path | None = None) -> dict[str, Any]:
+    """An ext_proc gRPC server (picker or classifier): HTTP/2 over TLS with its self-signed certificate, on
+    127.0.0.1:``port`` or at the endpoints of the EDS file ``eds``. Of several, one that fails a connection is
+    ejected at once (until the EDS file drops it or it answers again), so the next stream goes elsewhere."""
+    if (port is None) == (eds is None):
+        raise ValueError("an ext_proc cluster is one port or an EDS file")
+    hosts: dict[str, Any]
+    if eds is not None:
+        source = {"path_config_source": {"path": str(eds), "watched_directory": {"path": str(eds.parent)}},
+                  "resource_api_version": "V3"}  # fmt: skip
+        hosts = {
+            "type": "EDS",
+            "eds_cluster_config": {"eds_config": source},
+            "outlier_detection": _EJECT_ON_FAILURE,
+        }
+    else:
+        endpoint = envoy_endpoint(f"127.0.0.1:{port}")
+        hosts = {
+            "type": "STATIC",
+            "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [endpoint]}]},
+        }
     return {
         "name": name,
-        "type": "STATIC",
+        **hosts,
         "connect_timeout": "5s",
         "circuit_breakers": _unbounded(),
         "typed_extension_protocol_options": {
@@ -442,8 +516,19 @@ def _ext_proc_cluster(name: str, port: int) -> dict[str, Any]:
                 "common_tls_context": {"alpn_protocols": ["h2"]},
             },
         },
-        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [envoy_endpoint(f"127.0.0.1:{port}")]}]},
     }  # fmt: skip
+
+
+# A connection that fails (refused, reset, timed out) ejects its host for a while: Envoy's own errors count,
+# not the server's answers, and one is enough.
+_EJECT_ON_FAILURE = {
+    "split_external_local_origin_errors": True,
+    "consecutive_local_origin_failure": 1,
+    "enforcing_consecutive_local_origin_failure": 100,
+    "interval": "1s",
+    "base_ejection_time": "5s",
+    "max_ejection_percent": 100,
+}
 
 
 def _random_cluster(name: str, endpoints: Sequence[str]) -> dict[str, Any]:

