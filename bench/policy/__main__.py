@@ -14,7 +14,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ascend_fleet.simulate.model import ROUTINGS, simulate
+from ascend_fleet.simulate.flow import ROUTINGS
+from ascend_fleet.simulate.model import simulate
 from ascend_fleet.simulate.plot import PlotUnavailable, write_runs_png
 from ascend_fleet.simulate.report import LOSE, WIN, Summary, outcome, summarize, table, verdict
 from ascend_fleet.simulate.run import fleet_config, load_spec, make_policy, run_all
