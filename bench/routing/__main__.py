@@ -72,8 +72,8 @@ from .figures import (
     figures,
     fleet_rate,
     floor,
-    report,
     requests_of,
+    routing_report,
     routing_trace,
 )
 
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(LoadRun(load, floor(trace, curve), fleets))
     print(f"# bench/routing: {args.seconds:g} s per load, {REPLICAS} replicas x {SLOTS} slots, "
           f"capacity {capacity:.1f} req/s, seed {args.seed}; run took {time.monotonic() - began:.0f} s\n")  # fmt: skip
-    print(report(runs, rates))
+    print(routing_report(runs, rates))
     if args.json:
         args.json.write_text(json.dumps(as_json(runs), indent=2) + "\n")
     problems = failures(runs)

@@ -19,12 +19,12 @@ from ascend_fleet.simulate.routing import (
     figures_of,
     fleet_rate,
     floor,
-    report,
+    routing_report,
     routing_trace,
 )
 from ascend_fleet.simulate.traces import Trace
 
-__all__ = ["SLOTS", "LoadRun", "as_json", "fleet_rate", "floor", "report", "routing_trace"]
+__all__ = ["SLOTS", "LoadRun", "as_json", "fleet_rate", "floor", "routing_report", "routing_trace"]
 
 REPLICAS = 2
 

@@ -14,7 +14,7 @@ from bench.routing.figures import (
     failures,
     figures,
     floor,
-    report,
+    routing_report,
 )
 
 from ascend_fleet.simulate.curve import BatchCurve
@@ -67,5 +67,5 @@ def test_json_has_the_keys_and_no_nan():
 
 def test_report_prints_no_nan_for_a_class_without_requests():
     run = LoadRun(0.5, 0.2, {"service": figures(Result("service", [served("short", 0.5)], seconds=1.0))})
-    table = report([run], {0.5: 5.0})
+    table = routing_report([run], {0.5: 5.0})
     assert "nan" not in table and "| 0.5 | service | 1 | 0.0% | 0% / - / - |" in table

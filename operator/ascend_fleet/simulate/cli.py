@@ -13,7 +13,7 @@ from .curve import parse_curve
 from .model import EngineModel
 from .plot import PlotUnavailable, write_runs_png
 from .report import summarize, table, verdict
-from .routing import LOADS, SLOTS, as_json, report, run_routing
+from .routing import LOADS, SLOTS, as_json, routing_report, run_routing
 from .run import POLICIES, SpecError, load_spec, run_all
 from .traces import BUILT_IN, HOUR, trace_by_name
 
@@ -153,7 +153,7 @@ def cmd_routing(args: argparse.Namespace) -> int:
     capacity = rates[loads[0]] / loads[0]
     print(f"# simulate --routing: {args.seconds:g} s per load, {replicas} replicas x {SLOTS} slots, "
           f"capacity {capacity:.1f} req/s, seed {args.seed}; simulated in {time.monotonic() - started:.1f} s\n")  # fmt: skip
-    print(report(runs, rates))
+    print(routing_report(runs, rates))
     if args.json:
         try:
             Path(args.json).write_text(json.dumps(as_json(runs), indent=2) + "\n", encoding="utf-8")

@@ -32,7 +32,8 @@ SLOTS = 4
 OUTPUT_SCALE = 1 / 8
 OUTPUT_LIMIT = 256
 SLOW = 1.0
-REFERENCE_PROMPT_TOKENS = 512  # the engines' prefill scale: first_token(b) per 512 prompt tokens
+# The engines' prefill scale: first_token(b) per this many prompt tokens (the model's and the dev engines').
+_REFERENCE_PROMPT = EngineModel().reference_prompt_tokens
 CLASS_ORDER = ("short", "medium", "long")
 # The client's own limit in bench/routing (its HTTP session gives up after 600 s): the engines never drop a
 # request, only the picker sheds.
@@ -61,16 +62,14 @@ def routing_trace(seconds: float, rate: float, seed: int) -> Trace:
 
 def fleet_rate(trace: Trace, curve: BatchCurve, replicas: int, slots: int = SLOTS) -> float:
     """Requests per second ``replicas`` full engines serve for this mix: slots / (prefill + decode) each."""
-    prefill = statistics.fmean(
-        curve.first_token(slots) * p / REFERENCE_PROMPT_TOKENS for p in trace.prompt_tokens
-    )
+    prefill = statistics.fmean(curve.first_token(slots) * p / _REFERENCE_PROMPT for p in trace.prompt_tokens)
     decode = statistics.fmean(trace.output_tokens) / curve.per_sequence_rate(slots)
     return replicas * slots / (prefill + decode)
 
 
 def service_time(prompt: int, output: int, curve: BatchCurve) -> float:
     """A request's time alone on an idle engine (batch of one): its prefill, then its decode."""
-    prefill = curve.first_token(1) * prompt / REFERENCE_PROMPT_TOKENS
+    prefill = curve.first_token(1) * prompt / _REFERENCE_PROMPT
     return prefill + output / curve.per_sequence_rate(1)
 
 
@@ -179,7 +178,7 @@ def run_routing(
     runs = []
     for load in loads:
         trace = routing_trace(seconds, rates[load], seed)
-        figures = {}
+        figures: dict[str, Figures] = {}
         for routing in fleets:
             result = simulate(routing_config(replicas, routing, engine), trace, StaticPolicy(replicas))
             figures[routing] = figures_of(*served_of(result, trace))
@@ -187,7 +186,7 @@ def run_routing(
     return runs, rates
 
 
-def report(runs: Sequence[LoadRun], rates: dict[float, float]) -> str:
+def routing_report(runs: Sequence[LoadRun], rates: dict[float, float]) -> str:
     """The table: per load, the floor and one row per fleet."""
     lines = [
         "| load | fleet | requests | over 1 s | over 1 s short / medium / long | first token over 1 s | "
