@@ -14,7 +14,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ascend_fleet.simulate.model import ROUTINGS, simulate
+from ascend_fleet.simulate.flow import ROUTINGS
+from ascend_fleet.simulate.model import simulate
 from ascend_fleet.simulate.plot import PlotUnavailable, write_runs_png
 from ascend_fleet.simulate.report import LOSE, WIN, Summary, outcome, summarize, table, verdict
 from ascend_fleet.simulate.run import fleet_config, load_spec, make_policy, run_all
@@ -49,7 +50,7 @@ def run_trace(name: str, hours: float, seed: int, spec_path: str | None, png_dir
             png = str(write_runs_png(results, Path(png_dir) / f"policy-{name}.png", f"{name}, seed {seed}"))
         except PlotUnavailable as error:
             png = f"no PNG: {error}"
-    # The rules policy once more under each routing: a Service, the endpoint picker, the picker's classes.
+    # The rules policy once more under each routing layer (simulate/flow.py).
     routing = []
     for mode in ROUTINGS:
         policy, config = make_policy("rules", spec, trace, fleet_config(spec))
@@ -108,8 +109,9 @@ def routing_table(rows: list[tuple[str, Summary]]) -> str:
     """The rules policy under each routing, with ratios to the plain Service."""
     base = rows[0][1]
     lines = [
-        "Routing (rules policy): service = random choice, pool = fewest outstanding requests (the endpoint "
-        "picker), classes = pool + short prompts first (the seeds' classes)",
+        "Routing (rules policy): service = random choice, pool = the endpoint picker's choice (fewest "
+        "outstanding requests), classes = pool + flow control by the seeds' classes (short first; "
+        "seed-order: long first; engine-priority: the class's priority also in the engines' queues)",
         "",
         "| routing | first token over 1 s | vs service | TTFT p50 | TTFT p99 | failed | NPU-hours |",
         "|---|---:|---:|---:|---:|---:|---:|",

@@ -39,6 +39,7 @@ import aiohttp
 import yaml
 
 from ascend_fleet.api import names
+from ascend_fleet.api.policy import default_classes
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
@@ -57,6 +58,7 @@ from ascend_fleet.render.routing import (
     picker_name,
 )
 from ascend_fleet.simulate.curve import BatchCurve
+from ascend_fleet.simulate.flow import seed_order
 
 from .figures import (
     REPLICAS,
@@ -70,8 +72,9 @@ from .figures import (
     figures,
     fleet_rate,
     floor,
-    report,
-    trace,
+    requests_of,
+    routing_report,
+    routing_trace,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,12 +82,9 @@ UPSTREAM_CRDS = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extensio
 NAME = "llm"
 FLEETS = ("service", "pool", "pool+classes", "pool+seed-order", "pool+classes+priority")
 LOADS = (0.5, 0.75, 0.9, 1.05)
-# The seed's order: prompts over 2048 tokens in its queue named "high", the rest below (sizes as the seed's).
-SEED_ORDER = [
-    {"name": "long", "priority": 2, "maxQueue": 16, "minPromptTokens": 2049},
-    {"name": "medium", "priority": 1, "maxQueue": 32, "minPromptTokens": 513},
-    {"name": "short", "priority": 0, "maxQueue": 64, "minPromptTokens": 0},
-]
+# The seed's order: prompts over 2048 tokens in its queue named "high", the rest below (sizes as the seed's);
+# the fleet simulator's classes-seed-order ranks the classes the same way.
+SEED_ORDER = [c.model_dump(by_alias=True) for c in seed_order(default_classes())]
 
 
 def spec_doc(namespace: str, mode: str) -> dict:
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run every fleet at every load, print the table (and write the JSON); exit 1 on a failed fleet."""
     args = parse_args(argv)
     curve = BatchCurve()
-    capacity = fleet_rate(trace(600, 10.0, args.seed), curve)
+    capacity = fleet_rate(routing_trace(600, 10.0, args.seed), curve, REPLICAS)
     loads = [float(x) for x in args.loads.split(",")]
     rates = {load: load * capacity for load in loads}
     began = time.monotonic()
@@ -283,17 +283,18 @@ def main(argv: list[str] | None = None) -> int:
         kubectl(cluster, "apply", "--server-side", "-f", str(UPSTREAM_CRDS))
         kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
         for load in loads:
-            requests = trace(args.seconds, rates[load], args.seed)
+            trace = routing_trace(args.seconds, rates[load], args.seed)
+            requests = requests_of(trace)
             fleets = {}
             for mode in args.fleets.split(","):
                 print(
                     f"load {load:g}: fleet {mode}, {len(requests)} requests ...", file=sys.stderr, flush=True
                 )
                 fleets[mode] = figures(run_fleet(cluster, mode, requests, Path(tmp)))
-            runs.append(LoadRun(load, floor(requests, curve), fleets))
+            runs.append(LoadRun(load, floor(trace, curve), fleets))
     print(f"# bench/routing: {args.seconds:g} s per load, {REPLICAS} replicas x {SLOTS} slots, "
           f"capacity {capacity:.1f} req/s, seed {args.seed}; run took {time.monotonic() - began:.0f} s\n")  # fmt: skip
-    print(report(runs, rates))
+    print(routing_report(runs, rates))
     if args.json:
         args.json.write_text(json.dumps(as_json(runs), indent=2) + "\n")
     problems = failures(runs)

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from ascend_fleet.simulate.model import ROUTINGS, FleetConfig, simulate
+from ascend_fleet.simulate.flow import ROUTINGS
+from ascend_fleet.simulate.model import FleetConfig, simulate
 from ascend_fleet.simulate.policies import StaticPolicy
 from ascend_fleet.simulate.report import summarize
 from ascend_fleet.simulate.traces import BUILT_IN, HOUR, generate

@@ -14,18 +14,25 @@ from bench.routing.figures import (
     failures,
     figures,
     floor,
-    report,
-    service_time,
+    routing_report,
 )
 
 from ascend_fleet.simulate.curve import BatchCurve
+from ascend_fleet.simulate.routing import service_time
+from ascend_fleet.simulate.traces import Trace
 
 
 def test_floor_is_the_share_over_one_second_alone_on_an_idle_engine():
     curve = BatchCurve()
     quick, slow = Request(0.0, 64, 8), Request(0.0, 512, 60)
-    assert service_time(quick, curve) < 1.0 < service_time(slow, curve)
-    assert floor([quick, quick, quick, slow], curve) == 0.25
+    assert (
+        service_time(quick.prompt, quick.output, curve) < 1.0 < service_time(slow.prompt, slow.output, curve)
+    )
+    requests = [quick, quick, quick, slow]
+    trace = Trace(
+        "t", 1.0, [r.at for r in requests], [r.prompt for r in requests], [r.output for r in requests]
+    )
+    assert floor(trace, curve) == 0.25
 
 
 def served(cls: str, total: float, ttft: float = 0.1) -> Outcome:
@@ -60,5 +67,5 @@ def test_json_has_the_keys_and_no_nan():
 
 def test_report_prints_no_nan_for_a_class_without_requests():
     run = LoadRun(0.5, 0.2, {"service": figures(Result("service", [served("short", 0.5)], seconds=1.0))})
-    table = report([run], {0.5: 5.0})
+    table = routing_report([run], {0.5: 5.0})
     assert "nan" not in table and "| 0.5 | service | 1 | 0.0% | 0% / - / - |" in table

@@ -22,17 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 from operator import attrgetter
-from typing import Literal, Protocol, cast
+from typing import Protocol, cast
 
+from ..api.policy import PriorityClass, default_classes
 from .curve import BatchCurve
+from .flow import FlowControl, RoutingChoice, band_of, engine_rank, picker_key, pool_saturated, routing_layers
 from .metrics import MetricStore, Scrape
 from .traces import HOUR, Trace
 
 STARTING, SERVING, DRAINING = "starting", "serving", "draining"
-RoutingChoice = Literal["service", "pool", "classes"]
-ROUTINGS: tuple[RoutingChoice, ...] = ("service", "pool", "classes")
-# The seeds' length classes (prompt tokens above which a request is medium, long): short ones go first.
-CLASS_BOUNDS = (512, 2048)
 # Event kinds, in the order they run when they fall on the same instant as each other.
 _DONE, _READY, _DRAINED, _SCRAPE, _CONTROL, _END = range(6)
 # Tolerance, in decode tokens, for a sequence whose virtual finish the clock reached up to rounding.
@@ -42,6 +40,8 @@ FAIL_NO_REPLICA = "no serving replica"
 FAIL_TIMEOUT = "timed out in queue"
 FAIL_DRAIN = "cut off by a drain"
 FAIL_OOM = "lost in an out-of-memory crash"
+FAIL_SHED = "shed by the picker: its class's queue was full"
+FAIL_EXPIRED = "expired in the picker's queue"
 
 
 @dataclass(frozen=True)
@@ -100,9 +100,10 @@ class FleetConfig:
     scrape_interval: float = 15.0
     metric_retention: float = 3600.0
     routing: RoutingChoice = "pool"
-    """How requests reach replicas: ``service`` picks one at random (a ClusterIP Service); ``pool`` the one with
-    the fewest outstanding requests (the endpoint picker); ``classes`` as ``pool``, and each replica's queue
-    serves short prompts before medium before long (the picker's priority bands, the seeds' classes)."""
+    """How requests reach replicas: the layers of ``flow.py`` (a Service, the endpoint picker, its classes in
+    either order, the classes' priority inside the engines)."""
+    classes: tuple[PriorityClass, ...] = field(default_factory=lambda: tuple(default_classes()))
+    """The fleet's priority classes (``spec.routing.classes``), for the classed routings."""
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ class _Replica:
         self.ready_at: float | None = None
         self.state = STARTING
         self.active: list[tuple[float, int]] = []  # heap of (virtual finish, request id)
-        # First come, first served; a heap of (class, id) with classes (``_Simulation._create``).
+        # First come, first served; a heap of (rank, id) with engine priority (``_Simulation._create``).
         self.waiting: deque[int] | list[tuple[int, int]] = deque()
         self.load = 0  # requests routed here and not yet finished or failed
         self.vclock = 0.0  # decode tokens each running sequence has received so far
@@ -279,8 +280,11 @@ class _Simulation:
         self.serving: list[_Replica] = []  # in index order, so routing ties go to the lowest index
         self.desired = config.initial_replicas
         self.ended = False
-        self.by_class = config.routing == "classes"
-        self.rng = random.Random(0) if config.routing == "service" else None
+        layers = routing_layers(config.routing, config.classes)
+        self.engine_priority = layers.engine_priority
+        # A Service chooses at random; the picker chooses, and with bands holds what saturated engines cannot take.
+        self.rng = random.Random(0) if not layers.picker else None
+        self.flow = FlowControl(layers.bands, trace.arrivals) if layers.bands else None
 
     # ----- the event loop -----
 
@@ -339,24 +343,40 @@ class _Simulation:
     # ----- requests -----
 
     def _arrive(self, rid: int, t: float) -> None:
-        serving = self.serving
+        serving, flow = self.serving, self.flow
         if not serving:
             self._fail(rid, FAIL_NO_REPLICA)
+        elif self.rng is not None:  # a Service: any serving replica, at random
+            self._send(serving[self.rng.randrange(len(serving))], rid, t, 0)
+        elif flow is None:  # the picker's choice alone
+            self._send(min(serving, key=_picker_key) if len(serving) > 1 else serving[0], rid, t, 0)
+        elif flow.offer(band_of(flow.bands, self.trace.prompt_tokens[rid]), rid):
+            self._dispatch(t)
+        else:
+            self._fail(rid, FAIL_SHED)
+
+    def _dispatch(self, t: float) -> None:
+        """The picker's flow control: while the pool is not saturated, send held requests, highest band first."""
+        flow = self.flow
+        if flow is None or not flow.held:
             return
-        if self.rng is not None:  # a Service: any serving replica, at random
-            replica = serving[self.rng.randrange(len(serving))]
-        else:  # least outstanding requests, as an inference-aware gateway routes; ties to the lowest index
-            replica = min(serving, key=_load) if len(serving) > 1 else serving[0]
+        for rid in flow.expire(t):
+            self._fail(rid, FAIL_EXPIRED)
+        serving = self.serving
+        while flow.held and not pool_saturated([len(r.waiting) for r in serving]):
+            rid, priority = cast("tuple[int, int]", flow.pop())
+            replica = min(serving, key=_picker_key) if len(serving) > 1 else serving[0]
+            self._send(replica, rid, t, engine_rank(priority))
+
+    def _send(self, replica: _Replica, rid: int, t: float, rank: int) -> None:
+        """A request reaches an engine: into the batch if a slot is free and nobody waits, else its queue."""
         replica.load += 1
         if not replica.waiting and len(replica.active) < self.max_batch:
             self._advance(replica, t)
             self._admit(replica, rid, t)
             self._rebatch(replica, t)
-        elif self.by_class:
-            prompt = self.trace.prompt_tokens[rid]
-            # With classes ``_create`` made the queue a heap.
-            waiting = cast("list[tuple[int, int]]", replica.waiting)
-            heappush(waiting, (sum(prompt > bound for bound in CLASS_BOUNDS), rid))
+        elif self.engine_priority:  # ``_create`` made the queue a heap of (rank, id)
+            heappush(cast("list[tuple[int, int]]", replica.waiting), (rank, rid))
         else:
             cast("deque[int]", replica.waiting).append(rid)
 
@@ -385,16 +405,17 @@ class _Simulation:
             replica.load -= 1
         self._fill(replica, t)
         self._rebatch(replica, t)
+        self._dispatch(t)
 
     def _fill(self, replica: _Replica, t: float) -> None:
         """Admit waiting requests into free batch slots; drop those whose client gave up."""
         waiting, active, arrivals = replica.waiting, replica.active, self.trace.arrivals
         timeout, max_batch = self.config.engine.request_timeout, self.max_batch
         while waiting and len(active) < max_batch:
-            # The queue's kind follows ``by_class`` (``_create``): a heap of (class, id), else a deque of ids.
+            # The queue's kind follows ``engine_priority`` (``_create``): a heap of (rank, id), else a deque.
             rid = (
                 heappop(cast("list[tuple[int, int]]", waiting))[1]
-                if self.by_class
+                if self.engine_priority
                 else cast("deque[int]", waiting).popleft()
             )
             if t - arrivals[rid] > timeout:
@@ -440,8 +461,8 @@ class _Simulation:
 
     def _create(self, index: int, t: float) -> _Replica:
         replica = _Replica(index, t)
-        if self.by_class:
-            replica.waiting = []  # a heap of (class, request id)
+        if self.engine_priority:
+            replica.waiting = []  # a heap of (rank, request id)
         self.replicas[index] = replica
         return replica
 
@@ -451,6 +472,7 @@ class _Simulation:
         replica.last = replica.scraped_at = t
         self.serving.append(replica)
         self.serving.sort(key=_index)
+        self._dispatch(t)  # held requests may go to the new replica
 
     def _drain(self, replica: _Replica, t: float, restart: bool) -> None:
         """Take a replica out of the Service; its requests get ``drain_seconds`` to finish."""
@@ -570,5 +592,8 @@ class _Simulation:
         self.ended = True
 
 
-_load: Callable[[_Replica], int] = attrgetter("load")
+def _picker_key(replica: _Replica) -> tuple[bool, int]:
+    return picker_key(len(replica.waiting), replica.load)
+
+
 _index: Callable[[_Replica], int] = attrgetter("index")
