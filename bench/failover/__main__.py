@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         figures = as_json(runs, picker, planned, npu, operator, elected)
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-    count = len(runs) + len(npu) + (picker is not None) + (operator is not None)
+    count = len(runs) + len(npu) + (picker is not None) + (elected is not None) + (operator is not None)
     print(f"\n{count} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
     missed = unseen(runs, picker, npu, operator) + unseen([], elected, [])
     if missed:

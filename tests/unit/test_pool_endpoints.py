@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from ascend_fleet.devcluster.real.dataplane import Envoy, envoy_config, picker_fallbacks
-from ascend_fleet.devcluster.real.poolendpoints import PoolEndpoints, PoolRef, eds_document, pool_endpoints
+from ascend_fleet.devcluster.real.poolendpoints import (
+    FollowedEndpoints,
+    PoolEndpoints,
+    PoolRef,
+    eds_document,
+    pool_endpoints,
+)
 from ascend_fleet.kube import KubeError, wait_for
 from ascend_fleet.render import InvalidSpec, validate
 from ascend_fleet.render.routing import picker_config
@@ -121,6 +127,63 @@ def test_a_picker_gateway_without_its_pool_is_refused():
         Envoy(picker_port=9002)
     with pytest.raises(ValueError, match="pool_eds"):
         envoy_config(8080, 8081, picker_port=9002)
+
+
+def test_the_gateway_calls_the_serving_pickers_of_a_file_and_moves_off_one_that_fails(tmp_path):
+    config = envoy_config(
+        8080, 8081, picker_eds=tmp_path / "pickers" / "pickers.json", pool_eds=tmp_path / "pool.json"
+    )
+    clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
+    pickers = clusters["endpoint_picker"]
+    assert pickers["type"] == "EDS" and "load_assignment" not in pickers
+    source = pickers["eds_cluster_config"]["eds_config"]["path_config_source"]
+    assert source["path"] == str(tmp_path / "pickers" / "pickers.json")
+    # One refused connection ejects the picker (Envoy's own errors, not the picker's answers).
+    ejection = pickers["outlier_detection"]
+    assert (
+        ejection["consecutive_local_origin_failure"] == 1 and ejection["split_external_local_origin_errors"]
+    )
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    (ext_proc, _router) = manager["http_filters"]
+    # A stream the dead picker refused is opened again, on the other one.
+    assert ext_proc["typed_config"]["grpc_service"]["retry_policy"]["num_retries"] >= 1
+    assert ext_proc["typed_config"]["failure_mode_allow"] is False
+    fail_open = envoy_config(8080, 8081, picker_port=9002, pool_eds=tmp_path / "p.json", fail_open=True)
+    (ext_proc, _router) = fail_open["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+        "typed_config"
+    ]["http_filters"]
+    assert ext_proc["typed_config"]["failure_mode_allow"] is True
+    with pytest.raises(ValueError, match="one port or an EDS file"):
+        envoy_config(
+            8080, 8081, picker_port=9002, picker_eds=tmp_path / "x.json", pool_eds=tmp_path / "p.json"
+        )
+
+
+def test_followed_endpoints_write_what_their_source_says_and_keep_the_last_on_a_failed_read(tmp_path):
+    answers: list[list[str] | Exception] = [
+        ["127.0.0.1:9002", "127.0.0.1:9003"],
+        OSError("down"),
+        ["127.0.0.1:9003"],
+    ]
+
+    def read() -> list[str]:
+        answer = answers.pop(0) if answers else ["127.0.0.1:9003"]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    path = tmp_path / "pickers.json"
+    followed = FollowedEndpoints(read, path, "endpoint_picker", interval=0.05).start()
+    try:
+        first = json.loads(path.read_text())
+        assert len(first["resources"][0]["endpoints"][0]["lb_endpoints"]) == 2
+        wait_for(
+            lambda: followed.endpoints == ["127.0.0.1:9003"], 5, "the picker that stopped serving dropped"
+        )
+    finally:
+        followed.stop()
+    (host,) = json.loads(path.read_text())["resources"][0]["endpoints"][0]["lb_endpoints"]
+    assert host["endpoint"]["address"]["socket_address"]["port_value"] == 9003
 
 
 class FakeKube:

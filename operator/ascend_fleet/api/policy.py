@@ -145,7 +145,9 @@ class PickerSpec(Model):
     failure_mode: Literal["FailClose", "FailOpen"] = Field(
         default="FailClose",
         description="What the gateway does when no picker answers: FailClose refuses the request, FailOpen "
-        "sends it to a serving leader of its own choice (no priority classes, no load awareness).",
+        "sends it to a serving leader of its own choice (no priority classes, no load awareness). Envoy fails "
+        "open only in its BUFFERED body mode, not the FULL_DUPLEX_STREAMED mode the upstream picker needs: "
+        "run several serving pickers rather than count on FailOpen.",
     )
     fallbacks: int = Field(
         default=0,
