@@ -377,7 +377,7 @@ def envoy_config(
         if pool_eds is None:
             raise ValueError("the picker's gateway needs the pool's endpoints (pool_eds)")
         target = POOL_CLUSTER
-        filters.append(_ext_proc_filter(fail_open=fail_open))
+        filters.append(_ext_proc_filter(fail_open=fail_open, retry=picker_eds is not None))
         pickers = _ext_proc_cluster(PICKER_CLUSTER, picker_port, eds=picker_eds)
         clusters += [_pool_cluster(target, pool_eds), pickers]
         if fallbacks:
@@ -415,14 +415,15 @@ def envoy_config(
 
 
 def _ext_proc_filter(
-    cluster: str = PICKER_CLUSTER, *, responses: bool = True, fail_open: bool = False
+    cluster: str = PICKER_CLUSTER, *, responses: bool = True, fail_open: bool = False, retry: bool = False
 ) -> dict[str, Any]:
     """Headers and bodies of requests (and responses) streamed to ``cluster``, as the Inference Extension expects.
 
     The classifier has no response plugin, and its router buffers a streamed response to its end: without
     ``responses`` its filter never sees them, so first tokens reach the client as the engine sends them.
-    A stream the server refuses is retried (on another host of ``cluster``, see :func:`_ext_proc_cluster`);
-    with ``fail_open`` a request whose server cannot be reached goes on without it.
+    With ``retry`` (a cluster of several servers) a stream the server refuses is opened again, on another
+    host (see :func:`_ext_proc_cluster`); with ``fail_open`` a request whose server cannot be reached goes on
+    without it.
     """
     answer = "SEND" if responses else "SKIP"
     return {
@@ -432,7 +433,7 @@ def _ext_proc_filter(
             "grpc_service": {
                 "envoy_grpc": {"cluster_name": cluster},
                 "timeout": "10s",
-                "retry_policy": _STREAM_RETRY,
+                **({"retry_policy": _STREAM_RETRY} if retry else {}),
             },
             "failure_mode_allow": fail_open,
             "processing_mode": {
