@@ -290,8 +290,8 @@ def run_routed(
             wait_for(traffic.steady, 60, "steady answers")
             fleet.wait_spread(3)
             operations = _planned(kube, traffic) if planned else None
-            killed = traffic.now()
             failover = kill_serving_picker(pickers, kube, NAMESPACE, NAME)
+            killed = failover.at - traffic.began  # on the traffic's clock
             wait_for(lambda: client_view(traffic.results, killed)[0] is not None, 60, "answers again")
             time.sleep(2)  # the requests in flight at the kill have ended
         served_again, failed = client_view(traffic.results, killed)

@@ -380,7 +380,7 @@ NAMESPACED_RULES = {
     ("inference.ascendfleet.io", "ascendinferences/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch"},
+    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "events"): {"create", "patch"},
     # spec.routing.mode inferencePool: listed per pass, created, patched back, collected
     ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch", "create", "patch", "delete"},

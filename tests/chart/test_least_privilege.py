@@ -109,6 +109,8 @@ ROUTING_ONLY = {
 WITHOUT_ROUTING = {
     **{key: verbs for key, verbs in NAMESPACED_RULES.items() if key not in ROUTING_ONLY},
     ("", "services"): NAMESPACED_RULES[("", "services")] - {"delete"},  # only the picker's Service is deleted
+    # only the pickers' budget is deleted (the engines' goes with its owner)
+    ("policy", "poddisruptionbudgets"): NAMESPACED_RULES[("policy", "poddisruptionbudgets")] - {"delete"},
 }
 
 

@@ -141,6 +141,7 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
         "ConfigMap",
         "Deployment",
         "Service",
+        "PodDisruptionBudget",
         "HTTPRoute",
     }
     created = fleet.apply(doc)
@@ -236,6 +237,7 @@ def foreign(kind: str, name: str, namespace: str) -> dict:
         "Role": "rbac.authorization.k8s.io/v1",
         "RoleBinding": "rbac.authorization.k8s.io/v1",
         "HTTPRoute": "gateway.networking.k8s.io/v1",
+        "PodDisruptionBudget": "policy/v1",
     }.get(kind, "v1")
     body: dict = {"apiVersion": api, "kind": kind, "metadata": meta}
     if kind == "InferencePool":
@@ -264,6 +266,8 @@ def foreign(kind: str, name: str, namespace: str) -> dict:
         body["data"] = {"owner": "someone else"}
     elif kind == "HTTPRoute":
         body["spec"] = {"parentRefs": [{"name": "other"}]}
+    elif kind == "PodDisruptionBudget":
+        body["spec"] = {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "other"}}}
     return body
 
 
@@ -473,8 +477,8 @@ def test_two_serving_pickers_lose_only_the_requests_in_flight_when_one_dies(
     assert all(before.get(r.grpc, {}).get("rq_total", 0) > 0 for r in routes), (
         f"both pickers served: {before}"
     )
-    killed_at = time.monotonic()
     failover = kill_serving_picker(pickers, kube, namespace, NAME)
+    killed_at = failover.at
     for thread in clients:
         thread.join(30)
 

@@ -184,6 +184,7 @@ class Picker(Process):
         self.env = {"NAMESPACE": flag(self.args, "--pool-namespace") or "default", "POD_NAME": "epp-local",
                     **(env or {})}  # fmt: skip
         self.grpc_port = int(flag(self.args, "--grpc-port") or 9002)
+        self.health_port = int(flag(self.args, "--grpc-health-port") or 9003)
         self.metrics_port = int(flag(self.args, "--metrics-port") or 9090)
 
     @property

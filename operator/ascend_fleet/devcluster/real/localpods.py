@@ -34,7 +34,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,9 +62,7 @@ _log = logging.getLogger(__name__)
 PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
 OPERATOR_PORT_FLAGS = ("--health-port", "--metrics-port")
 OPERATOR_COMMAND = "ascend-fleet"
-_PROBE_TIMEOUT = 0.5  # a picker whose metrics take longer is hung: the gateway passes it over
-# controller-runtime's gauge of a leader election: 1 on the process that holds the Lease.
-LEADER_GAUGE = "leader_election_master_status"
+_PROBE_TIMEOUT = 0.5  # a picker whose health service takes longer is hung: the gateway passes it over
 _DOWNWARD = {
     "metadata.name": lambda pod: pod["metadata"]["name"],
     "metadata.namespace": lambda pod: pod["metadata"].get("namespace", "default"),
@@ -94,24 +91,29 @@ class Route:
     picker_metrics: str
     elects: bool = False  # one of several picker replicas, which elect a leader
     grpc: str = ""  # host:port of the picker's ext_proc service, which the gateway calls
+    health: str = ""  # host:port of the picker's gRPC health service
+    readiness: str = ""  # the service its readiness probe asks for
 
     def serves(self) -> bool:
-        """Whether this picker takes requests now: while its process answers and, where the pickers elect a
-        leader, only while it leads.
+        """Whether this picker takes requests now: its readiness probe, asked as a kubelet asks it (the pod's
+        gRPC health service, e.g. ``readiness``: the pool synced and, when electing, this picker leads); the
+        picker Service lists the pickers that pass it, and the pool's gateway calls those."""
+        return grpc_serving(self.health, self.readiness, _PROBE_TIMEOUT)
 
-        A kubelet learns it from the readiness probe (gRPC health service ``readiness`` when electing), and the
-        picker Service then lists the serving pickers alone. The picker reports the same election in its
-        ``leader_election_master_status`` gauge, which this reads.
-        """
-        try:
-            with urllib.request.urlopen(self.picker_metrics, timeout=_PROBE_TIMEOUT) as answer:
-                text = answer.read().decode()
-        except OSError:
-            return False
-        return not self.elects or any(
-            line.startswith(LEADER_GAUGE) and line.rsplit(" ", 1)[-1].strip() in ("1", "1.0")
-            for line in text.splitlines()
-        )
+
+def grpc_serving(address: str, service: str, timeout: float) -> bool:
+    """Whether the gRPC health service at ``address`` answers SERVING for ``service``, as a gRPC probe asks."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    try:
+        with grpc.insecure_channel(address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+    except grpc.RpcError:
+        return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 @dataclass
@@ -342,6 +344,8 @@ class LocalPods:
             picker_metrics=f"http://127.0.0.1:{picker.metrics_port}/metrics",
             elects=PICKER_LEADER_ELECTION_FLAG in args,
             grpc=f"127.0.0.1:{picker.grpc_port}",
+            health=f"127.0.0.1:{picker.health_port}",
+            readiness=((container.get("readinessProbe") or {}).get("grpc") or {}).get("service", ""),
         )
         _log.info(
             "endpoint picker %s/%s runs; pool %s's requests enter at %s",

@@ -33,6 +33,7 @@ class PickerFailover:
     floor: float  # elected: the Lease's duration less its renewal's age at the kill; otherwise 0
     holder_before: str = ""  # the Lease's holder (elected pickers only)
     holder_after: str = ""
+    at: float = 0.0  # time.monotonic() of the SIGKILL
 
 
 def pool_routes(pickers: LocalPods, namespace: str, pool: str) -> list[Route]:
@@ -58,6 +59,7 @@ def kill_serving_picker(
     killed = time.monotonic()
     for process in pickers.programs(namespace, victim.picker):
         if process.name == "epp":
+            killed = time.monotonic()
             process.kill()
 
     def another_serves() -> Route | None:
@@ -70,6 +72,6 @@ def kill_serving_picker(
     assert after is not None  # wait_for returns only a truthy value
     seconds = time.monotonic() - killed
     if not victim.elects:
-        return PickerFailover(victim, after, seconds, floor)
+        return PickerFailover(victim, after, seconds, floor, at=killed)
     holder = _holder(kube, namespace, pool).get("holderIdentity", "")
-    return PickerFailover(victim, after, seconds, floor, lease.get("holderIdentity", ""), holder)
+    return PickerFailover(victim, after, seconds, floor, lease.get("holderIdentity", ""), holder, at=killed)
