@@ -103,6 +103,37 @@ def test_engine_queue_metrics_of_both_engines_map_to_replicas(engines, scenario,
     scenario.clear(NS, NAME)
 
 
+def test_simulated_engines_feed_the_core_type_and_bandwidth_entries_per_replica(
+    engines, scenario, prometheus
+):
+    catalog = Catalog.build()
+    queries = {
+        name: Query(QueryWindow(catalog.expression(name), 1, "replica"), "max")
+        for name in (
+            "aicube_utilization",
+            "aivector_utilization",
+            "aicpu_utilization",
+            "hbm_bandwidth_saturation",
+        )
+    }
+
+    def both_replicas():
+        series = observe(prometheus, list(queries.values())).series
+        return series if all(len(series[query]) == 2 for query in queries.values()) else None
+
+    series = wait_for(both_replicas, what="core-type and bandwidth series of both replicas", timeout=20.0)
+    # Without noise every replica's sample is the same: what the scenario says reaches Prometheus unchanged.
+    cores = scenario.sample(time.time(), NS, NAME, 0, 0, ready_replicas=2).cores
+    for replica in (0, 1):
+        key = (NS, NAME, replica)
+        assert series[queries["hbm_bandwidth_saturation"]][key] == pytest.approx(cores.hbm_bandwidth)
+        assert series[queries["aicube_utilization"]][key] == pytest.approx(cores.aicube)
+        assert series[queries["aivector_utilization"]][key] == pytest.approx(cores.aivector)
+        assert series[queries["aicpu_utilization"]][key] == pytest.approx(cores.aicpu)
+        # The bandwidth leads; cube, vector and AI CPU follow at lower shares of the load.
+        assert cores.aicpu < cores.aivector < cores.aicube < cores.hbm_bandwidth
+
+
 def test_a_bad_raw_query_fails_alone_and_a_stopped_prometheus_is_unavailable(prometheus_binary, tmp_path):
     with PrometheusServer(binary=prometheus_binary, directory=tmp_path) as server:
         good = Query(QueryWindow("up", 2, "fleet"), "count")
