@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_CHIP = "ascend910b"
-
-# The optional npu-smi readings each chip generation prints.
+# The optional npu-smi readings each of the API's chips prints.
 _READINGS: dict[str, frozenset[str]] = {
     "ascend910a": frozenset({"aicpu", "hbm_bandwidth"}),
     "ascend910b": frozenset({"aicube", "aivector", "aicpu", "hbm_bandwidth"}),

@@ -52,9 +52,10 @@ from typing import Any
 
 import yaml
 
+from ascend_fleet.api.checks import DEFAULT_CHIP
 from ascend_fleet.api.units import parse_duration
 
-from .chips import CHIPS, DEFAULT_CHIP, CoreReadings, core_readings
+from .chips import CHIPS, CoreReadings, core_readings
 
 GIB = 1024**3
 WILDCARD = "*"
