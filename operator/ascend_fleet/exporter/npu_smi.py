@@ -17,8 +17,8 @@ block closed by its ``Chip ID`` line::
     Chip ID                        : 0
 
 Which lines appear depends on the chip and the driver (docs/exporter.md has the table): the AI Vector and
-AI Cube lines exist on Atlas A2 and A3 only, the AI Cube line only with newer drivers, and a line whose
-value is hidden (a virtual NPU) is left out. Those optional lines are read when present and are simply
+AI Cube lines exist on Atlas A2 and A3 (a 310P prints ``Vectorcore`` instead), the AI Cube line only with
+newer drivers, and a line whose value is hidden (a virtual NPU) is left out. Those optional lines are read when present and are simply
 unknown when absent.
 
 ``npu-smi info -m`` maps cards and chips to logical ids (``NPU ID  Chip ID  Chip Logic ID  Chip Name``);
@@ -41,12 +41,13 @@ _HBM_RATE = ("hbmusagerate(%)",)
 _HBM_CAPACITY = ("hbmcapacity(mb)",)
 _USAGE_KEYS = frozenset(_AICORE_RATE + _HBM_RATE + _HBM_CAPACITY)
 # Lines a chip generation may lack (see the module docstring): absent means unknown, not a problem.
-# Atlas 300I Duo (310P) calls its vector cores "Vectorcore"; npu-exporter reads both as vector utilization.
+# Field -> (the line as npu-smi spells it, for messages; its normalized keys). Atlas 300I Duo (310P) calls
+# its vector cores "Vectorcore"; npu-exporter reads both as vector utilization.
 _OPTIONAL_RATES = {
-    "aicube_ratio": ("aicubeusagerate(%)",),
-    "aivector_ratio": ("aivectorusagerate(%)", "vectorcoreusagerate(%)"),
-    "aicpu_ratio": ("aicpuusagerate(%)",),
-    "hbm_bandwidth_ratio": ("hbmbandwidthusagerate(%)",),
+    "aicube_ratio": ("Aicube Usage Rate(%)", ("aicubeusagerate(%)",)),
+    "aivector_ratio": ("Aivector Usage Rate(%)", ("aivectorusagerate(%)", "vectorcoreusagerate(%)")),
+    "aicpu_ratio": ("Aicpu Usage Rate(%)", ("aicpuusagerate(%)",)),
+    "hbm_bandwidth_ratio": ("HBM Bandwidth Usage Rate(%)", ("hbmbandwidthusagerate(%)",)),
 }
 # What a chip that does not report a value may print instead of leaving the line out.
 _NOT_REPORTED = frozenset({"na", "n/a", "-"})
@@ -198,21 +199,12 @@ def _usage(block: list[tuple[str, str]]) -> tuple[NpuUsage, list[str]]:
     total = None if capacity_mb is None else capacity_mb * MIB
     used = None if total is None or hbm_rate is None else total * hbm_rate / 100
     optional = {
-        field: _ratio(number(keys, _LABELS[keys[0]], 100, optional=True))
-        for field, keys in _OPTIONAL_RATES.items()
+        field: _ratio(number(keys, label, 100, optional=True))
+        for field, (label, keys) in _OPTIONAL_RATES.items()
     }
     return NpuUsage(
         aicore_ratio=_ratio(aicore), hbm_used_bytes=used, hbm_total_bytes=total, **optional
     ), problems
-
-
-# The lines' spelling in npu-smi output, for problem messages.
-_LABELS = {
-    "aicubeusagerate(%)": "Aicube Usage Rate(%)",
-    "aivectorusagerate(%)": "Aivector Usage Rate(%)",
-    "aicpuusagerate(%)": "Aicpu Usage Rate(%)",
-    "hbmbandwidthusagerate(%)": "HBM Bandwidth Usage Rate(%)",
-}
 
 
 def _ratio(percent: float | None) -> float | None:
