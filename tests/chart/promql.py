@@ -20,6 +20,10 @@ from ascend_fleet import telemetry
 # them, and is read instead when it is importable.
 _EXPORTER_CONTRACT = (
     "ascend_fleet_npu_utilization_ratio",
+    "ascend_fleet_npu_aicube_utilization_ratio",
+    "ascend_fleet_npu_aivector_utilization_ratio",
+    "ascend_fleet_npu_aicpu_utilization_ratio",
+    "ascend_fleet_hbm_bandwidth_utilization_ratio",
     "ascend_fleet_hbm_used_bytes",
     "ascend_fleet_hbm_total_bytes",
     "ascend_fleet_memory_fragmentation_ratio",
@@ -40,6 +44,8 @@ ENGINE_GAUGES_AND_COUNTERS = (
     "sglang:num_queue_reqs",
     "sglang:token_usage",
     "sglang:gen_throughput",
+    "sglang:prompt_tokens_total",
+    "sglang:generation_tokens_total",
 )
 ENGINE_HISTOGRAMS = (
     "vllm:time_to_first_token_seconds",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from ascend_fleet.exporter import metrics as exporter
 from tests.chart.helm import CHART
 from tests.chart.promql import (
     check_expressions,
@@ -67,6 +69,12 @@ def test_dashboard_identity_and_layout(dashboard):
         ("queue depth",),
         ("time to first token",),
         ("decisions",),
+        # The seeds' four panels and their cost figure.
+        ("npu utilization", "core type"),
+        ("hbm bandwidth saturation",),
+        ("request queue depth",),
+        ("memory fragmentation index",),
+        ("tokens per npu-hour", "fleet"),
     ],
 )
 def test_dashboard_has_the_panels_the_issue_asks_for(dashboard, words):
@@ -102,6 +110,59 @@ def test_fleet_panels_filter_by_the_selected_fleet(dashboard):
         )
         if reads_fleet_series and where.startswith("panel"):
             assert 'namespace=~"$namespace"' in expr and 'inference=~"$inference"' in expr, where
+
+
+def panel(dashboard: dict[str, Any], title: str) -> dict[str, Any]:
+    return next(p for p in panels(dashboard) if p["title"] == title)
+
+
+def read_names(target: dict[str, Any]) -> set[str]:
+    return metric_names(grafana_to_promql(target["expr"]))
+
+
+def test_the_core_type_panel_reads_each_core_type_and_the_bandwidth_panel_its_ratio(dashboard):
+    cores = panel(dashboard, "NPU utilization per core type")
+    assert [read_names(t) for t in cores["targets"]] == [
+        {exporter.NPU_UTILIZATION_RATIO},
+        {exporter.NPU_AICUBE_UTILIZATION_RATIO},
+        {exporter.NPU_AIVECTOR_UTILIZATION_RATIO},
+        {exporter.NPU_AICPU_UTILIZATION_RATIO},
+    ]
+    assert [t["legendFormat"].split()[-2:] for t in cores["targets"]] == [
+        ["AI", "Core"],
+        ["AI", "Cube"],
+        ["AI", "Vector"],
+        ["AI", "CPU"],
+    ]
+    [bandwidth] = panel(dashboard, "HBM bandwidth saturation per replica")["targets"]
+    assert read_names(bandwidth) == {exporter.HBM_BANDWIDTH_UTILIZATION_RATIO}
+    for ratio_panel in (cores, panel(dashboard, "HBM bandwidth saturation per replica")):
+        defaults = ratio_panel["fieldConfig"]["defaults"]
+        assert (defaults["unit"], defaults["min"], defaults["max"]) == ("percentunit", 0, 1)
+
+
+def test_tokens_per_npu_hour_divide_generated_tokens_by_the_fleets_npus(dashboard):
+    targets = panel(dashboard, "Tokens per NPU-hour per fleet")["targets"]
+    assert [read_names(t) for t in targets] == [
+        {"vllm:generation_tokens_total", exporter.HBM_TOTAL_BYTES},
+        {"sglang:generation_tokens_total", exporter.HBM_TOTAL_BYTES},
+    ]
+    for target in targets:
+        assert "* 3600 / count by (namespace, inference) (ascend_fleet_hbm_total_bytes" in target["expr"]
+
+
+def fills_absence(expr: str) -> bool:
+    """Whether an expression turns "no series" into a number (an absent reading would read as 0)."""
+    return bool(re.search(r"\bor\b[^()]*(\(\s*\))?\s*(vector|absent)\s*\(", expr)) or "absent(" in expr
+
+
+def test_absent_readings_are_shown_as_absent_not_zero(dashboard):
+    assert fills_absence("sum(x) or vector(0)") and fills_absence("x or on() vector(0)")
+    assert not fills_absence("sum(x) or sum(y)")
+    for where, expr in queries(dashboard):
+        assert not fills_absence(expr), where
+    for title in ("NPU utilization per core type", "HBM bandwidth saturation per replica"):
+        assert panel(dashboard, title)["fieldConfig"]["defaults"]["noValue"] == "not reported"
 
 
 def test_metric_name_extraction_sees_through_promql():

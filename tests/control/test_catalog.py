@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ascend_fleet.api.catalog import PRESETS, Catalog
 from ascend_fleet.api.settings import ControlSettings
+from ascend_fleet.exporter import metrics
 from ascend_fleet.reconcile.apply import known_metrics
 from ascend_fleet.render import InvalidSpec, validate
 from tests.support.documents import inference
@@ -29,6 +32,39 @@ def test_presets_read_their_own_metric_names():
     # Only the project's exporter measures fragmentation.
     assert "ascend_fleet_memory_fragmentation_ratio" in npu_exporter.expression("mem_fragmentation")
     assert "vllm:num_requests_waiting" in npu_exporter.expression("queue_depth")
+
+
+SATURATION_METRICS = {
+    "aicube_utilization",
+    "aivector_utilization",
+    "aicpu_utilization",
+    "hbm_bandwidth_saturation",
+}
+
+
+def test_the_core_types_and_hbm_bandwidth_read_each_presets_names():
+    own = Catalog.build("ascend-fleet")
+    assert own.names() >= SATURATION_METRICS
+    assert metrics.NPU_AICUBE_UTILIZATION_RATIO in own.expression("aicube_utilization")
+    assert metrics.NPU_AIVECTOR_UTILIZATION_RATIO in own.expression("aivector_utilization")
+    assert metrics.NPU_AICPU_UTILIZATION_RATIO in own.expression("aicpu_utilization")
+    assert own.expression("hbm_bandwidth_saturation").startswith("max by (namespace, inference, replica)")
+    assert metrics.HBM_BANDWIDTH_UTILIZATION_RATIO in own.expression("hbm_bandwidth_saturation")
+    npu_exporter = Catalog.build("npu-exporter")
+    assert 'npu_chip_info_cube_utilization{pod_name!=""} / 100' in npu_exporter.expression(
+        "aicube_utilization"
+    )
+    assert "npu_chip_info_vector_utilization" in npu_exporter.expression("aivector_utilization")
+    assert "npu_chip_info_hbm_bandwidth_utilization" in npu_exporter.expression("hbm_bandwidth_saturation")
+    # npu-exporter has no AI CPU gauge: the entry stays the project's exporter's.
+    assert npu_exporter.expression("aicpu_utilization") == own.expression("aicpu_utilization")
+
+
+def test_every_catalog_entry_is_documented():
+    page = (Path(__file__).parents[2] / "docs" / "control-loop.md").read_text()
+    for preset in sorted(PRESETS):
+        for name in Catalog.build(preset).names():
+            assert f"`{name}`" in page, f"{name} ({preset}) is not in docs/control-loop.md"
 
 
 def test_operator_entries_add_and_replace():

@@ -103,6 +103,37 @@ def test_engine_queue_metrics_of_both_engines_map_to_replicas(engines, scenario,
     scenario.clear(NS, NAME)
 
 
+def test_simulated_engines_feed_the_core_type_and_bandwidth_entries_per_replica(
+    engines, scenario, prometheus
+):
+    catalog = Catalog.build()
+    queries = {
+        name: Query(QueryWindow(catalog.expression(name), 1, "replica"), "max")
+        for name in (
+            "aicube_utilization",
+            "aivector_utilization",
+            "aicpu_utilization",
+            "hbm_bandwidth_saturation",
+        )
+    }
+
+    def both_replicas():
+        series = observe(prometheus, list(queries.values())).series
+        return series if all(len(series[query]) == 2 for query in queries.values()) else None
+
+    series = wait_for(both_replicas, what="core-type and bandwidth series of both replicas", timeout=20.0)
+    # Without noise every replica's sample is the same: what the scenario says reaches Prometheus unchanged.
+    cores = scenario.sample(time.time(), NS, NAME, 0, 0, ready_replicas=2).cores
+    for replica in (0, 1):
+        key = (NS, NAME, replica)
+        assert series[queries["hbm_bandwidth_saturation"]][key] == pytest.approx(cores.hbm_bandwidth)
+        assert series[queries["aicube_utilization"]][key] == pytest.approx(cores.aicube)
+        assert series[queries["aivector_utilization"]][key] == pytest.approx(cores.aivector)
+        assert series[queries["aicpu_utilization"]][key] == pytest.approx(cores.aicpu)
+        # The bandwidth leads; cube, vector and AI CPU follow at lower shares of the load.
+        assert cores.aicpu < cores.aivector < cores.aicube < cores.hbm_bandwidth
+
+
 def test_a_bad_raw_query_fails_alone_and_a_stopped_prometheus_is_unavailable(prometheus_binary, tmp_path):
     with PrometheusServer(binary=prometheus_binary, directory=tmp_path) as server:
         good = Query(QueryWindow("up", 2, "fleet"), "count")
@@ -122,6 +153,9 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
     chip = Gauge("npu_chip_info_utilization", "AICore %", ["id", "namespace", "pod_name"], registry=registry)
     total = Gauge("npu_chip_info_hbm_total_memory", "MB", ["id", "namespace", "pod_name"], registry=registry)
     used = Gauge("npu_chip_info_hbm_used_memory", "MB", ["id", "namespace", "pod_name"], registry=registry)
+    labels = ["id", "namespace", "pod_name"]
+    cube = Gauge("npu_chip_info_cube_utilization", "AI Cube %", labels, registry=registry)
+    bandwidth = Gauge("npu_chip_info_hbm_bandwidth_utilization", "HBM bandwidth %", labels, registry=registry)
     pod_labels = Gauge(
         "kube_pod_labels",
         "pod labels",
@@ -143,6 +177,9 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
         chip.labels(chip_id, NS, pod).set(percent)
         total.labels(chip_id, NS, pod).set(65536)
         used.labels(chip_id, NS, pod).set(32768)
+        bandwidth.labels(chip_id, NS, pod).set(percent - 10)
+        if pod != "qwen-1":  # replica 1's chips report no cube (an older driver): no value, not zero
+            cube.labels(chip_id, NS, pod).set(percent / 2)
     for replica in (0, 1):
         pod_labels.labels(NS, f"qwen-{replica}", f"u{replica}", NAME, str(replica)).set(1)
     port = free_port()
@@ -155,10 +192,12 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
     catalog = Catalog.build("npu-exporter")
     utilization = Query(QueryWindow(catalog.expression("npu_utilization"), 1, "replica"), "max")
     hbm = Query(QueryWindow(catalog.expression("hbm_usage"), 1, "replica"), "max")
+    cube_q = Query(QueryWindow(catalog.expression("aicube_utilization"), 1, "replica"), "max")
+    bandwidth_q = Query(QueryWindow(catalog.expression("hbm_bandwidth_saturation"), 1, "replica"), "max")
     with PrometheusServer(binary=prometheus_binary, directory=tmp_path, extra_scrape_configs=[job]) as server:
 
         def joined():
-            observations = observe(server, [utilization, hbm])
+            observations = observe(server, [utilization, hbm, cube_q, bandwidth_q])
             return observations if len(observations.series[utilization]) == 2 else None
 
         observations = wait_for(
@@ -169,6 +208,12 @@ def test_npu_exporter_preset_joins_chips_to_replicas_through_pod_labels(promethe
         (NS, NAME, 1): pytest.approx(0.2),
     }
     assert observations.series[hbm] == {(NS, NAME, 0): pytest.approx(0.5), (NS, NAME, 1): pytest.approx(0.5)}
+    assert observations.series[cube_q] == {(NS, NAME, 0): pytest.approx(0.4)}
+    # Bandwidth saturation is the replica's worst chip: 90 - 10 on qwen-0, 20 - 10 on qwen-1.
+    assert observations.series[bandwidth_q] == {
+        (NS, NAME, 0): pytest.approx(0.8),
+        (NS, NAME, 1): pytest.approx(0.1),
+    }
     server_thread.shutdown()
 
 

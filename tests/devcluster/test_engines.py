@@ -11,7 +11,12 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines, engine_pod, render_metrics
+from ascend_fleet.devcluster.fleet.engines import (
+    SimulatedEngines,
+    engine_pod,
+    render_metrics,
+    with_real_traffic,
+)
 from ascend_fleet.devcluster.fleet.prometheus import Target
 from ascend_fleet.devcluster.fleet.scenario import FragmentationModel, Scenario
 from ascend_fleet.exporter import metrics as exporter_metrics
@@ -196,6 +201,26 @@ def test_exporter_values_are_consistent():
         abs=1e-9,
     )
     assert values["ascend_fleet_memory_fragmentation_ratio"] <= values["ascend_fleet_memory_slack_ratio"]
+    # The per-core-type readings and HBM bandwidth of a 910B at half load, each a ratio below the bandwidth.
+    for name in (
+        exporter_metrics.NPU_AICUBE_UTILIZATION_RATIO,
+        exporter_metrics.NPU_AIVECTOR_UTILIZATION_RATIO,
+        exporter_metrics.NPU_AICPU_UTILIZATION_RATIO,
+    ):
+        assert 0 < values[name] < values[exporter_metrics.HBM_BANDWIDTH_UTILIZATION_RATIO] <= 1, name
+
+
+def test_a_chip_without_cube_or_vector_lines_exports_no_series_for_them():
+    pod = engine_pod(fake_pod("q", None, npus=2), now=0.0)
+    scenario = Scenario.from_dict({"inferences": {"*": {"demand": 0.5, "chip": "ascend910a"}}})
+    text = render_metrics(pod, scenario.sample(0, NS, "qwen", 0, 0, 1)).decode()
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert exporter_metrics.NPU_AICUBE_UTILIZATION_RATIO not in names
+    assert exporter_metrics.NPU_AIVECTOR_UTILIZATION_RATIO not in names
+    assert {
+        exporter_metrics.NPU_AICPU_UTILIZATION_RATIO,
+        exporter_metrics.HBM_BANDWIDTH_UTILIZATION_RATIO,
+    } <= names
 
 
 def test_servers_export_the_scenario_per_device_and_queues_on_leaders(loopback_ip, clock):
@@ -315,3 +340,22 @@ def test_close_stops_every_server(loopback_ip, clock):
     assert refused(address)
     engines.on_pod_running(fake_pod("qwen-1", loopback_ip(2)))
     assert engines.pods() == []
+
+
+class _BusyEngine:
+    """Stands in for a serving engine that real requests keep fully busy."""
+
+    def serving_real_traffic(self) -> bool:
+        return True
+
+    def snapshot(self) -> tuple[int, int, float, float]:
+        return 8, 2, 0.7, 1.0
+
+
+def test_real_traffic_drives_the_core_types_and_bandwidth_unless_the_scenario_keeps_utilization():
+    sample = Scenario.constant(0.2).sample(0, NS, "qwen", 0, 0, 1)
+    served = with_real_traffic(sample, _BusyEngine())
+    assert served.utilization == 1.0 and served.cores.hbm_bandwidth > sample.cores.hbm_bandwidth
+    assert served.cores.aicube > sample.cores.aicube
+    kept = with_real_traffic(sample, _BusyEngine(), utilization=False)
+    assert (kept.utilization, kept.cores, kept.requests_running) == (sample.utilization, sample.cores, 8)

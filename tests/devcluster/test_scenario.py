@@ -94,6 +94,29 @@ def test_hbm_follows_utilization():
     assert (idle.hbm_total_bytes, idle.hbm_used_bytes, busy.hbm_used_bytes) == (1000, 500, 800)
 
 
+def test_core_types_and_hbm_bandwidth_follow_utilization_and_saturate_bandwidth_first():
+    scenario = Scenario.constant(1.0)
+    idle = scenario.sample(0, NS, INF, 0, 0, ready_replicas=1_000_000).cores
+    half = scenario.sample(0, NS, INF, 0, 0, ready_replicas=2).cores
+    busy = scenario.sample(0, NS, INF, 0, 0, ready_replicas=1).cores
+    for name in ("aicube", "aivector", "aicpu", "hbm_bandwidth"):
+        assert getattr(idle, name) < getattr(half, name) < getattr(busy, name) <= 1.0, name
+    # Decode is memory-bound: at full AI Core load the bandwidth is near its peak, the matrix unit is not.
+    assert busy.hbm_bandwidth >= 0.9 and busy.aicube <= 0.6
+    # Whole percentages, as npu-smi prints them.
+    for value in (half.aicube, half.aivector, half.aicpu, half.hbm_bandwidth):
+        assert value * 100 == pytest.approx(round(value * 100), abs=1e-9)
+
+
+def test_a_chip_that_prints_no_cube_or_vector_line_reports_them_as_absent():
+    scenario = Scenario.from_dict({"noise": 0, "inferences": {"*": {"demand": 1.0, "chip": "ascend910a"}}})
+    sample = scenario.sample(0, NS, INF, 0, 0, ready_replicas=1)
+    assert (sample.cores.aicube, sample.cores.aivector) == (None, None)
+    assert sample.cores.aicpu is not None and sample.cores.hbm_bandwidth is not None
+    a3 = Scenario.from_dict({"inferences": {"*": {"demand": 1.0, "chip": "ascend910_93"}}})
+    assert a3.sample(0, NS, INF, 0, 0, ready_replicas=1).cores.aicube is not None
+
+
 def test_noise_is_small_deterministic_and_per_replica():
     first = Scenario.constant(1.0, noise=0.05)
     second = Scenario.constant(1.0, noise=0.05)
@@ -175,10 +198,17 @@ def test_scenario_file_round_trip(tmp_path):
             "inferences:\n  a:\n    demand: {phases: [{to: 2}]}\n",
             r"inferences\.a\.demand\.phases\[0\]: expected \{hold",
         ),
-        ("inferences:\n  a:\n    demnad: 1\n", r"inferences\.a: unknown field\(s\) demnad; allowed: demand"),
+        (
+            "inferences:\n  a:\n    demnad: 1\n",
+            r"inferences\.a: unknown field\(s\) demnad; allowed: chip, demand",
+        ),
         ("inferences:\n  a:\n    demand: [[10, 1], [5, 2]]\n", "point times must not decrease"),
         ("inferences:\n  a:\n    fragmentation: {replicas: {first: {}}}\n", "keys are replica indexes"),
         ("noise: 2\n", "noise: expected a fraction between 0 and 1"),
+        (
+            "inferences:\n  a: {chip: ascend310p}\n",
+            r"inferences\.a\.chip: expected one of ascend910a, ascend910b, ascend910_93, got 'ascend310p'",
+        ),
         ("inferences:\n  a: {demand: {phases: [{hold: soon}]}}\n", "is not a duration"),
         ("- just\n- a list\n", "the top level: expected a mapping, got list"),
         ("inferences: {a: {demand: [1\n", "not valid YAML"),

@@ -111,6 +111,7 @@ def test_npu_smi_reads_the_cards_behind_the_devices(npu_smi_dir):
     assert (reading.problems, reading.failed) == ([], 0)
     assert {d: u.aicore_ratio for d, u in reading.values.items()} == {1: 0.2, 6: 0.7}
     assert reading.values[1].hbm_used_bytes == 65536 * MIB * 0.87
+    assert (reading.values[1].aivector_ratio, reading.values[1].hbm_bandwidth_ratio) == (0.41, 0.35)
 
 
 def test_npu_smi_reads_every_device_when_none_are_named(npu_smi_dir):

@@ -103,6 +103,10 @@ def test_one_endpoint_serves_every_rank_once_and_survives_the_server_dying(pod):
     # Device n is card n of the 910B chip map: each rank shows its own card's utilization.
     assert by_device(series, metrics.NPU_UTILIZATION_RATIO) == {"0": 0.1, "1": 0.55, "2": 0.9}
     assert by_device(series, metrics.HBM_TOTAL_BYTES) == {str(d): 64 * 1024**3 for d in (0, 1, 2)}
+    # The per-core-type lines this 910B npu-smi prints; it prints no Aicube line, so that family is absent.
+    assert by_device(series, metrics.NPU_AIVECTOR_UTILIZATION_RATIO) == {str(d): 0.41 for d in (0, 1, 2)}
+    assert by_device(series, metrics.HBM_BANDWIDTH_UTILIZATION_RATIO) == {str(d): 0.35 for d in (0, 1, 2)}
+    assert metrics.NPU_AICUBE_UTILIZATION_RATIO not in series
     assert by_device(series, metrics.ALLOC_RETRIES_TOTAL) == {"0": 12, "1": 0, "2": 12}
     assert by_device(series, metrics.OOMS_TOTAL) == {"0": 1, "1": 0, "2": 1}
     assert series[metrics.EXPORTER_SCRAPE_ERRORS_TOTAL] == {

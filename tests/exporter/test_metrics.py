@@ -13,6 +13,10 @@ from .scrape import by_device, parse
 # The names the issue, the operator's metric catalog and the dashboard rely on.
 REQUIRED = {
     "ascend_fleet_npu_utilization_ratio",
+    "ascend_fleet_npu_aicube_utilization_ratio",
+    "ascend_fleet_npu_aivector_utilization_ratio",
+    "ascend_fleet_npu_aicpu_utilization_ratio",
+    "ascend_fleet_hbm_bandwidth_utilization_ratio",
     "ascend_fleet_hbm_used_bytes",
     "ascend_fleet_hbm_total_bytes",
     "ascend_fleet_memory_fragmentation_ratio",
@@ -56,8 +60,13 @@ def test_exposition_round_trips_through_the_prometheus_parser():
             allocated_bytes=4.3e10,
             alloc_retries=12,
             ooms=1,
+            aicube_ratio=0.44,
+            aivector_ratio=0.23,
+            aicpu_ratio=0.0,
+            hbm_bandwidth_ratio=0.71,
         ),
-        "1": DeviceSample(utilization_ratio=0.0, fragmentation_ratio=0.001),
+        # A chip that prints no AI Cube, AI Vector or bandwidth line (a 910A).
+        "1": DeviceSample(utilization_ratio=0.0, fragmentation_ratio=0.001, aicpu_ratio=0.02),
     }
     series = parse(render_exposition(samples, {"torch_npu": 0, "npu_smi": 3}))
     assert by_device(series, metrics.NPU_UTILIZATION_RATIO) == {"0": 0.62, "1": 0.0}
@@ -66,6 +75,11 @@ def test_exposition_round_trips_through_the_prometheus_parser():
         "0": 68719476736.0
     }  # unknown for device 1: no series
     assert by_device(series, metrics.ALLOC_RETRIES_TOTAL) == {"0": 12.0}
+    # Per core type: a type the chip does not report has no series, an idle one has 0.
+    assert by_device(series, metrics.NPU_AICUBE_UTILIZATION_RATIO) == {"0": 0.44}
+    assert by_device(series, metrics.NPU_AIVECTOR_UTILIZATION_RATIO) == {"0": 0.23}
+    assert by_device(series, metrics.NPU_AICPU_UTILIZATION_RATIO) == {"0": 0.0, "1": 0.02}
+    assert by_device(series, metrics.HBM_BANDWIDTH_UTILIZATION_RATIO) == {"0": 0.71}
     assert by_device(series, metrics.OOMS_TOTAL) == {"0": 1.0}
     assert series[metrics.EXPORTER_SCRAPE_ERRORS_TOTAL] == {
         (("collector", "npu_smi"),): 3.0,

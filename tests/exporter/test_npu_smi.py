@@ -1,4 +1,4 @@
-"""npu-smi parsing on recorded outputs: 910B and A3 cards, the chip map, and broken or empty output."""
+"""npu-smi parsing on recorded outputs: 910A, 910B and A3 cards, the chip map, and broken or empty output."""
 
 from pathlib import Path
 
@@ -25,9 +25,69 @@ def test_usages_of_a_910b_card():
     usages, problems = parse_usages(recorded("usages_910b"))
     assert problems == ()
     assert usages == {
-        0: NpuUsage(aicore_ratio=0.62, hbm_used_bytes=65536 * MIB * 0.87, hbm_total_bytes=65536 * MIB)
+        0: NpuUsage(
+            aicore_ratio=0.62,
+            hbm_used_bytes=65536 * MIB * 0.87,
+            hbm_total_bytes=65536 * MIB,
+            aivector_ratio=0.41,
+            aicpu_ratio=0.0,
+            hbm_bandwidth_ratio=0.35,
+        )
     }
     assert usages[0].hbm_total_bytes == 64 * 1024**3  # "MB" are mebibytes
+    # This npu-smi prints no Aicube line: the cube is unknown, not idle.
+    assert usages[0].aicube_ratio is None
+
+
+def test_a_newer_npu_smi_on_910b_adds_the_ai_cube():
+    usages, problems = parse_usages(recorded("usages_910b_newer"))
+    assert problems == ()
+    usage = usages[0]
+    assert (usage.aicore_ratio, usage.aicube_ratio, usage.aivector_ratio) == (0.57, 0.44, 0.23)
+    assert (usage.aicpu_ratio, usage.hbm_bandwidth_ratio) == (0.03, 0.71)
+
+
+def test_a_910a_reports_no_vector_or_cube_and_that_is_no_problem():
+    usages, problems = parse_usages(recorded("usages_910a"))
+    assert problems == ()
+    usage = usages[0]
+    assert usage.aivector_ratio is None and usage.aicube_ratio is None
+    assert (usage.aicore_ratio, usage.aicpu_ratio, usage.hbm_bandwidth_ratio) == (0.48, 0.01, 0.39)
+    assert usage.hbm_total_bytes == 32 * 1024**3
+
+
+def test_optional_lines_left_out_or_not_available_are_unknown_without_a_problem():
+    # A virtual NPU hides the AI CPU line; a chip may also print NA where it has no reading.
+    text = (
+        "HBM Capacity(MB) : 1024\nHBM Usage Rate(%) : 10\nAicore Usage Rate(%) : 20\n"
+        "Aivector Usage Rate(%) : NA\nHBM Bandwidth Usage Rate(%) : N/A\n"
+    )
+    usages, problems = parse_usages(text)
+    assert problems == ()
+    assert usages[None].aicore_ratio == 0.2
+    assert (usages[None].aivector_ratio, usages[None].aicpu_ratio, usages[None].hbm_bandwidth_ratio) == (
+        None,
+        None,
+        None,
+    )
+
+
+def test_optional_lines_with_a_value_that_is_no_percentage_are_reported():
+    text = (
+        "HBM Capacity(MB) : 1024\nHBM Usage Rate(%) : 10\nAicore Usage Rate(%) : 20\n"
+        "Aicube Usage Rate(%) : 4294967295\nHBM Bandwidth Usage Rate(%) : busy\n"
+    )
+    usages, problems = parse_usages(text)
+    assert usages[None].aicube_ratio is None and usages[None].hbm_bandwidth_ratio is None
+    assert problems == (
+        "Aicube Usage Rate(%) is '4294967295', out of range",
+        "HBM Bandwidth Usage Rate(%) is 'busy', expected a number",
+    )
+
+
+def test_the_310p_vector_core_line_is_read_as_vector_utilization():
+    usages, _ = parse_usages("Aicore Usage Rate(%) : 5\nVectorcore Usage Rate(%) : 12\n")
+    assert usages[None].aivector_ratio == 0.12
 
 
 def test_usages_of_an_a3_card_with_two_chips():
@@ -36,6 +96,7 @@ def test_usages_of_an_a3_card_with_two_chips():
     assert usages[0].aicore_ratio == pytest.approx(0.88)
     assert usages[1].aicore_ratio == 0.0
     assert usages[1].hbm_used_bytes == pytest.approx(65536 * MIB * 0.90)
+    assert (usages[1].aivector_ratio, usages[1].hbm_bandwidth_ratio) == (0.41, 0.35)
 
 
 def test_not_available_values_are_unknown_and_reported():

@@ -16,7 +16,8 @@ Two presets:
   with namespace/inference/replica/rank/pod) and the engines' own vLLM or SGLang queue metrics;
 - ``npu-exporter``: NPU utilization and HBM from Huawei's npu-exporter (``npu_chip_info_*``, per chip,
   labelled ``namespace``/``pod_name``), joined to replicas through kube-state-metrics' ``kube_pod_labels``.
-  Fragmentation exists only in the project's exporter, so that entry is the same in both presets.
+  Fragmentation and AI CPU utilization exist only in the project's exporter, so those entries are the same
+  in both presets.
 
 Operators add or replace entries through ``control.catalog`` in the operator configuration.
 """
@@ -95,6 +96,12 @@ _EXPORTER_ENTRIES = {
     "mem_fragmentation": f"max {_BY} (ascend_fleet_memory_fragmentation_ratio)",
     "memory_slack": f"max {_BY} (ascend_fleet_memory_slack_ratio)",
     "hbm_usage": f"max {_BY} (ascend_fleet_hbm_used_bytes / ascend_fleet_hbm_total_bytes)",
+    # Per core type, where the chip reports it (a 910A has no cube or vector line: no series, no value).
+    "aicube_utilization": f"avg {_BY} (ascend_fleet_npu_aicube_utilization_ratio)",
+    "aivector_utilization": f"avg {_BY} (ascend_fleet_npu_aivector_utilization_ratio)",
+    "aicpu_utilization": f"avg {_BY} (ascend_fleet_npu_aicpu_utilization_ratio)",
+    # The worst device: one rank stalled on HBM bandwidth holds back the whole tensor-parallel step.
+    "hbm_bandwidth_saturation": f"max {_BY} (ascend_fleet_hbm_bandwidth_utilization_ratio)",
     "hbm_reserved_growth": f"max {_BY} (deriv(ascend_fleet_memory_reserved_bytes[{GROWTH_WINDOW}]) "
     "* 3600 / ascend_fleet_hbm_total_bytes)",
 }
@@ -119,9 +126,16 @@ def _npu_exporter(expression: str) -> str:
 
 _UTILIZATION_PERCENT = 'npu_chip_info_utilization{pod_name!=""} / 100'  # AICore %, as a ratio
 _HBM_RATIO = 'npu_chip_info_hbm_used_memory{pod_name!=""} / npu_chip_info_hbm_total_memory'
+# npu-exporter's per-core-type and bandwidth gauges are percentages too; it has no AI CPU gauge.
+_CUBE_PERCENT = 'npu_chip_info_cube_utilization{pod_name!=""} / 100'
+_VECTOR_PERCENT = 'npu_chip_info_vector_utilization{pod_name!=""} / 100'
+_HBM_BANDWIDTH_PERCENT = 'npu_chip_info_hbm_bandwidth_utilization{pod_name!=""} / 100'
 _NPU_EXPORTER_ENTRIES = {
     "npu_utilization": f"avg {_BY} ({_npu_exporter(_UTILIZATION_PERCENT)})",
     "hbm_usage": f"max {_BY} ({_npu_exporter(_HBM_RATIO)})",
+    "aicube_utilization": f"avg {_BY} ({_npu_exporter(_CUBE_PERCENT)})",
+    "aivector_utilization": f"avg {_BY} ({_npu_exporter(_VECTOR_PERCENT)})",
+    "hbm_bandwidth_saturation": f"max {_BY} ({_npu_exporter(_HBM_BANDWIDTH_PERCENT)})",
 }
 
 # Signals the operator reads from the Kubernetes API rather than from Prometheus, answered by the control loop

@@ -27,6 +27,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 NPU_UTILIZATION_RATIO = "ascend_fleet_npu_utilization_ratio"
+# One metric per core type rather than a `core` label: every exporter series keeps the single label `device`,
+# and each maps one-to-one to an npu-exporter metric (docs/decisions.md).
+NPU_AICUBE_UTILIZATION_RATIO = "ascend_fleet_npu_aicube_utilization_ratio"
+NPU_AIVECTOR_UTILIZATION_RATIO = "ascend_fleet_npu_aivector_utilization_ratio"
+NPU_AICPU_UTILIZATION_RATIO = "ascend_fleet_npu_aicpu_utilization_ratio"
+HBM_BANDWIDTH_UTILIZATION_RATIO = "ascend_fleet_hbm_bandwidth_utilization_ratio"
 HBM_USED_BYTES = "ascend_fleet_hbm_used_bytes"
 HBM_TOTAL_BYTES = "ascend_fleet_hbm_total_bytes"
 MEMORY_FRAGMENTATION_RATIO = "ascend_fleet_memory_fragmentation_ratio"
@@ -67,6 +73,11 @@ class DeviceSample:
     allocated_bytes: float | None = None
     alloc_retries: float | None = None
     ooms: float | None = None
+    # npu-smi lines that only some chip generations print (docs/exporter.md: which chip reports what).
+    aicube_ratio: float | None = None
+    aivector_ratio: float | None = None
+    aicpu_ratio: float | None = None
+    hbm_bandwidth_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,27 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = (
         "utilization_ratio",
     ),
     MetricSpec(
+        NPU_AICUBE_UTILIZATION_RATIO,
+        "gauge",
+        "ratio",
+        "AI Cube (matrix unit) utilization of the NPU, 0..1 (npu-smi Aicube Usage Rate / 100); Atlas A2/A3 only.",
+        "aicube_ratio",
+    ),
+    MetricSpec(
+        NPU_AIVECTOR_UTILIZATION_RATIO,
+        "gauge",
+        "ratio",
+        "AI Vector utilization of the NPU, 0..1 (npu-smi Aivector Usage Rate / 100); Atlas A2/A3 only.",
+        "aivector_ratio",
+    ),
+    MetricSpec(
+        NPU_AICPU_UTILIZATION_RATIO,
+        "gauge",
+        "ratio",
+        "AI CPU utilization of the NPU, 0..1 (npu-smi Aicpu Usage Rate / 100).",
+        "aicpu_ratio",
+    ),
+    MetricSpec(
         HBM_USED_BYTES,
         "gauge",
         "bytes",
@@ -101,6 +133,13 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = (
         "bytes",
         "HBM capacity of the NPU (npu-smi HBM Capacity).",
         "hbm_total_bytes",
+    ),
+    MetricSpec(
+        HBM_BANDWIDTH_UTILIZATION_RATIO,
+        "gauge",
+        "ratio",
+        "HBM bandwidth in use as a share of the NPU's peak, 0..1 (npu-smi HBM Bandwidth Usage Rate / 100).",
+        "hbm_bandwidth_ratio",
     ),
     MetricSpec(
         MEMORY_FRAGMENTATION_RATIO,

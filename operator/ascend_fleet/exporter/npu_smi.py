@@ -9,8 +9,17 @@ block closed by its ``Chip ID`` line::
     HBM Capacity(MB)               : 65536
     HBM Usage Rate(%)              : 3
     Aicore Usage Rate(%)           : 37
+    Aivector Usage Rate(%)         : 21
+    Aicpu Usage Rate(%)            : 0
+    HBM Bandwidth Usage Rate(%)    : 48
     ...
+    Aicube Usage Rate(%)           : 30
     Chip ID                        : 0
+
+Which lines appear depends on the chip and the driver (docs/exporter.md has the table): the AI Vector and
+AI Cube lines exist on Atlas A2 and A3 (a 310P prints ``Vectorcore`` instead), the AI Cube line only with
+newer drivers, and a line whose value is hidden (a virtual NPU) is left out. Those optional lines are read when present and are simply
+unknown when absent.
 
 ``npu-smi info -m`` maps cards and chips to logical ids (``NPU ID  Chip ID  Chip Logic ID  Chip Name``);
 rows without a logic id (``-``, the card's MCU) are not devices. The runtime numbers the devices a
@@ -31,6 +40,17 @@ _AICORE_RATE = ("aicoreusagerate(%)",)
 _HBM_RATE = ("hbmusagerate(%)",)
 _HBM_CAPACITY = ("hbmcapacity(mb)",)
 _USAGE_KEYS = frozenset(_AICORE_RATE + _HBM_RATE + _HBM_CAPACITY)
+# Lines a chip generation may lack (see the module docstring): absent means unknown, not a problem.
+# Field -> (the line as npu-smi spells it, for messages; its normalized keys). Atlas 300I Duo (310P) calls
+# its vector cores "Vectorcore"; npu-exporter reads both as vector utilization.
+_OPTIONAL_RATES = {
+    "aicube_ratio": ("Aicube Usage Rate(%)", ("aicubeusagerate(%)",)),
+    "aivector_ratio": ("Aivector Usage Rate(%)", ("aivectorusagerate(%)", "vectorcoreusagerate(%)")),
+    "aicpu_ratio": ("Aicpu Usage Rate(%)", ("aicpuusagerate(%)",)),
+    "hbm_bandwidth_ratio": ("HBM Bandwidth Usage Rate(%)", ("hbmbandwidthusagerate(%)",)),
+}
+# What a chip that does not report a value may print instead of leaving the line out.
+_NOT_REPORTED = frozenset({"na", "n/a", "-"})
 _CHIP_ID = "chipid"
 
 _MAP_COLUMNS = ("NPU ID", "Slot ID", "Chip ID", "Chip Logic ID", "Chip Phy-ID", "Chip Name")
@@ -43,6 +63,10 @@ class NpuUsage:
     aicore_ratio: float | None = None
     hbm_used_bytes: float | None = None
     hbm_total_bytes: float | None = None
+    aicube_ratio: float | None = None
+    aivector_ratio: float | None = None
+    aicpu_ratio: float | None = None
+    hbm_bandwidth_ratio: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,7 +83,9 @@ def parse_usages(text: str) -> tuple[dict[int | None, NpuUsage], tuple[str, ...]
     """Usage per chip id from ``npu-smi info -t usages`` output, and a line per problem.
 
     Output without any ``Chip ID`` line (one chip, or an older npu-smi) is one block, keyed ``None``.
-    Missing lines and values such as ``NA`` give ``None`` fields and a problem line; nothing raises.
+    Missing lines and values such as ``NA`` give ``None`` fields and a problem line; nothing raises. The
+    optional lines (AI Cube, AI Vector, AI CPU, HBM bandwidth) give ``None`` without a problem when a chip
+    leaves them out or prints ``NA``; a value that is there but not a percentage is still a problem.
     """
     pairs = _key_values(text)
     if not any(key in _USAGE_KEYS for key, _ in pairs):
@@ -149,10 +175,13 @@ def _usage(block: list[tuple[str, str]]) -> tuple[NpuUsage, list[str]]:
     values = dict(block)
     problems: list[str] = []
 
-    def number(keys: tuple[str, ...], label: str, upper: float | None) -> float | None:
+    def number(
+        keys: tuple[str, ...], label: str, upper: float | None, optional: bool = False
+    ) -> float | None:
         text = next((values[k] for k in keys if k in values), None)
-        if text is None:
-            problems.append(f"no {label!r} line")
+        if text is None or (optional and text.strip().lower() in _NOT_REPORTED):
+            if not optional:
+                problems.append(f"no {label!r} line")
             return None
         try:
             value = float(text.rstrip("%").strip())
@@ -169,8 +198,17 @@ def _usage(block: list[tuple[str, str]]) -> tuple[NpuUsage, list[str]]:
     hbm_rate = number(_HBM_RATE, "HBM Usage Rate(%)", 100)
     total = None if capacity_mb is None else capacity_mb * MIB
     used = None if total is None or hbm_rate is None else total * hbm_rate / 100
-    ratio = None if aicore is None else aicore / 100
-    return NpuUsage(aicore_ratio=ratio, hbm_used_bytes=used, hbm_total_bytes=total), problems
+    optional = {
+        field: _ratio(number(keys, label, 100, optional=True))
+        for field, (label, keys) in _OPTIONAL_RATES.items()
+    }
+    return NpuUsage(
+        aicore_ratio=_ratio(aicore), hbm_used_bytes=used, hbm_total_bytes=total, **optional
+    ), problems
+
+
+def _ratio(percent: float | None) -> float | None:
+    return None if percent is None else percent / 100
 
 
 def _header_columns(header: str) -> list[str]:

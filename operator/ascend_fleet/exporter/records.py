@@ -94,8 +94,12 @@ def device_sample(allocators: list[AllocatorStats], usage: TimedUsage | None) ->
     npu = usage.usage if usage else NpuUsage()
     return DeviceSample(
         utilization_ratio=npu.aicore_ratio,
+        aicube_ratio=npu.aicube_ratio,
+        aivector_ratio=npu.aivector_ratio,
+        aicpu_ratio=npu.aicpu_ratio,
         hbm_used_bytes=npu.hbm_used_bytes,
         hbm_total_bytes=npu.hbm_total_bytes,
+        hbm_bandwidth_ratio=npu.hbm_bandwidth_ratio,
         fragmentation_ratio=fragmentation,
         slack_ratio=slack,
         reserved_bytes=total.reserved_bytes,

@@ -50,6 +50,7 @@ from ascend_fleet.exporter.metrics import (
 from ascend_fleet.render import EXPORTER_PORT
 from ascend_fleet.render.routing import PICKER_COMPONENT
 
+from .chips import core_readings
 from .openai import openai_app
 from .prometheus import Target
 from .scenario import EngineSample, Scenario
@@ -270,6 +271,10 @@ def device_samples(pod: EnginePod, sample: EngineSample) -> dict[str, DeviceSamp
         allocated_bytes=sample.allocated_bytes,
         alloc_retries=sample.alloc_retries,
         ooms=0,
+        aicube_ratio=sample.cores.aicube,
+        aivector_ratio=sample.cores.aivector,
+        aicpu_ratio=sample.cores.aicpu,
+        hbm_bandwidth_ratio=sample.cores.hbm_bandwidth,
     )
     return {str(index): device for index in range(pod.devices)}
 
@@ -327,12 +332,16 @@ def with_real_traffic(
     if engine is None or not engine.serving_real_traffic():
         return sample
     running, waiting, kv_usage, busy = engine.snapshot()
+    if not utilization:
+        return replace(sample, requests_running=running, requests_waiting=waiting, kv_cache_usage=kv_usage)
     return replace(
         sample,
         requests_running=running,
         requests_waiting=waiting,
         kv_cache_usage=kv_usage,
-        utilization=busy if utilization else sample.utilization,
+        utilization=busy,
+        # The core types and HBM bandwidth follow the engine's own load, as its AI Core figure does.
+        cores=core_readings(sample.chip, busy),
     )
 
 

@@ -5,7 +5,8 @@ work over time. Everything a simulated engine exports follows from it and from t
 
 - utilization of each ready replica = clamp(demand / ready replicas, 0, 1), plus small seeded noise;
 - requests waiting in the queue grow with the demand that exceeds the ready replicas;
-- KV-cache and HBM usage follow utilization;
+- KV-cache and HBM usage follow utilization, and so do the per-core-type readings and HBM bandwidth, which
+  the profile's ``chip`` may not report at all (:mod:`~ascend_fleet.devcluster.fleet.chips`);
 - memory fragmentation grows with the pod's age, so a recreated pod starts near zero again.
 
 Tests and the dev UI can pin values with :meth:`Scenario.set`. Apart from reading a YAML file in
@@ -33,6 +34,7 @@ Scenario file schema (durations are seconds or strings such as ``30s``, ``2m``, 
         hbm_total_gib: 64               # per device
         hbm_static_fraction: 0.60       # HBM held at idle (weights + KV pool)
         hbm_dynamic_fraction: 0.25      # extra HBM at full utilization
+        chip: ascend910b                # ascend910a | ascend910b | ascend910_93: which readings npu-smi prints
 
 An inference that matches no key is idle (demand 0).
 """
@@ -50,7 +52,10 @@ from typing import Any
 
 import yaml
 
+from ascend_fleet.api.checks import DEFAULT_CHIP
 from ascend_fleet.api.units import parse_duration
+
+from .chips import CHIPS, CoreReadings, core_readings
 
 GIB = 1024**3
 WILDCARD = "*"
@@ -81,6 +86,9 @@ class EngineSample:
     requests_waiting: int
     kv_cache_usage: float
     alloc_retries: int
+    # AI Cube/Vector/CPU utilization and HBM bandwidth saturation; a field the chip does not report is None.
+    cores: CoreReadings = CoreReadings()
+    chip: str = DEFAULT_CHIP
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,7 @@ class Profile:
     hbm_total_bytes: int = 64 * GIB
     hbm_static_fraction: float = 0.60
     hbm_dynamic_fraction: float = 0.25
+    chip: str = DEFAULT_CHIP
 
     def fragmentation_for(self, replica: int) -> FragmentationModel:
         """The fragmentation model of one replica (its override, or the inference's)."""
@@ -265,6 +274,8 @@ class Scenario:
             kv_cache_usage=_clamp(_KV_IDLE + _KV_SPAN * utilization),
             # A counter must never go down while the pod lives: age x a non-decreasing ratio never does.
             alloc_retries=math.floor(age * model_fragmentation),
+            cores=core_readings(profile.chip, utilization),
+            chip=profile.chip,
         )
 
     def _noise(self, namespace: str, inference: str, replica: int, t: float) -> float:
@@ -326,6 +337,7 @@ _PROFILE_KEYS = {
     "hbm_total_gib",
     "hbm_static_fraction",
     "hbm_dynamic_fraction",
+    "chip",
 }
 _FRAGMENTATION_KEYS = {"start", "per_minute", "max"}
 
@@ -353,6 +365,9 @@ def _parse_profile(data: Any, where: str) -> Profile:
     defaults = Profile()
     fragmentation, per_replica = _parse_fragmentation(data.get("fragmentation", {}), f"{where}.fragmentation")
     hbm_gib = _number(data.get("hbm_total_gib", defaults.hbm_total_bytes / GIB), f"{where}.hbm_total_gib")
+    chip = data.get("chip", defaults.chip)
+    if chip not in CHIPS:
+        raise ScenarioError(f"{where}.chip: expected one of {', '.join(CHIPS)}, got {chip!r}")
     max_running = data.get("max_running_requests", defaults.max_running_requests)
     if isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1:
         raise ScenarioError(f"{where}.max_running_requests: expected a positive integer, got {max_running!r}")
@@ -368,6 +383,7 @@ def _parse_profile(data: Any, where: str) -> Profile:
         hbm_dynamic_fraction=_fraction(
             data.get("hbm_dynamic_fraction", defaults.hbm_dynamic_fraction), f"{where}.hbm_dynamic_fraction"
         ),
+        chip=chip,
     )
 
 
