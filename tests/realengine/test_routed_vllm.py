@@ -7,7 +7,8 @@ pods; the real scheduler binds them; the node agent runs each engine pod as a re
 model (:class:`~ascend_fleet.devcluster.real.realengines.RealEngines`) and the picker pod as the upstream
 picker behind an Envoy (:class:`~ascend_fleet.devcluster.real.localpods.LocalPods`). The picker reads vLLM's
 own ``vllm:`` gauges from each pod; which engine answered is read from the engines' own counters, never from
-the picker. Skipped without the control plane, the picker or ``make engine-vllm``; under ``CI=true`` that fails.
+the picker. Skipped without the control plane, the picker, Prometheus or ``make engine-vllm``; under
+``CI=true`` that fails.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 import pytest
@@ -112,7 +113,6 @@ class RoutedFleet:
     prometheus: PrometheusServer
     fleet: Fleet
     ready_seconds: float
-    figures: dict[str, object] = field(default_factory=dict)
 
     def engine_pods(self) -> list[dict]:
         return [p for p in self.fleet.pods(NAME) if not is_picker_pod(p)]
@@ -164,7 +164,7 @@ def picker_or_skip() -> None:
 
 
 @pytest.fixture(scope="module")
-def routed() -> Iterator[RoutedFleet]:
+def routed(prometheus_binary) -> Iterator[RoutedFleet]:  # the binary: a skip (CI: a failure) without one
     control_plane_or_skip()
     vllm_cpu_or_skip()
     picker_or_skip()
