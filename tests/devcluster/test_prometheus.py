@@ -221,3 +221,20 @@ def test_a_forgotten_server_ends_with_the_interpreter(prometheus_binary):
     pid, directory = result.stdout.split()
     assert not Path(f"/proc/{pid}").exists()
     assert not Path(directory).exists()
+
+
+def test_each_target_group_has_a_file_of_its_own_and_the_job_reads_them_all(tmp_path):
+    server = PrometheusServer(binary="/bin/true", directory=tmp_path)
+    server.set_targets([Target("127.10.0.5:9410", {"pod": "sim"})])
+    server.set_targets([Target("127.10.0.6:9410", {"pod": "real"})], group="real-engines")
+    server.set_targets([], group="engines")  # the simulated engines emptying theirs leaves the real ones
+    targets = tmp_path / "targets"
+    assert json.loads((targets / "engines.json").read_text()) == []
+    assert json.loads((targets / "real-engines.json").read_text()) == [
+        {"targets": ["127.10.0.6:9410"], "labels": {"pod": "real"}}
+    ]
+    (job,) = server._config["scrape_configs"]
+    assert job["file_sd_configs"][0]["files"] == [str(targets / "*.json")]
+    with pytest.raises(ValueError, match="lower-case word .* not '../x'"):
+        server.set_targets([], group="../x")
+    server.close()

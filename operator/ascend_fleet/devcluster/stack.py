@@ -162,8 +162,8 @@ def stack(
     """Start ``cluster`` (or :func:`local_cluster` of ``cluster_options``), install ``crds``, then a Prometheus
     when ``prometheus`` and simulated engines fed by ``scenario`` when given; stop all of it in reverse.
 
-    ``engine_options`` go to :class:`~ascend_fleet.devcluster.fleet.engines.SimulatedEngines`; the engines
-    register with Prometheus as scrape targets. With ``engines="vllm"`` (the real control plane only)
+    ``engine_options`` go to :class:`~ascend_fleet.devcluster.fleet.engines.SimulatedEngines`; the engines,
+    simulated and real, register with Prometheus as scrape targets. With ``engines="vllm"`` (the real control plane only)
     vllm-ascend engine pods run as real ``vllm serve`` processes instead, at most ``real_engine_limit``
     (:mod:`~ascend_fleet.devcluster.real.realengines`); SGLang pods stay simulated.
     """
@@ -185,7 +185,7 @@ def stack(
             server = running.enter_context(PrometheusServer(scrape_interval="1s"))
         real = None
         if engines == VLLM:
-            real = running.enter_context(_real_engines(cluster, real_engine_limit))
+            real = running.enter_context(_real_engines(cluster, real_engine_limit, server))
             cluster.kubelet.add_listener(real)
         simulated = None
         if scenario is not None:
@@ -197,8 +197,11 @@ def stack(
         yield Stack(cluster, kube, server, simulated, real)
 
 
-def _real_engines(cluster: LocalCluster, limit: int | None) -> RealEngines:
-    """Real vLLM engines for the real control plane's node agent, from the built environment."""
+def _real_engines(
+    cluster: LocalCluster, limit: int | None, prometheus: PrometheusServer | None
+) -> RealEngines:
+    """Real vLLM engines for the real control plane's node agent, from the built environment, scraped by
+    ``prometheus`` when there is one."""
     from ascend_fleet.devcluster.real.realcluster import RealCluster
     from ascend_fleet.devcluster.real.realengines import DEFAULT_LIMIT, RealEngines, RealEnginesUnavailable
     from ascend_fleet.devcluster.real.vllm_env import (
@@ -215,4 +218,9 @@ def _real_engines(cluster: LocalCluster, limit: int | None) -> RealEngines:
             f"vLLM's CPU environment is not built ({expected_environment().root}): make engine-vllm"
         )
     install_plugin(environment)
-    return RealEngines(environment, cluster.kubelet, limit=DEFAULT_LIMIT if limit is None else limit)
+    return RealEngines(
+        environment,
+        cluster.kubelet,
+        limit=DEFAULT_LIMIT if limit is None else limit,
+        prometheus=prometheus,
+    )

@@ -1,8 +1,9 @@
 """A real Prometheus server for the local dev cluster and the control-loop tests.
 
 :class:`PrometheusServer` runs the ``prometheus`` binary on 127.0.0.1 with a generated config in
-its own directory. Engines are found through ``file_sd_configs`` (job ``ascend-fleet-engines``),
-so :meth:`PrometheusServer.set_targets` changes what is scraped without a reload. The server can be
+its own directory. Engines are found through ``file_sd_configs`` (job ``ascend-fleet-engines``), one file
+per group of targets (the simulated engines, the real ones), so :meth:`PrometheusServer.set_targets` changes
+what is scraped without a reload and one group never overwrites another's. The server can be
 stopped and started again on the same data directory and port, to test "Prometheus down, then back".
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -29,6 +31,8 @@ from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
 
 ENGINES_JOB = "ascend-fleet-engines"
+ENGINES_GROUP = "engines"
+_GROUP = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 BINARY_ENV = "ASCEND_FLEET_PROMETHEUS"
 PROMETHEUS_INSTALL_HINT = (
     "install it with `apt-get install prometheus` on Debian or Ubuntu, otherwise unpack a release from "
@@ -144,7 +148,7 @@ class PrometheusServer:
         self.log_file = self.directory / "prometheus.log"
         self.startup_timeout = startup_timeout
         self._config = render_config(
-            self.targets_file,
+            self.targets_file.parent / "*.json",  # every group's file
             scrape_interval=scrape_interval,
             evaluation_interval=evaluation_interval,
             rule_files=[Path(path).resolve() for path in rule_files],
@@ -211,14 +215,17 @@ class PrometheusServer:
         if self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 
-    def set_targets(self, targets: Iterable[Target]) -> None:
-        """Scrape exactly ``targets`` in the engines job (works while stopped, too).
+    def set_targets(self, targets: Iterable[Target], group: str = ENGINES_GROUP) -> None:
+        """Scrape exactly ``targets`` in the engines job for ``group`` (works while stopped, too).
 
-        Prometheus applies a change within about 5 s: its discovery manager batches updates.
+        Each group is a file of its own, so the simulated and the real engines of one stack each keep
+        theirs. Prometheus applies a change within about 5 s: its discovery manager batches updates.
         """
+        if not _GROUP.match(group):
+            raise ValueError(f"a target group is a lower-case word (letters, digits, dashes), not {group!r}")
         text = json.dumps(file_sd_groups(targets), indent=1, sort_keys=True) + "\n"
         with self._targets_lock:
-            write_atomically(self.targets_file, text)
+            write_atomically(self.targets_file.with_name(f"{group}.json"), text)
 
     def query(self, promql: str, *, at: float | None = None, timeout: float = 5.0) -> list[dict[str, Any]]:
         """Evaluate an instant query; return the result series (``[{"metric": {...}, "value": [t, "v"]}]``).

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 
 from ascend_fleet.devcluster.fleet.kubelet import DEFAULT_NODE_CAPACITY
 from ascend_fleet.devcluster.local.crds import install_crd
+from ascend_fleet.devcluster.local.ports import PodNetwork
 from ascend_fleet.devcluster.local.signals import stop_on_signals
 from ascend_fleet.devcluster.real.controlplane import (
     CONTROL_PLANE_COMPONENTS,
@@ -64,6 +65,7 @@ class RealCluster:
         self.start_seconds, self.ready_seconds = start_seconds, ready_seconds
         self._kubeconfig = Path(kubeconfig).expanduser() if kubeconfig else None
         self._agent: NodeAgent | None = None
+        self._network: PodNetwork | None = None
         self.kubeconfig_path: Path | None = None
         self.start_time = 0.0
 
@@ -109,12 +111,14 @@ class RealCluster:
         began = time.monotonic()
         self.control_plane.start()
         try:
+            self._network = PodNetwork()  # pod addresses no other cluster on this machine hands out
             self._agent = NodeAgent(
                 self.control_plane.admin,
                 nodes=self.nodes,
                 node_capacity=self.capacity,
                 start_seconds=self.start_seconds,
                 ready_seconds=self.ready_seconds,
+                first_ip=self._network.first_ip,
             ).start()
             self.kubeconfig_path = (
                 self.write_kubeconfig(self._kubeconfig)
@@ -131,6 +135,9 @@ class RealCluster:
         if self._agent is not None:
             self._agent.stop()
             self._agent = None
+        if self._network is not None:
+            self._network.release()
+            self._network = None
         self.control_plane.stop()
 
     def __enter__(self) -> Self:

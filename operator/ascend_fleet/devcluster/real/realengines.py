@@ -10,6 +10,8 @@ serves the OpenAI API (a replica's leader), it does what a kubelet does with the
   that exits or does not answer in time leaves the container in CrashLoopBackOff, as a kubelet would;
 - the pod's metrics port serves what the engine exposes: vLLM's own ``/metrics`` followed by the exporter's
   (the exporter plugin, loaded by vLLM, listens on a free port of the host: every pod shares it);
+- with a Prometheus attached, each pod's metrics port is a scrape target (group ``real-engines``, the labels
+  the simulated engines' targets carry) from the moment it answers until the pod stops;
 - each engine takes about 3 GiB, so at most ``limit`` run at once; a pod beyond that is refused (phase
   Failed) with one line that says why.
 
@@ -24,13 +26,19 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
-from ascend_fleet.devcluster.fleet.engines import METRICS_PORT_NAME, detect_engine, engine_pod
+from ascend_fleet.devcluster.fleet.engines import (
+    METRICS_PORT_NAME,
+    detect_engine,
+    engine_pod,
+    scrape_target,
+)
+from ascend_fleet.devcluster.fleet.prometheus import Target
 from ascend_fleet.devcluster.fleet.serving import DEFAULT_ENGINE
 from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
@@ -44,6 +52,8 @@ _log = logging.getLogger(__name__)
 DEFAULT_LIMIT = 2
 START_TIMEOUT = 300.0
 VLLM_DEFAULT_PORT = 8000
+# The file_sd group of the real engines' targets: the simulated engines of the same stack keep their own.
+TARGET_GROUP = "real-engines"
 
 
 class RealEnginesUnavailable(RuntimeError):
@@ -56,6 +66,13 @@ class PodControls(Protocol):
     def crash(self, namespace: str, name: str, container: str | None = None) -> dict[str, Any]: ...
 
     def fail(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+
+class TargetGroups(Protocol):
+    """Where scrape targets go, one group at a time (a :class:`~ascend_fleet.devcluster.fleet.prometheus.
+    PrometheusServer`)."""
+
+    def set_targets(self, targets: Iterable[Target], group: str = ...) -> None: ...
 
 
 @dataclass
@@ -115,17 +132,21 @@ class RealEngines:
         limit: int = DEFAULT_LIMIT,
         workdir: str | Path | None = None,
         start_timeout: float = START_TIMEOUT,
+        prometheus: TargetGroups | None = None,
     ) -> None:
-        """Run servers from ``environment``, at most ``limit`` at once; ``controls`` report failed starts."""
+        """Run servers from ``environment``, at most ``limit`` at once; ``controls`` report failed starts;
+        ``prometheus`` scrapes each pod's metrics port once it answers."""
         self.environment = environment
         self.controls = controls
         self.limit = limit
         self.start_timeout = start_timeout
+        self.prometheus = prometheus
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="ascend-fleet-vllm-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
         self._lock = threading.Lock()
         self._engines: dict[tuple[str, str], RealEngine] = {}
         self.refused: dict[tuple[str, str], str] = {}
+        self._targets: dict[tuple[str, str], Target] = {}
 
     def claims(self, pod: Mapping[str, Any]) -> bool:
         """Whether the pod's engine runs here (a vLLM pod that starts a server), not as a simulated engine."""
@@ -172,6 +193,11 @@ class RealEngines:
             self.controls.crash(*key, ENGINE_CONTAINER)
             return
         engine.relay = self._relay(pod, engine)
+        if engine.relay is not None and self.engine(*key) is engine:  # not stopped meanwhile
+            host, port = engine.relay.server_address[:2]
+            described = engine_pod(pod, time.time())
+            assert described is not None  # claims() checked
+            self._sync_targets(key, scrape_target(replace(described, ip=str(host), port=int(port))))
 
     def on_pod_stopped(self, pod: dict[str, Any]) -> None:
         """Stop the pod's server (SIGTERM to its process group, then SIGKILL) and its metrics relay."""
@@ -182,12 +208,16 @@ class RealEngines:
             if engine is None or engine.uid != metadata.get("uid"):
                 return
             del self._engines[key]
+        self._sync_targets(key, None)
         _stop(engine)
 
     def close(self) -> None:
         """Stop every server."""
         with self._lock:
             engines, self._engines = list(self._engines.values()), {}
+            keys = list(self._targets)
+        for key in keys:
+            self._sync_targets(key, None)
         for engine in engines:
             _stop(engine)
         if self._tmp is not None:
@@ -198,6 +228,18 @@ class RealEngines:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _sync_targets(self, key: tuple[str, str], target: Target | None) -> None:
+        """Add (or with None drop) a pod's scrape target and hand the group to Prometheus."""
+        if self.prometheus is None:
+            return
+        with self._lock:
+            if target is None:
+                self._targets.pop(key, None)
+            else:
+                self._targets[key] = target
+            targets = [self._targets[k] for k in sorted(self._targets)]
+            self.prometheus.set_targets(targets, group=TARGET_GROUP)
 
     def _refuse(self, key: tuple[str, str]) -> None:
         line = (
@@ -258,11 +300,14 @@ def start_metrics_relay(host: str, port: int, sources: tuple[str, ...]) -> Threa
                 self.send_error(404)
                 return
             body = b"".join(_read(url) for url in sources)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except ConnectionError:  # the scraper gave up (its timeout) while a busy engine answered
+                pass
 
         def log_message(self, *args: object) -> None:
             pass  # a scrape a second would drown the dev cluster's output
