@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition, GroupRestart, LayoutStatus
+from ..api.variants import fleet_weights, traffic_shares
 from ..layout import Layout
 from ..render import leader_selector
 from ..status import ObservedReplica, set_condition
@@ -77,6 +78,8 @@ def derive_status(
             GroupRestart(replica=r["replica"], count=r["count"], last_time=r["lastTime"])
             for r in sorted(restarts, key=lambda r: r["replica"])
         ],
+        # The split the rendered InferenceModelRewrite carries, read back from the object's annotation.
+        traffic=traffic_shares(fleet_weights(obj.spec, obj.metadata)) or None,
     )
     return wire_status(status)
 

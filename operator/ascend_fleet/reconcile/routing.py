@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..api.settings import ReconcileSettings
 from ..api.v1alpha1 import AscendInference
+from ..api.variants import fleet_weights
 from ..render import Owner
 from ..render.routing import PickerSettings, picker_name, render_routing
 from .drift import drifted, managed_spec, routing_drifted, routing_patch
@@ -26,6 +27,10 @@ ROUTING_CRDS = {
         "inferenceobjectives.inference.networking.x-k8s.io",
         "the chart's inferenceExtension.installCRDs=true installs it",
     ),
+    "InferenceModelRewrite": (
+        "inferencemodelrewrites.inference.networking.x-k8s.io",
+        "the chart's inferenceExtension.installCRDs=true installs it",
+    ),
     "HTTPRoute": ("httproutes.gateway.networking.k8s.io", "install the Gateway API standard CRDs"),
 }
 # Delete order: the CRD kinds first and the picker's Service last. The picker's Service is in the watch cache
@@ -33,6 +38,7 @@ ROUTING_CRDS = {
 # is the first routing object created and the last one deleted.
 ROUTING_DELETE_ORDER = (
     "HTTPRoute",
+    "InferenceModelRewrite",
     "InferenceObjective",
     "InferencePool",
     "PodDisruptionBudget",
@@ -75,7 +81,7 @@ def plan_routing(
     """
     if not enabled:
         return _routing_off(obj)
-    desired = render_routing(obj.spec, owner, picker)
+    desired = render_routing(obj.spec, owner, picker, fleet_weights(obj.spec, obj.metadata))
     needed = {o["kind"] for o in desired} & set(ROUTING_CRDS)
     missing = sorted(needed & observed.routing_missing)
     if missing:

@@ -12,7 +12,10 @@ and this module renders nothing. With ``inferencePool`` it renders, all owned by
   request limit), Deployment and Service (ext_proc gRPC on 9002);
 - one ``InferenceObjective`` (``inference.networking.x-k8s.io/v1alpha2``) per priority class, named
   ``<inference>-<class>``: a client picks its class by sending ``x-gateway-inference-objective: <that name>``;
-- an ``HTTPRoute`` from the Gateway named in ``spec.routing.gateway`` to the pool, when one is named.
+- an ``HTTPRoute`` from the Gateway named in ``spec.routing.gateway`` to the pool, when one is named;
+- with ``spec.variants``, an ``InferenceModelRewrite`` (``inference.networking.x-k8s.io/v1alpha2``) named like
+  the inference: the picker rewrites a request's ``model`` from ``model.name`` to one variant's served name,
+  drawn by the weights of the fleet's traffic split (variants at 0 % are left out: upstream weights start at 1).
 
 Pure: the same spec gives the same objects; nothing here talks to a cluster.
 """
@@ -20,12 +23,14 @@ Pure: the same spec gives the same objects; nothing here talks to a cluster.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import yaml
 
 from ..api import names
 from ..api.v1alpha1 import AscendInferenceSpec, PriorityClass
+from ..api.variants import default_weights, served_name
 from ..engines import facts_of
 from .metadata import Owner, common_labels, metadata, serving_selector
 
@@ -92,9 +97,15 @@ def objective_name(name: str, priority_class: PriorityClass) -> str:
 
 
 def render_routing(
-    spec: AscendInferenceSpec, owner: Owner, picker: PickerSettings | None = None
+    spec: AscendInferenceSpec,
+    owner: Owner,
+    picker: PickerSettings | None = None,
+    weights: Mapping[str, int] | None = None,
 ) -> list[dict]:
-    """Every routing object the spec asks for, in apply order (empty for ``mode: service``)."""
+    """Every routing object the spec asks for, in apply order (empty for ``mode: service``).
+
+    ``weights`` is the fleet's traffic split between its variants (default: all on the first).
+    """
     if spec.routing.mode != "inferencePool":
         return []
     picker = picker or PickerSettings()
@@ -103,6 +114,8 @@ def render_routing(
         *render_picker(spec, owner, picker),
         *(render_objective(owner, c) for c in spec.routing.classes),
     ]
+    if spec.variants:
+        objects.append(render_rewrite(spec, owner, weights or default_weights(spec.variants)))
     if spec.routing.gateway is not None:
         objects.append(render_httproute(spec, owner))
     return objects
@@ -137,6 +150,26 @@ def render_objective(owner: Owner, priority_class: PriorityClass) -> dict:
         "spec": {
             "priority": priority_class.priority,
             "poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name},
+        },
+    }
+
+
+def render_rewrite(spec: AscendInferenceSpec, owner: Owner, weights: Mapping[str, int]) -> dict:
+    """The InferenceModelRewrite that splits requests for ``model.name`` between the variants' served names."""
+    targets = [
+        {"modelRewrite": served_name(spec.model.name, v), "weight": weights.get(v.name, 0)}
+        for v in spec.variants
+        if weights.get(v.name, 0) > 0
+    ]
+    return {
+        "apiVersion": OBJECTIVE_API_VERSION,
+        "kind": "InferenceModelRewrite",
+        "metadata": metadata(owner, owner.name, common_labels(owner.name)),
+        "spec": {
+            "poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name},
+            "rules": [
+                {"matches": [{"model": {"type": "Exact", "value": spec.model.name}}], "targets": targets}
+            ],
         },
     }
 
