@@ -53,6 +53,8 @@ DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PI
 # The body-based router (the Inference Extension's BBR) with the prompt-length classifier plugin
 # (tools/epp/classify): it runs in front of the picker and names the objective of a request that has none.
 CLASSIFIER_PLUGIN = "prompt-length-objective"
+# The picker's filter by pod label that sends a rewritten request to a pod of the variant it was rewritten to.
+VARIANT_FILTER = "variant-filter"
 CLASSIFIER_GRPC_PORT = 9004  # the upstream router's defaults
 CLASSIFIER_HEALTH_PORT = 9005
 CLASSIFIER_METRICS_PORT = 9091
@@ -214,6 +216,7 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
         for c in sorted(spec.routing.classes, key=lambda c: -c.priority)
     ]
     detector = saturation_detector(spec)
+    variants = variant_filter(spec)
     return {
         "apiVersion": PICKER_CONFIG_API_VERSION,
         "kind": "EndpointPickerConfig",
@@ -230,6 +233,7 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
             {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
             extractor,
             detector,
+            *variants,
         ],
         "schedulingProfiles": [
             {
@@ -238,6 +242,8 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
                     # As a filter, before any scorer: an engine whose gauges are stale (its scrapes fail: a
                     # dead engine or node) or that is saturated is passed over while another is not.
                     {"pluginRef": detector["type"]},
+                    # With spec.variants: only the pods of the variant the rewrite drew serve the request.
+                    *({"pluginRef": v["type"]} for v in variants),
                     {"pluginRef": "queue-scorer", "weight": 2},
                     {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
                     {"pluginRef": "prefix-cache-scorer", "weight": 3},
@@ -248,6 +254,19 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
         "saturationDetector": {"pluginRef": detector["type"]},
         "flowControl": {"defaultRequestTTL": REQUEST_TTL, "priorityBands": bands},
     }
+
+
+def variant_filter(spec: AscendInferenceSpec) -> list[dict]:
+    """The project's variant filter (tools/epp/variants) for a fleet with spec.variants, else nothing.
+
+    The upstream picker rewrites a request's model to one variant's served name but then picks among every pod
+    of the pool; this filter keeps the pods labelled with that variant. Its parameters map each served name to
+    the variant label's value.
+    """
+    if not spec.variants:
+        return []
+    models = {served_name(spec.model.name, v): v.name for v in spec.variants}
+    return [{"type": VARIANT_FILTER, "parameters": {"label": names.LABEL_VARIANT, "models": models}}]
 
 
 def saturation_detector(spec: AscendInferenceSpec) -> dict:
