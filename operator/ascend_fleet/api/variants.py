@@ -5,7 +5,7 @@ A fleet with ``spec.variants`` runs each replica as one of the variants (replica
 model under ``<model>-<variant>``. The endpoint picker's InferenceModelRewrite splits requests for the base
 model name between those names by weight. The weights are whole percents summing to 100; they live in the
 ``ascendfleet.io/traffic`` annotation, which the control loop's ``shift_traffic`` writes, and show in
-``status.traffic``. The functions here are pure: they read and move weights, never write them.
+``status.traffic``; without it the split is even, as the replicas are. The functions here are pure: they read and move weights, never write them.
 """
 
 from __future__ import annotations
@@ -63,8 +63,12 @@ def served_name(model_name: str, variant: PrecisionVariant) -> str:
 
 
 def default_weights(variants: Sequence[PrecisionVariant]) -> dict[str, int]:
-    """The split before any rule moved it: everything on the first variant (the one listed as the default)."""
-    return {v.name: (FULL if i == 0 else 0) for i, v in enumerate(variants)}
+    """The split before any rule moved it: even, as the replicas are (the first variant takes the remainder),
+    so that no variant's replicas stand idle until a rule moves traffic."""
+    if not variants:
+        return {}
+    share = FULL // len(variants)
+    return {v.name: share + (FULL - share * len(variants) if i == 0 else 0) for i, v in enumerate(variants)}
 
 
 def parse_weights(text: str | None) -> dict[str, int] | None:
