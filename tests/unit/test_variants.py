@@ -127,7 +127,9 @@ def test_the_picker_keeps_only_the_drawn_variants_pods():
     assert plugin["parameters"] == {
         "label": names.LABEL_VARIANT, "models": {"qwen-fp16": "fp16", "qwen-int8": "int8"}}  # fmt: skip
     refs = [p["pluginRef"] for p in config["schedulingProfiles"][0]["plugins"]]
-    assert refs.index(VARIANT_FILTER) < refs.index("queue-scorer")  # a filter, before any scorer
+    # First: the saturation filter after it could leave a saturated variant no pod (it keeps all only when all
+    # are saturated), and a filter, before any scorer.
+    assert refs.index(VARIANT_FILTER) < refs.index("utilization-detector") < refs.index("queue-scorer")
 
 
 # Weights -------------------------------------------------------------------------------------------------------

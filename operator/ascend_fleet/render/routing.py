@@ -239,11 +239,13 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
             {
                 "name": "default",
                 "plugins": [
+                    # With spec.variants, first: only the pods of the variant the rewrite drew can answer. The
+                    # detector then passes over the saturated ones among them, and keeps them all when every
+                    # one is saturated; after it, a saturated variant would be left with no pod at all.
+                    *({"pluginRef": v["type"]} for v in variants),
                     # As a filter, before any scorer: an engine whose gauges are stale (its scrapes fail: a
                     # dead engine or node) or that is saturated is passed over while another is not.
                     {"pluginRef": detector["type"]},
-                    # With spec.variants: only the pods of the variant the rewrite drew serve the request.
-                    *({"pluginRef": v["type"]} for v in variants),
                     {"pluginRef": "queue-scorer", "weight": 2},
                     {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
                     {"pluginRef": "prefix-cache-scorer", "weight": 3},
