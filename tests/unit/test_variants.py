@@ -9,15 +9,15 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import PrecisionVariant
-from ascend_fleet.api.variants import current_weights, default_weights, parse_weights, shifted
+from ascend_fleet.api.variants import current_weights, default_weights, parse_weights, serving_split, shifted
 from ascend_fleet.reconcile.plan import plan_pass
 from ascend_fleet.reconcile.writes import Observed
-from ascend_fleet.render import InvalidSpec, render_all, revision, validate
+from ascend_fleet.render import InvalidSpec, Owner, render_all, render_replica, revision, validate
 from ascend_fleet.render.routing import VARIANT_FILTER, picker_config
 from tests.support.crdcheck import api_server_errors
 from tests.support.documents import inference
 from tests.support.paths import CRD_FILE, ROOT
-from tests.unit.test_reconcile_plan import SETTINGS
+from tests.unit.test_reconcile_plan import SETTINGS, running
 
 UPSTREAM = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
 REWRITE_CRD = yaml.safe_load(
@@ -173,6 +173,37 @@ def test_status_traffic_shows_the_split_in_force():
         {"variant": "fp16", "weight": 50}, {"variant": "int8", "weight": 50}]  # fmt: skip
     plain = validate(inference("qwen").uid("u-1").engine("vllm-ascend").spec(rules=[]).build())
     assert "traffic" not in (plan_pass(plain.obj, plain.layout, Observed(), NOW, SETTINGS).status or {})
+
+
+def test_a_variant_without_a_serving_replica_gives_its_share_to_one_that_serves():
+    assert serving_split({"fp16": 25, "int8": 75}, {"fp16"}) == {"fp16": 100, "int8": 0}
+    assert serving_split({"fp16": 25, "int8": 75}, {"fp16", "int8"}) == {"fp16": 25, "int8": 75}
+    assert serving_split({"fp16": 25, "int8": 75}, set()) == {"fp16": 25, "int8": 75}  # none serves yet
+    assert serving_split({"a": 0, "b": 60, "c": 40}, {"a", "c"}) == {"a": 0, "b": 0, "c": 100}
+
+
+def test_the_rewrite_and_status_leave_out_a_variant_whose_last_replica_is_not_serving():
+    """Replica 1 (int8, the only one) is restarting: its 75 % would be refused by the picker's filter."""
+    valid = validate(doc(data=2, traffic='{"fp16":25,"int8":75}'))
+    owner = Owner.of(valid.obj)
+    pods = [
+        running(p, ready=replica == 0)
+        for replica in (0, 1)
+        for p in render_replica(valid.obj.spec, owner, replica, valid.layout)
+        if p["kind"] == "Pod"
+    ]
+    # The picker's Service exists: the other routing objects follow it.
+    services = {o["metadata"]["name"]: o for o in render_all(valid.obj) if o["kind"] == "Service"}
+    result = plan_pass(valid.obj, valid.layout, Observed(pods=pods, services=services), NOW, SETTINGS)
+    (rewrite,) = [o for o in result.creates if o["kind"] == "InferenceModelRewrite"]
+    assert served_rest(rewrite) == [("qwen-fp16", 100)]
+    assert result.status is not None and result.status["traffic"] == [
+        {"variant": "fp16", "weight": 100}, {"variant": "int8", "weight": 0}]  # fmt: skip
+    # Once it serves again the annotation's split is back.
+    pods = [running(p) for p in pods]
+    result = plan_pass(valid.obj, valid.layout, Observed(pods=pods, services=services), NOW, SETTINGS)
+    (rewrite,) = [o for o in result.creates if o["kind"] == "InferenceModelRewrite"]
+    assert served_rest(rewrite) == [("qwen-fp16", 25), ("qwen-int8", 75)]
 
 
 # Refusals ------------------------------------------------------------------------------------------------------

@@ -120,5 +120,6 @@ class AscendInferenceStatus(Model):
     traffic: list[TrafficShare] | None = Field(
         default=None,
         description="With spec.variants: each variant's percent of the requests for model.name, as the "
-        "endpoint picker's InferenceModelRewrite splits them.",
+        "endpoint picker's InferenceModelRewrite splits them: the traffic annotation's split, with the share of a "
+        "variant that has no serving replica on one that serves.",
     )

@@ -176,3 +176,18 @@ def fleet_weights(spec: AscendInferenceSpec, metadata: Mapping) -> dict[str, int
 
     annotations = metadata.get("annotations") or {}
     return current_weights(spec.variants, parse_weights(annotations.get(names.ANNOTATION_TRAFFIC)))
+
+
+def serving_split(weights: Mapping[str, int], serving: set[str]) -> dict[str, int]:
+    """The split the picker can serve: a variant with no serving replica gives its share to the serving variant
+    with the largest share (the first listed on a tie); unchanged when every weighted variant serves or none does.
+
+    The picker's variant filter refuses a request drawn to a variant without a pod, so a restart or rollout of a
+    variant's last replica would otherwise refuse its share of the requests until a new one serves.
+    """
+    if not serving or all(name in serving for name, weight in weights.items() if weight > 0):
+        return dict(weights)
+    keep = max((name for name in weights if name in serving), key=lambda name: weights[name])
+    moved = {name: (weight if name in serving else 0) for name, weight in weights.items()}
+    moved[keep] += sum(weight for name, weight in weights.items() if name not in serving)
+    return moved
