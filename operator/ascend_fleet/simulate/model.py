@@ -25,6 +25,7 @@ from operator import attrgetter
 from typing import Protocol, cast
 
 from ..api.policy import PriorityClass, default_classes
+from ..api.variants import serving_split
 from .curve import BatchCurve
 from .flow import FlowControl, RoutingChoice, band_of, engine_rank, picker_key, pool_saturated, routing_layers
 from .metrics import MetricStore, Scrape
@@ -333,7 +334,9 @@ class _Simulation:
         """The picker's choice; with variants, among the replicas of the variant its rewrite drew."""
         pool = self.serving
         if self.traffic:
-            variant = draw(self.draws, self.traffic)
+            # As the operator renders the rewrite: a variant with no serving replica lends its share.
+            split = serving_split(self.traffic, {str(r.variant) for r in pool})
+            variant = draw(self.draws, split)
             pool = [r for r in pool if r.variant == variant]
         if not pool:  # the variant filter left no endpoint: the picker refuses the request
             self._fail(rid, FAIL_NO_REPLICA)
