@@ -392,8 +392,15 @@ NAMESPACED_RULES = {
         "patch",
         "delete",
     },
-    # only so the picker's Role may grant them (the API server's escalation check)
-    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): {"get", "list", "watch"},
+    # the split between spec.variants
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "patch",
+        "delete",
+    },
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},  # the picker's leader Lease, likewise
     ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "create", "patch", "delete"},
     ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},

@@ -245,3 +245,59 @@ def test_scale_down_never_takes_the_last_serving_replica_of_a_domain_it_needs():
     assert (decision.action, decision.replicas_to) == ("scale_down", 2)
     # A replica already out of service takes no domain with it.
     assert decide([fleet(DOWN, replicas=3, ready=(0, 1), domains=("n1", "n2", "n3"))], low, NOW, POLICY)
+
+
+# shift_traffic ---------------------------------------------------------------------------------------------------
+
+TO_INT8 = rule(metric="ttft_p99", threshold=1.0, action="shift_traffic", to="int8", step=25)
+TO_FP16 = rule(metric="ttft_p99", comparison="<", threshold=0.5, action="shift_traffic", to="fp16", step=25)
+
+
+def split(*rules, traffic=None, **state):
+    from dataclasses import replace
+
+    return replace(fleet(*rules, **state), traffic=traffic or {"fp16": 100, "int8": 0})
+
+
+def test_a_holding_shift_rule_moves_its_step_to_its_variant():
+    result = evaluate(split(TO_INT8, TO_FP16), answer(empty_answers(TO_INT8), TO_INT8, 1.4), NOW, POLICY)
+    [decision] = result.decisions
+    assert (decision.action, decision.target) == ("shift_traffic", "fleet")
+    assert dict(decision.traffic_to) == {"fp16": 75, "int8": 25}
+    assert decision.result() == "traffic fp16 100%, int8 0% -> fp16 75%, int8 25%"
+
+
+def test_the_way_back_waits_for_the_shift_cooldown_of_either_direction():
+    answers = answer(empty_answers(TO_FP16), TO_FP16, 0.2)
+    traffic = {"fp16": 50, "int8": 50}
+    recent = (PastAction(NOW - 30, TO_INT8.display_name(), "shift_traffic", "fleet"),)
+    held = evaluate(
+        split(TO_FP16, traffic=traffic, actions=recent, shift_cooldown="2m"), answers, NOW, POLICY
+    )
+    assert not held.decisions and "shift cooldown, 90s left" in held.notes[0]
+    later = (PastAction(NOW - 121, TO_INT8.display_name(), "shift_traffic", "fleet"),)
+    [back] = evaluate(
+        split(TO_FP16, traffic=traffic, actions=later, shift_cooldown="2m"), answers, NOW, POLICY
+    ).decisions
+    assert dict(back.traffic_to) == {"fp16": 75, "int8": 25}
+
+
+def test_a_variant_with_everything_already_gets_no_shift():
+    result = evaluate(
+        split(TO_INT8, traffic={"fp16": 0, "int8": 100}),
+        answer(empty_answers(TO_INT8), TO_INT8, 2.0),
+        NOW,
+        POLICY,
+    )
+    assert not result.decisions and "int8 has all the traffic already" in result.notes[0]
+
+
+def test_a_dry_run_shift_is_recorded_and_paced_by_dry_run_records_only():
+    answers = answer(empty_answers(TO_INT8), TO_INT8, 1.4)
+    real_recent = (PastAction(NOW - 10, TO_INT8.display_name(), "shift_traffic", "fleet", dry_run=False),)
+    [decision] = evaluate(split(TO_INT8, actions=real_recent, dry_run=True), answers, NOW, POLICY).decisions
+    assert decision.dry_run and decision.result().startswith("would have done: traffic")
+
+
+def test_a_signal_that_did_not_hold_shifts_nothing():
+    assert not evaluate(split(TO_INT8), answer(empty_answers(TO_INT8), TO_INT8, 0.9), NOW, POLICY).decisions

@@ -426,3 +426,58 @@ def test_a_rule_with_an_unknown_metric_is_an_invalid_spec_and_affects_nothing_el
         assert replicas(env, namespace, "bad") == 1 and actions(env, namespace, "bad") == []
         assert leaders(env, namespace, "bad")[0]["metadata"]["uid"] == pod
         assert len(events(env, namespace, "bad", "UnknownMetric")) == 1
+
+
+def traffic(env: Env, namespace: str, name: str) -> dict[str, int]:
+    return {
+        t["variant"]: t["weight"]
+        for t in (get(env, namespace, name).get("status") or {}).get("traffic") or []
+    }
+
+
+def test_shift_traffic_moves_requests_to_int8_under_load_and_back_once_it_clears(env, namespace):
+    """The loop writes the split into the object's annotation; the reconciler shows it in status.traffic."""
+    env.scenario.set(namespace, "split", utilization=BASELINE)
+    to_int8 = {**rule("npu_utilization", ">", "80%", "shift_traffic"), "to": "int8", "step": 50}
+    to_fp16 = {**rule("npu_utilization", "<", "30%", "shift_traffic"), "to": "fp16", "step": 50}
+    with operator(env, namespace):
+        env.kube.create(
+            inference_document("split", "split", "/models/m")
+            .namespace(namespace)
+            .engine("vllm-ascend")
+            .parallelism(tensor=1, pipeline=1, data=2)
+            .routing("inferencePool")
+            .spec(variants=[{"name": "fp16", "precision": "fp16"}, {"name": "int8", "precision": "int8"}])
+            .rules([to_int8, to_fp16])
+            .section("autoscaling", shiftCooldown="2s")
+            .section("disruption", maxUnavailable=1, drainSeconds=1)
+            .build()
+        )
+        # Routing objects need their CRDs, absent here: the fleet's engines run anyway, and so do its rules.
+        ready_and_scraped(env, namespace, "split", 2)
+        assert traffic(env, namespace, "split") == {"fp16": 50, "int8": 50}  # even, as the replicas
+
+        env.scenario.set(namespace, "split", utilization=0.95)
+        wait_for(
+            lambda: traffic(env, namespace, "split") == {"fp16": 0, "int8": 100},
+            what="the shift to int8 under load",
+            timeout=30.0,
+        )
+        shifts = [a for a in actions(env, namespace, "split") if a["action"] == "shift_traffic"]
+        assert [a["result"] for a in reversed(shifts)] == [
+            "traffic fp16 50%, int8 50% -> fp16 0%, int8 100%",
+        ]
+        assert len(events(env, namespace, "split", "ShiftTraffic")) == 1
+        annotation = get(env, namespace, "split")["metadata"]["annotations"][names.ANNOTATION_TRAFFIC]
+        assert annotation == '{"fp16":0,"int8":100}'
+
+        env.scenario.set(namespace, "split", utilization=0.1)
+        wait_for(
+            lambda: traffic(env, namespace, "split") == {"fp16": 100, "int8": 0},
+            what="the way back to fp16 once the load clears",
+            timeout=30.0,
+        )
+        times = sorted(a["time"] for a in actions(env, namespace, "split") if a["action"] == "shift_traffic")
+        assert len(times) == 3  # one there, two steps of 50 back
+        # A replica and a spec were never touched: the split moves requests, not pods.
+        assert replicas(env, namespace, "split") == 2

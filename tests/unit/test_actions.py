@@ -14,21 +14,26 @@ from tests.support.paths import ROOT
 
 def test_the_action_enum_is_the_table():
     assert (
-        get_args(Action) == ACTION_NAMES == ("scale_up", "scale_down", "restart_service", "replace", "notify")
+        get_args(Action)
+        == ACTION_NAMES
+        == ("scale_up", "scale_down", "restart_service", "replace", "shift_traffic", "notify")
     )
 
 
 @pytest.mark.parametrize("kind", ACTIONS, ids=lambda kind: kind.name)
 def test_a_rule_gets_the_default_scope_and_refuses_another_where_bound(kind):
-    rule = Rule(metric="npu_utilization", threshold=0.5, for_="1m", action=kind.name)
+    to = {"to": "int8"} if kind.name == "shift_traffic" else {}
+    rule = Rule(metric="npu_utilization", threshold=0.5, for_="1m", action=kind.name, **to)
     assert rule.scope == kind.scope
     other = "fleet" if kind.scope == "replica" else "replica"
     if kind.scope_only:
         with pytest.raises(ValidationError, match="use scope: replica"):
-            Rule(metric="npu_utilization", threshold=0.5, for_="1m", action=kind.name, scope=other)
+            Rule(metric="npu_utilization", threshold=0.5, for_="1m", action=kind.name, scope=other, **to)
     else:
         assert (
-            Rule(metric="npu_utilization", threshold=0.5, for_="1m", action=kind.name, scope=other).scope
+            Rule(
+                metric="npu_utilization", threshold=0.5, for_="1m", action=kind.name, scope=other, **to
+            ).scope
             == other
         )
 

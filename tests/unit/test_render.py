@@ -36,7 +36,7 @@ def test_render_matches_golden_file(example, update_golden):
 
 # Kinds from CRDs, not built-in schemas: Volcano's PodGroup; the routing kinds, checked against the pinned
 # upstream CRDs in test_routing.py.
-CUSTOM_KINDS = {"PodGroup", "InferencePool", "InferenceObjective", "HTTPRoute"}
+CUSTOM_KINDS = {"PodGroup", "InferencePool", "InferenceObjective", "InferenceModelRewrite", "HTTPRoute"}
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)

@@ -1,5 +1,6 @@
 // The endpoint picker (EPP) of the Gateway API Inference Extension, built from its Go module at the
-// release pinned in go.mod, so tests run the upstream picker rather than a stand-in.
+// release pinned in go.mod, so tests run the upstream picker rather than a stand-in. It adds one scheduling
+// filter (variants/) that the upstream release lacks, used only by fleets with spec.variants.
 package main
 
 import (
@@ -8,9 +9,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"sigs.k8s.io/gateway-api-inference-extension/cmd/epp/runner"
+	"sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/plugin"
+
+	"ascend-fleet.dev/epp/variants"
 )
 
 func main() {
+	plugin.Register(variants.PluginType, variants.Factory)
 	if err := runner.NewRunner().Run(ctrl.SetupSignalHandler()); err != nil {
 		os.Exit(1)
 	}

@@ -49,6 +49,10 @@ ACTIONS = (
         "replace", "replica", True, "RuleReplace", True, ("restart_cooldown",),
         "drain and recreate the replica on NPUs the device plugin reports healthy (a faulty NPU's replica)",
     ),
+    ActionKind(
+        "shift_traffic", "fleet", False, "ShiftTraffic", False, ("shift_cooldown",),
+        "move `step` percent of the requests to the variant `to` (spec.variants), taken from the others",
+    ),
     ActionKind("notify", "fleet", False, "RuleNotify", True, (), "a Warning Event only, at most once per window"),
 )  # fmt: skip
 ACTION_NAMES = tuple(kind.name for kind in ACTIONS)

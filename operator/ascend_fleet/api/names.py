@@ -17,6 +17,8 @@ LABEL_ROLE = f"{GROUP}/role"  # leader | worker
 LABEL_REVISION = f"{GROUP}/revision"  # hash of the rendered pod template
 # "true" while a leader takes traffic; a drain flips it to "false" so the Service drops the pod.
 LABEL_SERVING = f"{GROUP}/serving"
+# The precision variant (spec.variants[].name) an engine pod serves; absent on a fleet without variants.
+LABEL_VARIANT = f"{GROUP}/variant"
 
 ROLE_LEADER = "leader"
 ROLE_WORKER = "worker"
@@ -25,6 +27,9 @@ ROLE_WORKER = "worker"
 ANNOTATION_DRAIN_STARTED = f"{GROUP}/drain-started"  # RFC 3339 time a replica's drain began
 ANNOTATION_DRAIN_REASON = f"{GROUP}/drain-reason"  # why: scale-in, rollout, rule restart
 ANNOTATION_RESTARTS = f"{GROUP}/group-restarts"  # JSON: replica -> {count, last} for gang backoff
+# On an AscendInference with spec.variants: JSON {variant: percent}, the traffic split the picker's rewrite
+# follows. The control loop's shift_traffic writes it; a user may set it by hand too.
+ANNOTATION_TRAFFIC = f"{GROUP}/traffic"
 
 # Volcano gang scheduling: the annotation naming a pod's PodGroup, and the PodGroup's API.
 ANNOTATION_POD_GROUP = "scheduling.k8s.io/group-name"

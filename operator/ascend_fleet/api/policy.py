@@ -236,6 +236,11 @@ class Autoscaling(Model):
     restart_cooldown: Duration = Field(
         default=600.0, description="Quiet time between rule restarts of one replica."
     )
+    shift_cooldown: Duration = Field(
+        default=120.0,
+        description="Quiet time after a shift_traffic in either direction, so that a rule and the rule back "
+        "cannot flap faster than the metric shows the effect.",
+    )
     dry_run: bool = Field(default=False, description="Record decisions without acting on them.")
 
     @model_validator(mode="after")
@@ -271,6 +276,11 @@ class Rule(Model):
                     "message": "a rule needs exactly one of metric (a catalog name) or query (raw PromQL)",
                 },
                 *_SCOPE_RULES,
+                {
+                    "rule": "(self.action == 'shift_traffic') == has(self.to)",
+                    "message": "shift_traffic needs to (the variant to move traffic to), and only shift_traffic "
+                    "takes to",
+                },
             ]
         }
     )
@@ -293,6 +303,18 @@ class Rule(Model):
     scope: Scope | None = Field(
         default=None, description="fleet (aggregate over replicas) or replica; default by action."
     )
+    to: str | None = Field(
+        default=None,
+        max_length=20,
+        description="shift_traffic only: the variant (spec.variants[].name) the requests move to.",
+    )
+    step: int = Field(
+        default=25,
+        ge=1,
+        le=100,
+        description="shift_traffic only: percent of the requests moved per firing (at most one per "
+        "autoscaling.shiftCooldown).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Rule:
@@ -305,6 +327,10 @@ class Rule(Model):
             raise ValueError(kind.scope_sentence())
         if self.for_ > MAX_WINDOW_SECONDS:
             raise ValueError(window_sentence())
+        if (self.action == "shift_traffic") != (self.to is not None):
+            raise ValueError(
+                "shift_traffic needs to (the variant to move traffic to), and only shift_traffic takes to"
+            )
         return self
 
     def describe(self) -> str:
@@ -314,7 +340,7 @@ class Rule(Model):
         subject = self.metric or "query"
         return (
             f"{subject} {self.comparison} {format_threshold(self.threshold)} for {format_duration(self.for_)}"
-            f" -> {self.action}"
+            f" -> {self.action}" + (f" to {self.to} by {self.step}%" if self.to is not None else "")
         )
 
     def display_name(self) -> str:

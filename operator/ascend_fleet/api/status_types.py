@@ -8,6 +8,7 @@ from pydantic import Field
 
 from .actions import ACTION_LIST
 from .fields import Action, Model
+from .variants import TrafficShare
 
 
 class Condition(Model):
@@ -115,4 +116,10 @@ class AscendInferenceStatus(Model):
     )
     tuning: TuningRecord | None = Field(
         default=None, description="The last batch-size tuning run (ascend-fleet tune)."
+    )
+    traffic: list[TrafficShare] | None = Field(
+        default=None,
+        description="With spec.variants: each variant's percent of the requests for model.name, as the "
+        "endpoint picker's InferenceModelRewrite splits them: the traffic annotation's split, with the share of a "
+        "variant that has no serving replica on one that serves.",
     )

@@ -56,6 +56,7 @@ from .status_types import (
     TuningRecord,
     TuningRung,
 )
+from .variants import MAX_VARIANTS, PrecisionVariant, TrafficShare, variant_problems
 from .workload import (
     CRD_DEFAULT,
     Batching,
@@ -131,6 +132,15 @@ class AscendInferenceSpec(Model):
         description="A partial pod template merged into every engine pod: labels, annotations, affinity, pull "
         "secrets, service account, sidecars, ... Fields the operator owns are refused.",
     )
+    variants: list[PrecisionVariant] = Field(
+        default_factory=list,
+        max_length=MAX_VARIANTS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        description="Precision variants served side by side behind the one InferencePool (needs routing.mode "
+        "inferencePool): replica i runs variant i mod their number, serving the model as <model.name>-<name>; "
+        "the endpoint picker splits requests for model.name between them by the weights in status.traffic. "
+        "Empty: every replica runs spec.precision.",
+    )
     routing: Routing = Field(default_factory=Routing)
     availability: Availability | None = Field(
         default=None,
@@ -163,6 +173,13 @@ class AscendInferenceSpec(Model):
         problem = engine_chip_problem(self.engine.type, self.hardware.chip)
         if problem:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _variants_fit(self) -> AscendInferenceSpec:
+        problems = variant_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def image(self) -> str | None:
@@ -229,9 +246,11 @@ __all__ = [
     "SchedulingPolicy",
     "Scope",
     "TemplateMetadata",
+    "TrafficShare",
     "Threshold",
     "TuningRecord",
     "TuningRung",
+    "PrecisionVariant",
     "Window",
     "default_classes",
     "default_rules",

@@ -20,6 +20,10 @@ The rules of the game:
   last one serving in its domain (node or zone) when the domains still serving without it would be
   fewer than ``minDomains``: a dual-active fleet is never made single-active by its own rules. While
   a serving replica's domain is not known, such an action waits.
+- ``shift_traffic`` moves ``step`` percent of the requests to the variant ``to``, at most once per
+  ``shiftCooldown`` in either direction (so a rule and its way back cannot flap faster than the metric can show
+  the effect); the first holding shift rule in spec order acts, and one whose variant has everything already
+  does nothing.
 - ``notify`` only records, at most once per window length for the same rule and target.
 - ``dryRun`` records every decision with ``dryRun: true`` and changes nothing; cooldowns then pace
   the dry-run records as they would pace real actions (and real actions ignore dry-run records).
@@ -37,6 +41,7 @@ from ..api.catalog import Catalog, format_value
 from ..api.settings import ControlSettings
 from ..api.units import format_duration
 from ..api.v1alpha1 import Action, Autoscaling, Rule
+from ..api.variants import describe_weights, shifted
 from .queries import Observations, Query, extreme_stat, plan_queries, required_samples, rule_queries
 
 FLEET = "fleet"
@@ -134,6 +139,7 @@ class FleetState:
     replica_states: Mapping[int, ReplicaInfo] = field(default_factory=dict)
     actions: tuple[PastAction, ...] = ()  # newest first
     availability: Availability | None = None
+    traffic: Mapping[str, int] = field(default_factory=dict)  # the split between spec.variants, in percent
 
     @property
     def dry_run(self) -> bool:
@@ -215,6 +221,8 @@ class ControlDecision:
     replica: int | None = None
     leader: str | None = None  # the pod a restart drains
     detail: str | None = None  # what the signal saw, where it says more than a number (a replace's fault)
+    traffic_from: tuple[tuple[str, int], ...] = ()  # shift_traffic: the split before and after, in percent
+    traffic_to: tuple[tuple[str, int], ...] = ()
 
     def result(self) -> str:
         """What happened, in the words of status.actions."""
@@ -225,6 +233,8 @@ class ControlDecision:
         elif self.action == "replace":
             away = f" away from {self.detail}" if self.detail else " on healthy NPUs"
             text = f"draining replica {self.replica} to recreate it{away}"
+        elif self.action == "shift_traffic":
+            text = f"traffic {describe_weights(dict(self.traffic_from))} -> {describe_weights(dict(self.traffic_to))}"
         else:
             text = "notified"
         return f"would have done: {text}" if self.dry_run else text
@@ -309,6 +319,7 @@ def evaluate(
     result.metrics = _metrics_status(fleet, problems)
     _scale(fleet, held, now, result)
     _recycle(fleet, held, now, result)
+    _shift(fleet, held, now, result)
     _notify(fleet, held, now, policy, result)
     return result
 
@@ -514,6 +525,27 @@ def _severity(h: _Held) -> float:
     threshold = h.rule.threshold or 1e-9
     distance = h.value - threshold if extreme_stat(h.rule) == "min" else threshold - h.value
     return distance / abs(threshold)
+
+
+def _shift(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
+    """``shift_traffic``: the first holding rule moves its step, once per shift cooldown in either direction."""
+    shifts = [h for h in held if h.rule.action == "shift_traffic" and h.rule.to is not None]
+    if not shifts:
+        return
+    first, to = shifts[0], str(shifts[0].rule.to)
+    cooldown, last = fleet.autoscaling.shift_cooldown, fleet.last("shift_traffic", FLEET)
+    after = shifted(fleet.traffic, to, first.rule.step)
+    if to not in fleet.traffic or after == dict(fleet.traffic):
+        result.notes.append(f"{first.rule.display_name()}: {to} has all the traffic already")
+    elif last is not None and now - last < cooldown:
+        result.notes.append(
+            f"{first.rule.display_name()}: shift cooldown, {cooldown - (now - last):.0f}s left"
+        )
+    else:
+        before = tuple(fleet.traffic.items())
+        result.decisions.append(
+            _decision(fleet, first, "shift_traffic", traffic_from=before, traffic_to=tuple(after.items()))
+        )
 
 
 def _notify(

@@ -32,6 +32,7 @@ from ..api.actions import ACTIONS, action_kind
 from ..api.catalog import operator_signal
 from ..api.settings import OperatorSettings
 from ..api.times import rfc3339_ms
+from ..api.variants import weights_text
 from ..kube import Conflict, Kube, KubeError, NotFound
 from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
@@ -388,6 +389,21 @@ class ControlLoop:
                         "spec": {"parallelism": {"data": decision.replicas_to}},
                     },
                 )
+            elif decision.action == "shift_traffic":
+                # The same precondition; the reconciler renders the picker's rewrite from this annotation.
+                self.kube.patch(
+                    names.KIND,
+                    decision.namespace,
+                    decision.name,
+                    {
+                        "metadata": {
+                            "resourceVersion": written["metadata"]["resourceVersion"],
+                            "annotations": {
+                                names.ANNOTATION_TRAFFIC: weights_text(dict(decision.traffic_to))
+                            },
+                        }
+                    },
+                )
             elif decision.leader:
                 why = DRAIN_REASONS[decision.action]
                 self.kube.patch("Pod", decision.namespace, decision.leader, drain_patch(rfc3339_ms(now), why))
@@ -409,10 +425,17 @@ def _owned_by(pod: dict, uid: str | None) -> bool:
 
 
 def _same_basis(listed: dict, fresh: dict) -> bool:
-    """Same spec generation and same recorded actions as the cycle decided from."""
-    return (listed.get("metadata") or {}).get("generation") == (fresh.get("metadata") or {}).get(
-        "generation"
-    ) and (listed.get("status") or {}).get("actions") == (fresh.get("status") or {}).get("actions")
+    """Same spec generation, traffic split and recorded actions as the cycle decided from."""
+    before, now = listed.get("metadata") or {}, fresh.get("metadata") or {}
+    return (
+        before.get("generation") == now.get("generation")
+        and _traffic(before) == _traffic(now)
+        and (listed.get("status") or {}).get("actions") == (fresh.get("status") or {}).get("actions")
+    )
+
+
+def _traffic(meta: dict) -> str | None:
+    return (meta.get("annotations") or {}).get(names.ANNOTATION_TRAFFIC)
 
 
 def _condition_changes(body: dict, metrics: MetricsStatus) -> bool:

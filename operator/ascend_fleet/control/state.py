@@ -13,6 +13,7 @@ from ..api.actions import action_kind
 from ..api.availability import TOPOLOGY_KEYS
 from ..api.times import parse_rfc3339, rfc3339
 from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
+from ..api.variants import fleet_weights
 from ..render import Valid
 from ..status import ObservedReplica, observed_replicas, pod_condition
 from .evaluate import FLEET, ControlDecision, FleetState, PastAction, ReplicaInfo
@@ -37,6 +38,7 @@ def object_state(valid: Valid) -> FleetState:
         max_unavailable=obj.spec.disruption.max_unavailable,
         actions=past_actions(obj),
         availability=obj.spec.availability,
+        traffic=fleet_weights(obj.spec, obj.metadata),
     )
 
 

@@ -212,11 +212,17 @@ def _snapshot(body) -> dict:
 
 
 def _object_snapshot(body) -> dict:
-    """An AscendInference as the control loop's cache keeps it: without managedFields and kopf's annotations."""
+    """An AscendInference as the control loop's cache keeps it: without managedFields and kopf's annotations.
+
+    Of the annotations only the traffic split stays: shift_traffic decides from it, and the loop checks that
+    the object it writes to still has the split it decided from.
+    """
     obj = dict(body)
-    meta = {
-        k: v for k, v in dict(obj.get("metadata") or {}).items() if k not in ("managedFields", "annotations")
-    }
+    source = dict(obj.get("metadata") or {})
+    meta = {k: v for k, v in source.items() if k not in ("managedFields", "annotations")}
+    traffic = (source.get("annotations") or {}).get(names.ANNOTATION_TRAFFIC)
+    if traffic is not None:
+        meta["annotations"] = {names.ANNOTATION_TRAFFIC: traffic}
     return copy.deepcopy({**obj, "metadata": meta})
 
 

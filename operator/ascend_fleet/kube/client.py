@@ -103,6 +103,7 @@ KINDS = {
     # spec.routing.mode inferencePool: the InferencePool, its endpoint picker and the objectives.
     "InferencePool": _Kind("inference.networking.k8s.io", "v1", "inferencepools"),
     "InferenceObjective": _Kind("inference.networking.x-k8s.io", "v1alpha2", "inferenceobjectives"),
+    "InferenceModelRewrite": _Kind("inference.networking.x-k8s.io", "v1alpha2", "inferencemodelrewrites"),
     "HTTPRoute": _Kind("gateway.networking.k8s.io", "v1", "httproutes"),
     "Deployment": _Kind("apps", "v1", "deployments"),
     "Lease": _Kind("coordination.k8s.io", "v1", "leases"),  # leader election among operator replicas

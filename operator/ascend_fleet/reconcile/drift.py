@@ -10,6 +10,7 @@ from __future__ import annotations
 ROUTING_OWNED = {
     "InferencePool": ("spec",),
     "InferenceObjective": ("spec",),
+    "InferenceModelRewrite": ("spec",),
     "HTTPRoute": ("spec",),
     "Deployment": ("spec",),
     "ConfigMap": ("data",),

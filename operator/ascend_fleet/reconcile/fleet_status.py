@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition, GroupRestart, LayoutStatus
+from ..api.variants import traffic_shares
 from ..layout import Layout
 from ..render import leader_selector
 from ..status import ObservedReplica, set_condition
 from .refusals import NAME_CONFLICT, Refusal
-from .routing import ROUTING_UNAVAILABLE
+from .routing import ROUTING_UNAVAILABLE, split_in_force
 
 
 def stored_status(obj: AscendInference) -> dict:
@@ -77,6 +78,8 @@ def derive_status(
             GroupRestart(replica=r["replica"], count=r["count"], last_time=r["lastTime"])
             for r in sorted(restarts, key=lambda r: r["replica"])
         ],
+        # The split the rendered InferenceModelRewrite carries, read back from the object's annotation.
+        traffic=traffic_shares(split_in_force(obj, groups, ppr)) or None,
     )
     return wire_status(status)
 

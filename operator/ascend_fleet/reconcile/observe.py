@@ -34,7 +34,7 @@ def is_picker_object(obj: dict) -> bool:
 
 # Routing kinds read by a list per pass (not watched), CRD kinds first; the picker's Service is watched with
 # the other Services. Of the PodDisruptionBudgets only the picker's is a routing object (is_picker_object).
-ROUTING_CRD_KINDS = ("InferencePool", "InferenceObjective", "HTTPRoute")
+ROUTING_CRD_KINDS = ("InferencePool", "InferenceObjective", "InferenceModelRewrite", "HTTPRoute")
 ROUTING_CORE_KINDS = (
     "Deployment",
     "ConfigMap",

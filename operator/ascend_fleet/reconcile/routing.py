@@ -7,10 +7,15 @@ last: it is in the watch cache and tells a fleet that routing objects may be lef
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..api.settings import ReconcileSettings
 from ..api.v1alpha1 import AscendInference
+from ..api.variants import fleet_weights, serving_split, variant_of
+from ..layout import plan
 from ..render import Owner
 from ..render.routing import PickerSettings, picker_name, render_routing
+from ..status import ObservedReplica, observed_replicas
 from .drift import drifted, managed_spec, routing_drifted, routing_patch
 from .timing import REQUEUE_AFTER_WRITE_SECONDS
 from .writes import Delete, Event, Observed, PassPlan, Patch
@@ -26,6 +31,10 @@ ROUTING_CRDS = {
         "inferenceobjectives.inference.networking.x-k8s.io",
         "the chart's inferenceExtension.installCRDs=true installs it",
     ),
+    "InferenceModelRewrite": (
+        "inferencemodelrewrites.inference.networking.x-k8s.io",
+        "the chart's inferenceExtension.installCRDs=true installs it",
+    ),
     "HTTPRoute": ("httproutes.gateway.networking.k8s.io", "install the Gateway API standard CRDs"),
 }
 # Delete order: the CRD kinds first and the picker's Service last. The picker's Service is in the watch cache
@@ -33,6 +42,7 @@ ROUTING_CRDS = {
 # is the first routing object created and the last one deleted.
 ROUTING_DELETE_ORDER = (
     "HTTPRoute",
+    "InferenceModelRewrite",
     "InferenceObjective",
     "InferencePool",
     "PodDisruptionBudget",
@@ -56,6 +66,22 @@ def _routing_off(obj: AscendInference) -> str | None:
     )
 
 
+def split_in_force(
+    obj: AscendInference, groups: Mapping[int, ObservedReplica], pods_per_replica: int
+) -> dict[str, int]:
+    """The traffic split the rewrite carries and status.traffic shows: the annotation's, with the share of a
+    variant that has no serving replica (its last one restarting or rolling) on a variant that serves."""
+    variants = obj.spec.variants
+    serving = {
+        variant.name
+        for index, group in groups.items()
+        if index < obj.spec.parallelism.data
+        and group.ready(pods_per_replica)
+        and (variant := variant_of(variants, index)) is not None
+    }
+    return serving_split(fleet_weights(obj.spec, obj.metadata), serving)
+
+
 def plan_routing(
     obj: AscendInference,
     owner: Owner,
@@ -75,7 +101,10 @@ def plan_routing(
     """
     if not enabled:
         return _routing_off(obj)
-    desired = render_routing(obj.spec, owner, picker)
+    groups = observed_replicas(observed.pods)
+    desired = render_routing(
+        obj.spec, owner, picker, split_in_force(obj, groups, plan(obj.spec).pods_per_replica)
+    )
     needed = {o["kind"] for o in desired} & set(ROUTING_CRDS)
     missing = sorted(needed & observed.routing_missing)
     if missing:

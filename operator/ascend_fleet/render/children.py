@@ -11,6 +11,7 @@ from typing import Any
 from ..api import names
 from ..api.k8s import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
+from ..api.variants import fleet_weights, variant_of, variant_spec
 from ..engines import facts_of
 from ..layout import Layout, plan
 from . import podgroup
@@ -47,12 +48,14 @@ DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these fr
 def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None) -> str:
     """Hash of the rendered pod template: equal specs give equal revisions, any pod change a new one.
 
-    Replica 0's pods stand for the template; the data-parallel size and the control-loop fields
-    (autoscaling, rules, disruption) do not change a pod, so they do not change the revision.
+    Replica 0's pods stand for the template (with variants, the first replica of each variant: one revision
+    for the whole fleet, so a change to any variant rolls every replica); the data-parallel size and the
+    control-loop fields (autoscaling, rules, disruption) do not change a pod, so they do not change the revision.
     """
     layout = layout or plan(spec)
     pods = [
-        _pod(spec, layout, Owner(name, ""), Rank(0, rank, layout.pods_per_replica), "")
+        _pod(spec, layout, Owner(name, ""), Rank(replica, rank, layout.pods_per_replica), "")
+        for replica in range(max(len(spec.variants), 1))
         for rank in range(layout.pods_per_replica)
     ]
     digest = hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()
@@ -90,8 +93,11 @@ def replica_pod_group(owner: Owner, replica: int, pods: list[dict]) -> dict:
     )
 
 
-def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
+def _pod(fleet: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev: str) -> dict:
     name = owner.name
+    variant = variant_of(fleet.variants, at.replica)
+    # Everything below renders the variant's spec: its precision, weights path and served name.
+    spec = variant_spec(fleet, variant)
     labels = {
         **common_labels(name),
         names.LABEL_APP_COMPONENT: "engine",
@@ -102,6 +108,8 @@ def _pod(spec: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev:
     }
     if at.leader:
         labels[names.LABEL_SERVING] = "true"
+    if variant is not None:
+        labels[names.LABEL_VARIANT] = variant.name
     pod_spec: dict = {
         "hostname": pod_name(name, at.replica, at.rank),
         "subdomain": headless_service_name(name),
@@ -309,7 +317,7 @@ def render_all(obj: AscendInference, picker: PickerSettings | None = None) -> li
     return [
         *render_services(spec, owner, layout),
         render_pdb(spec, owner, layout),
-        *render_routing(spec, owner, picker),
+        *render_routing(spec, owner, picker, fleet_weights(spec, obj.metadata)),
         *replicas,
     ]
 

@@ -12,7 +12,10 @@ and this module renders nothing. With ``inferencePool`` it renders, all owned by
   request limit), Deployment and Service (ext_proc gRPC on 9002);
 - one ``InferenceObjective`` (``inference.networking.x-k8s.io/v1alpha2``) per priority class, named
   ``<inference>-<class>``: a client picks its class by sending ``x-gateway-inference-objective: <that name>``;
-- an ``HTTPRoute`` from the Gateway named in ``spec.routing.gateway`` to the pool, when one is named.
+- an ``HTTPRoute`` from the Gateway named in ``spec.routing.gateway`` to the pool, when one is named;
+- with ``spec.variants``, an ``InferenceModelRewrite`` (``inference.networking.x-k8s.io/v1alpha2``) named like
+  the inference: the picker rewrites a request's ``model`` from ``model.name`` to one variant's served name,
+  drawn by the weights of the fleet's traffic split (variants at 0 % are left out: upstream weights start at 1).
 
 Pure: the same spec gives the same objects; nothing here talks to a cluster.
 """
@@ -20,12 +23,14 @@ Pure: the same spec gives the same objects; nothing here talks to a cluster.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import yaml
 
 from ..api import names
 from ..api.v1alpha1 import AscendInferenceSpec, PriorityClass
+from ..api.variants import default_weights, served_name
 from ..engines import facts_of
 from .metadata import Owner, common_labels, metadata, serving_selector
 
@@ -48,6 +53,8 @@ DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PI
 # The body-based router (the Inference Extension's BBR) with the prompt-length classifier plugin
 # (tools/epp/classify): it runs in front of the picker and names the objective of a request that has none.
 CLASSIFIER_PLUGIN = "prompt-length-objective"
+# The picker's filter by pod label that sends a rewritten request to a pod of the variant it was rewritten to.
+VARIANT_FILTER = "variant-filter"
 CLASSIFIER_GRPC_PORT = 9004  # the upstream router's defaults
 CLASSIFIER_HEALTH_PORT = 9005
 CLASSIFIER_METRICS_PORT = 9091
@@ -92,9 +99,15 @@ def objective_name(name: str, priority_class: PriorityClass) -> str:
 
 
 def render_routing(
-    spec: AscendInferenceSpec, owner: Owner, picker: PickerSettings | None = None
+    spec: AscendInferenceSpec,
+    owner: Owner,
+    picker: PickerSettings | None = None,
+    weights: Mapping[str, int] | None = None,
 ) -> list[dict]:
-    """Every routing object the spec asks for, in apply order (empty for ``mode: service``)."""
+    """Every routing object the spec asks for, in apply order (empty for ``mode: service``).
+
+    ``weights`` is the fleet's traffic split between its variants (default: all on the first).
+    """
     if spec.routing.mode != "inferencePool":
         return []
     picker = picker or PickerSettings()
@@ -103,6 +116,8 @@ def render_routing(
         *render_picker(spec, owner, picker),
         *(render_objective(owner, c) for c in spec.routing.classes),
     ]
+    if spec.variants:
+        objects.append(render_rewrite(spec, owner, weights or default_weights(spec.variants)))
     if spec.routing.gateway is not None:
         objects.append(render_httproute(spec, owner))
     return objects
@@ -137,6 +152,26 @@ def render_objective(owner: Owner, priority_class: PriorityClass) -> dict:
         "spec": {
             "priority": priority_class.priority,
             "poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name},
+        },
+    }
+
+
+def render_rewrite(spec: AscendInferenceSpec, owner: Owner, weights: Mapping[str, int]) -> dict:
+    """The InferenceModelRewrite that splits requests for ``model.name`` between the variants' served names."""
+    targets = [
+        {"modelRewrite": served_name(spec.model.name, v), "weight": weights.get(v.name, 0)}
+        for v in spec.variants
+        if weights.get(v.name, 0) > 0
+    ]
+    return {
+        "apiVersion": OBJECTIVE_API_VERSION,
+        "kind": "InferenceModelRewrite",
+        "metadata": metadata(owner, owner.name, common_labels(owner.name)),
+        "spec": {
+            "poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": owner.name},
+            "rules": [
+                {"matches": [{"model": {"type": "Exact", "value": spec.model.name}}], "targets": targets}
+            ],
         },
     }
 
@@ -181,6 +216,7 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
         for c in sorted(spec.routing.classes, key=lambda c: -c.priority)
     ]
     detector = saturation_detector(spec)
+    variants = variant_filter(spec)
     return {
         "apiVersion": PICKER_CONFIG_API_VERSION,
         "kind": "EndpointPickerConfig",
@@ -197,11 +233,16 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
             {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
             extractor,
             detector,
+            *variants,
         ],
         "schedulingProfiles": [
             {
                 "name": "default",
                 "plugins": [
+                    # With spec.variants, first: only the pods of the variant the rewrite drew can answer. The
+                    # detector then passes over the saturated ones among them, and keeps them all when every
+                    # one is saturated; after it, a saturated variant would be left with no pod at all.
+                    *({"pluginRef": v["type"]} for v in variants),
                     # As a filter, before any scorer: an engine whose gauges are stale (its scrapes fail: a
                     # dead engine or node) or that is saturated is passed over while another is not.
                     {"pluginRef": detector["type"]},
@@ -215,6 +256,19 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
         "saturationDetector": {"pluginRef": detector["type"]},
         "flowControl": {"defaultRequestTTL": REQUEST_TTL, "priorityBands": bands},
     }
+
+
+def variant_filter(spec: AscendInferenceSpec) -> list[dict]:
+    """The project's variant filter (tools/epp/variants) for a fleet with spec.variants, else nothing.
+
+    The upstream picker rewrites a request's model to one variant's served name but then picks among every pod
+    of the pool; this filter keeps the pods labelled with that variant. Its parameters map each served name to
+    the variant label's value.
+    """
+    if not spec.variants:
+        return []
+    models = {served_name(spec.model.name, v): v.name for v in spec.variants}
+    return [{"type": VARIANT_FILTER, "parameters": {"label": names.LABEL_VARIANT, "models": models}}]
 
 
 def saturation_detector(spec: AscendInferenceSpec) -> dict:

@@ -15,6 +15,7 @@ from ..api import images
 from ..api.catalog import unknown_metric_message
 from ..api.checks import MAX_WINDOW_SECONDS, name_problem, window_sentence
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
+from ..api.variants import variant_spec
 from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan
 from .agreement import Agreement, check_agreement
@@ -66,6 +67,7 @@ def validate(
     problems += image_problems(obj.spec)
     problems += arg_conflicts(obj.spec, layout)
     problems += version_problems(obj.spec, layout)
+    problems += variant_version_problems(obj.spec, layout)
     problems += template_problems(obj.spec)
     if obj.spec.template is not None and not problems:
         replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout)
@@ -83,6 +85,17 @@ def validate(
     if problems or agreement.problems:
         raise InvalidSpec(problems + agreement.problems)
     return Valid(obj, layout, warnings=spec_warnings(obj.spec) + agreement.warnings)
+
+
+def variant_version_problems(spec: AscendInferenceSpec, layout: Layout) -> list[str]:
+    """A variant's precision that the engine image cannot run, in the words spec.precision gets, at its index."""
+    found = []
+    own = set(version_problems(spec, layout))
+    for index, variant in enumerate(spec.variants):
+        for problem in version_problems(variant_spec(spec, variant), layout):
+            if problem not in own:  # the fleet's own precision problems are reported once, as they are
+                found.append(problem.replace("spec.precision", f"spec.variants[{index}].precision", 1))
+    return found
 
 
 def image_problems(spec: AscendInferenceSpec) -> list[str]:

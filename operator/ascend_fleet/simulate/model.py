@@ -25,10 +25,13 @@ from operator import attrgetter
 from typing import Protocol, cast
 
 from ..api.policy import PriorityClass, default_classes
+from ..api.variants import serving_split
 from .curve import BatchCurve
 from .flow import FlowControl, RoutingChoice, band_of, engine_rank, picker_key, pool_saturated, routing_layers
 from .metrics import MetricStore, Scrape
+from .result import ReplicaLife, Result, TimelinePoint
 from .traces import HOUR, Trace
+from .variants import SimVariant, draw
 
 STARTING, SERVING, DRAINING = "starting", "serving", "draining"
 # Event kinds, in the order they run when they fall on the same instant as each other.
@@ -104,6 +107,10 @@ class FleetConfig:
     either order, the classes' priority inside the engines)."""
     classes: tuple[PriorityClass, ...] = field(default_factory=lambda: tuple(default_classes()))
     """The fleet's priority classes (``spec.routing.classes``), for the classed routings."""
+    variants: tuple[SimVariant, ...] = ()
+    """``spec.variants``: replica i runs variant i mod their number; requests split by ``traffic``."""
+    traffic: tuple[tuple[str, int], ...] = ()
+    """The split the run starts with, in percent per variant."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,7 @@ class FleetView:
     replicas: tuple[ReplicaView, ...]
     metrics: MetricStore
     config: FleetConfig
+    traffic: tuple[tuple[str, int], ...] = ()
 
     @property
     def serving(self) -> list[ReplicaView]:
@@ -137,6 +145,7 @@ class TickDecision:
 
     replicas: int | None = None
     restart: tuple[int, ...] = ()
+    traffic: tuple[tuple[str, int], ...] | None = None  # a new split between the variants
 
 
 class FleetPolicy(Protocol):
@@ -146,59 +155,6 @@ class FleetPolicy(Protocol):
     interval: float
 
     def decide(self, view: FleetView) -> TickDecision: ...
-
-
-@dataclass(frozen=True)
-class TimelinePoint:
-    """The fleet at one scrape, for plots."""
-
-    time: float
-    desired: int
-    replicas: int
-    serving: int
-    utilization: float
-    fragmentation: float
-
-
-@dataclass(frozen=True)
-class ReplicaLife:
-    """One replica object from creation to deletion (None while it still exists at the end)."""
-
-    index: int
-    created: float
-    ready_at: float | None
-    deleted: float | None
-    end: str
-
-
-@dataclass
-class Result:
-    """Everything a run produced; ``report`` turns it into numbers."""
-
-    policy: str
-    trace: str
-    duration: float
-    npus_per_replica: int
-    arrivals: array
-    output_tokens: list[int]
-    first_token: array
-    """Seconds from arrival to first token per request; NaN for a failed request."""
-    end_to_end: array
-    """Seconds from arrival to last token per request; NaN for a failed request."""
-    served_by: array
-    """Replica index that admitted each request; -1 if none did."""
-    failures: dict[str, int]
-    scale_ups: int = 0
-    scale_downs: int = 0
-    rule_restarts: int = 0
-    oom_crashes: int = 0
-    npu_seconds: float = 0.0
-    timeline: list[TimelinePoint] = field(default_factory=list)
-    lives: list[ReplicaLife] = field(default_factory=list)
-
-    @property
-    def npu_hours(self) -> float:
-        return self.npu_seconds / HOUR
 
 
 class _Replica:
@@ -222,6 +178,8 @@ class _Replica:
         "slowdown",
         "version",
         "restart",
+        "variant",
+        "speed",
     )
 
     def __init__(self, index: int, created: float) -> None:
@@ -243,6 +201,8 @@ class _Replica:
         self.slowdown = 1.0
         self.version = 0  # bumps on every reschedule; stale completion events carry an older one
         self.restart = False  # recreate this index once the drain ends
+        self.variant: str | None = None  # its precision variant (spec.variants), None without
+        self.speed = 1.0  # its variant's speed over the batch curve
 
 
 def simulate(config: FleetConfig, trace: Trace, policy: FleetPolicy) -> Result:
@@ -272,6 +232,7 @@ class _Simulation:
             end_to_end=array("d", [nan]) * n,
             served_by=array("i", [-1]) * n,
             failures={},
+            variants=config.variants,
         )
         self.metrics = MetricStore(config.metric_retention)
         self.events: list = []
@@ -285,6 +246,8 @@ class _Simulation:
         # A Service chooses at random; the picker chooses, and with bands holds what saturated engines cannot take.
         self.rng = random.Random(0) if not layers.picker else None
         self.flow = FlowControl(layers.bands, trace.arrivals) if layers.bands else None
+        self.traffic = dict(config.traffic)
+        self.draws = random.Random(1)  # the picker's weighted draw of each request's variant
 
     # ----- the event loop -----
 
@@ -349,7 +312,7 @@ class _Simulation:
         elif self.rng is not None:  # a Service: any serving replica, at random
             self._send(serving[self.rng.randrange(len(serving))], rid, t, 0)
         elif flow is None:  # the picker's choice alone
-            self._send(min(serving, key=_picker_key) if len(serving) > 1 else serving[0], rid, t, 0)
+            self._pick(rid, t, 0)
         elif flow.offer(band_of(flow.bands, self.trace.prompt_tokens[rid]), rid):
             self._dispatch(t)
         else:
@@ -365,8 +328,20 @@ class _Simulation:
         serving = self.serving
         while flow.held and not pool_saturated([len(r.waiting) for r in serving]):
             rid, priority = cast("tuple[int, int]", flow.pop())
-            replica = min(serving, key=_picker_key) if len(serving) > 1 else serving[0]
-            self._send(replica, rid, t, engine_rank(priority))
+            self._pick(rid, t, engine_rank(priority))
+
+    def _pick(self, rid: int, t: float, rank: int) -> None:
+        """The picker's choice; with variants, among the replicas of the variant its rewrite drew."""
+        pool = self.serving
+        if self.traffic:
+            # As the operator renders the rewrite: a variant with no serving replica lends its share.
+            split = serving_split(self.traffic, {str(r.variant) for r in pool})
+            variant = draw(self.draws, split)
+            pool = [r for r in pool if r.variant == variant]
+        if not pool:  # the variant filter left no endpoint: the picker refuses the request
+            self._fail(rid, FAIL_NO_REPLICA)
+        else:
+            self._send(min(pool, key=_picker_key) if len(pool) > 1 else pool[0], rid, t, rank)
 
     def _send(self, replica: _Replica, rid: int, t: float, rank: int) -> None:
         """A request reaches an engine: into the batch if a slot is free and nobody waits, else its queue."""
@@ -388,7 +363,7 @@ class _Simulation:
         if reference > 0:
             prefill *= self.trace.prompt_tokens[rid] / reference
         result = self.result
-        result.first_token[rid] = (t - self.trace.arrivals[rid]) + prefill * replica.slowdown
+        result.first_token[rid] = (t - self.trace.arrivals[rid]) + prefill * replica.slowdown / replica.speed
         result.served_by[rid] = replica.index
         # The prefill occupies the sequence's share of the batch like decode tokens would, so its
         # virtual work is the prefill time at the batch's undegraded per-sequence rate.
@@ -444,7 +419,7 @@ class _Simulation:
         replica.version += 1
         replica.util = self.util_table[batch]
         if batch:
-            replica.rate = self.rate_table[batch] / replica.slowdown
+            replica.rate = self.rate_table[batch] * replica.speed / replica.slowdown
             due = t + max(0.0, replica.active[0][0] - replica.vclock) / replica.rate
             heappush(self.events, (due, next(self.seq), _DONE, replica, replica.version))
         else:
@@ -461,6 +436,11 @@ class _Simulation:
 
     def _create(self, index: int, t: float) -> _Replica:
         replica = _Replica(index, t)
+        if variants := self.config.variants:
+            replica.variant, replica.speed = (
+                variants[index % len(variants)].name,
+                variants[index % len(variants)].speed,
+            )
         if self.engine_priority:
             replica.waiting = []  # a heap of (rank, request id)
         self.replicas[index] = replica
@@ -567,7 +547,10 @@ class _Simulation:
             ReplicaView(r.index, r.state, r.created, r.ready_at)
             for r in sorted(self.replicas.values(), key=_index)
         )
-        decision = self.policy.decide(FleetView(t, self.desired, views, self.metrics, self.config))
+        now = tuple(self.traffic.items())
+        decision = self.policy.decide(FleetView(t, self.desired, views, self.metrics, self.config, now))
+        if decision.traffic is not None:
+            self.traffic = dict(decision.traffic)
         if decision.replicas is not None:
             wanted = max(decision.replicas, 0)
             if wanted > self.desired:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import Result
+from .variants import precision_shares
 
 SLOW_FIRST_TOKEN_SECONDS = 1.0
 BUCKET_SECONDS = 300.0
@@ -34,6 +35,8 @@ class Summary:
     scale_downs: int
     rule_restarts: int
     oom_crashes: int
+    precision_share: dict[str, float] = field(default_factory=dict)
+    """With spec.variants: each precision's share of the output tokens of completed requests."""
 
     @property
     def scale_actions(self) -> int:
@@ -81,6 +84,9 @@ def summarize(result: Result) -> Summary:
         scale_downs=result.scale_downs,
         rule_restarts=result.rule_restarts,
         oom_crashes=result.oom_crashes,
+        precision_share=precision_shares(
+            result.variants, result.served_by, result.output_tokens, [x == x for x in result.end_to_end]
+        ),
     )
 
 
@@ -125,10 +131,18 @@ def _row(s: Summary) -> tuple[str, ...]:
     )
 
 
+def _precision(s: Summary) -> str:
+    return " ".join(f"{p} {share * 100:.0f}%" for p, share in s.precision_share.items()) or "-"
+
+
 def table(summaries: Sequence[Summary]) -> str:
-    """The side-by-side comparison as aligned text (also valid Markdown)."""
-    rows = [tuple(name for name, _ in _COLUMNS), *(_row(s) for s in summaries)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+    """The side-by-side comparison as aligned text (also valid Markdown); with precision variants, a column
+    of each precision's share of the tokens served, so accuracy and the tail sit side by side."""
+    header = tuple(name for name, _ in _COLUMNS)
+    rows = [header, *(_row(s) for s in summaries)]
+    if any(s.precision_share for s in summaries):
+        rows = [(*header, "tokens by precision"), *((*_row(s), _precision(s)) for s in summaries)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
 
     def line(cells: Sequence[str]) -> str:
         return (

@@ -62,6 +62,7 @@ class RulesPolicy:
                 bounds.scale_up_cooldown,
                 bounds.scale_down_cooldown,
                 bounds.restart_cooldown,
+                bounds.shift_cooldown,
                 *(float(r.for_) for r in self.rules),
                 0.0,
             )
@@ -78,7 +79,7 @@ class RulesPolicy:
             )
             for r in view.replicas
         }
-        fleet = self._fleet_state(view.desired, states)
+        fleet = self._fleet_state(view.desired, states, dict(view.traffic))
         observations = self._observe(view.metrics, view.now)
         decisions = evaluate.decide([fleet], observations, view.now, self.evaluation)
         self.decisions.extend(decisions)
@@ -87,16 +88,21 @@ class RulesPolicy:
             return TickDecision()
         replicas = None
         restart = []
+        traffic = None
         for d in decisions:
             if d.action in ("scale_up", "scale_down") and d.replicas_to is not None:
                 replicas = d.replicas_to
+            elif d.action == "shift_traffic":
+                traffic = d.traffic_to
             elif d.action == "restart_service" and d.replica is not None:
                 restart.append(d.replica)
-        return TickDecision(replicas=replicas, restart=tuple(restart))
+        return TickDecision(replicas=replicas, restart=tuple(restart), traffic=traffic)
 
     # ----- what the operator would read -----
 
-    def _fleet_state(self, replicas: int, states: dict[int, evaluate.ReplicaInfo]) -> evaluate.FleetState:
+    def _fleet_state(
+        self, replicas: int, states: dict[int, evaluate.ReplicaInfo], traffic: dict[str, int] | None = None
+    ) -> evaluate.FleetState:
         return evaluate.FleetState(
             namespace=NAMESPACE,
             name=self.inference,
@@ -106,6 +112,7 @@ class RulesPolicy:
             max_unavailable=self.spec.disruption.max_unavailable,
             replica_states=states,
             actions=tuple(self._actions),
+            traffic=traffic or {},
         )
 
     def _remember(self, decisions: list[evaluate.ControlDecision], now: float) -> None:

@@ -11,11 +11,13 @@ from pydantic import ValidationError
 
 from ..api.settings import ControlSettings
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
+from ..api.variants import default_weights
 from ..layout import LayoutError, plan
 from .model import EngineModel, FleetConfig, FleetPolicy, Result, simulate
 from .policies import HpaPolicy, StaticPolicy
 from .rules import RulesPolicy
 from .traces import Trace
+from .variants import sim_variants
 
 POLICIES = ("static", "hpa", "rules", "rules-no-restart")
 DEFAULT_SPEC = "examples/vllm-tp4-pp2-dp2.yaml"
@@ -85,6 +87,8 @@ def fleet_config(
         scrape_interval=float(settings.step),
         # Keep every scrape the longest rule window can read, as Prometheus's retention would.
         metric_retention=max([3600.0, *(float(r.for_) + 2 * float(settings.step) for r in spec.rules)]),
+        variants=sim_variants(spec),
+        traffic=tuple(default_weights(spec.variants).items()),
     )
 
 

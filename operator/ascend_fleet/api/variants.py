@@ -1,0 +1,193 @@
+"""Precision variants: replicas of one fleet that serve the model at different precisions, and their split.
+
+A fleet with ``spec.variants`` runs each replica as one of the variants (replica ``i`` is variant
+``i mod len(variants)``, so numbering stays stable and unique while the fleet scales), every engine serving the
+model under ``<model>-<variant>``. The endpoint picker's InferenceModelRewrite splits requests for the base
+model name between those names by weight. The weights are whole percents summing to 100; they live in the
+``ascendfleet.io/traffic`` annotation, which the control loop's ``shift_traffic`` writes, and show in
+``status.traffic``; without it the split is even, as the replicas are. The functions here are pure: they read and move weights, never write them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pydantic import Field
+
+from .fields import Model, Precision
+
+if TYPE_CHECKING:
+    from .v1alpha1 import AscendInferenceSpec
+
+MAX_VARIANTS = 4
+FULL = 100  # weights are whole percents
+
+
+class PrecisionVariant(Model):
+    """One precision the fleet serves, on replicas of its own."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=20,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="PrecisionVariant name, e.g. fp16 or int8; its engines serve the model as <model.name>-<name>.",
+    )
+    precision: Precision = Field(description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
+    model: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="Weights path of this variant inside the engine container (e.g. W8A8 weights for int8); "
+        "default: spec.model.path.",
+    )
+
+
+class TrafficShare(Model):
+    """One variant's share of the requests for the base model name."""
+
+    variant: str = Field(description="The variant (spec.variants[].name).")
+    weight: int = Field(description="Percent of the requests the endpoint picker sends to it.")
+
+
+def variant_of(variants: Sequence[PrecisionVariant], replica: int) -> PrecisionVariant | None:
+    """The variant replica ``replica`` runs (None: the fleet has no variants)."""
+    if not variants:
+        return None
+    return variants[replica % len(variants)]
+
+
+def served_name(model_name: str, variant: PrecisionVariant) -> str:
+    """The model name a variant's engines serve: the base name and the variant's."""
+    return f"{model_name}-{variant.name}"
+
+
+def default_weights(variants: Sequence[PrecisionVariant]) -> dict[str, int]:
+    """The split before any rule moved it: even, as the replicas are (the first variant takes the remainder),
+    so that no variant's replicas stand idle until a rule moves traffic."""
+    if not variants:
+        return {}
+    share = FULL // len(variants)
+    return {v.name: share + (FULL - share * len(variants) if i == 0 else 0) for i, v in enumerate(variants)}
+
+
+def parse_weights(text: str | None) -> dict[str, int] | None:
+    """The annotation's weights, or None when absent or not a JSON object of whole numbers."""
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in raw.values()
+    ):
+        return None
+    return {str(k): int(v) for k, v in raw.items()}
+
+
+def current_weights(variants: Sequence[PrecisionVariant], stored: Mapping[str, int] | None) -> dict[str, int]:
+    """The split in force: the stored one when it names exactly these variants with percents summing to 100,
+    else the default (a variant added or removed, or a hand edit that does not add up, starts over)."""
+    if not variants:
+        return {}
+    names = [v.name for v in variants]
+    if (
+        stored is not None
+        and set(stored) == set(names)
+        and all(0 <= w <= FULL for w in stored.values())
+        and sum(stored.values()) == FULL
+    ):
+        return {n: stored[n] for n in names}
+    return default_weights(variants)
+
+
+def shifted(weights: Mapping[str, int], to: str, step: int) -> dict[str, int]:
+    """``step`` percent more to ``to``, taken from the others, the largest share first (unchanged at 100)."""
+    moved = dict(weights)
+    want = min(step, FULL - moved.get(to, 0))
+    for name in sorted((n for n in moved if n != to), key=lambda n: -moved[n]):
+        take = min(want, moved[name])
+        moved[name] -= take
+        moved[to] = moved.get(to, 0) + take
+        want -= take
+    return moved
+
+
+def weights_text(weights: Mapping[str, int]) -> str:
+    """The annotation's value: compact JSON in the variants' order."""
+    return json.dumps(dict(weights), separators=(",", ":"))
+
+
+def describe_weights(weights: Mapping[str, int]) -> str:
+    """``fp16 75%, int8 25%`` for Events and status.actions."""
+    return ", ".join(f"{name} {weight}%" for name, weight in weights.items())
+
+
+def traffic_shares(weights: Mapping[str, int]) -> list[TrafficShare]:
+    """status.traffic: one entry per variant, in the spec's order."""
+    return [TrafficShare(variant=name, weight=weight) for name, weight in weights.items()]
+
+
+def variant_problems(spec: AscendInferenceSpec) -> list[str]:
+    """Why the spec's variants, or its shift_traffic rules, cannot run as written (each a sentence)."""
+    names = [v.name for v in spec.variants]
+    problems = []
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        problems.append(f"spec.variants: names must be distinct, repeated: {', '.join(repeated)}")
+    if spec.variants and spec.routing.mode != "inferencePool":
+        problems.append(
+            "spec.variants needs spec.routing.mode inferencePool: the endpoint picker's InferenceModelRewrite "
+            "splits the requests between the variants, and a plain Service cannot; set routing.mode: "
+            "inferencePool, or remove spec.variants"
+        )
+    mount = spec.model.mount_path.rstrip("/") + "/"
+    for index, variant in enumerate(spec.variants):
+        if variant.model and spec.model.volume is not None and not variant.model.startswith(mount):
+            problems.append(
+                f"spec.variants[{index}].model {variant.model!r} is not under model.mountPath "
+                f"{spec.model.mount_path!r}, where the weights volume is mounted; put the variant's weights "
+                "on the same volume"
+            )
+    for index, rule in enumerate(spec.rules):
+        if rule.action == "shift_traffic" and rule.to not in names:
+            have = f"one of {', '.join(names)}" if names else "a variant, and spec.variants lists none"
+            problems.append(
+                f"spec.rules[{index}].to: shift_traffic moves traffic to a variant; {rule.to!r} is not one "
+                f"(spec.variants names {have})"
+            )
+    return problems
+
+
+def variant_spec(spec: AscendInferenceSpec, variant: PrecisionVariant | None) -> AscendInferenceSpec:
+    """The spec one variant's engines run: its precision, its weights, and its served name (unchanged for None)."""
+    if variant is None:
+        return spec
+    model = spec.model.model_copy(
+        update={"name": served_name(spec.model.name, variant), "path": variant.model or spec.model.path}
+    )
+    return spec.model_copy(update={"precision": variant.precision, "model": model})
+
+
+def fleet_weights(spec: AscendInferenceSpec, metadata: Mapping) -> dict[str, int]:
+    """The split in force for an object: its traffic annotation read against its variants."""
+    from . import names
+
+    annotations = metadata.get("annotations") or {}
+    return current_weights(spec.variants, parse_weights(annotations.get(names.ANNOTATION_TRAFFIC)))
+
+
+def serving_split(weights: Mapping[str, int], serving: set[str]) -> dict[str, int]:
+    """The split the picker can serve: a variant with no serving replica gives its share to the serving variant
+    with the largest share (the first listed on a tie); unchanged when every weighted variant serves or none does.
+
+    The picker's variant filter refuses a request drawn to a variant without a pod, so a restart or rollout of a
+    variant's last replica would otherwise refuse its share of the requests until a new one serves.
+    """
+    if not serving or all(name in serving for name, weight in weights.items() if weight > 0):
+        return dict(weights)
+    keep = max((name for name in weights if name in serving), key=lambda name: weights[name])
+    moved = {name: (weight if name in serving else 0) for name, weight in weights.items()}
+    moved[keep] += sum(weight for name, weight in weights.items() if name not in serving)
+    return moved
