@@ -7,7 +7,7 @@ It does over HTTP what a kubelet does for the parts this project depends on, aga
   the node lifecycle controller never marks them unreachable;
 - watches the pods the real scheduler bound to them (list, then watch from the list's resourceVersion; a
   ``410 Gone`` or a lost connection starts over), and runs each: after ``start_seconds`` phase ``Running``
-  with a unique loopback ``podIP`` (127.11.0.1 upwards), ``containerStatuses`` and conditions; after
+  with a unique loopback ``podIP`` (``first_ip`` upwards), ``containerStatuses`` and conditions; after
   ``ready_seconds`` more, ``Ready``. Listeners (:class:`~ascend_fleet.devcluster.fleet.kubelet.PodListener`) hear
   ``on_pod_running``/``on_pod_stopped``: that is where simulated engines start and stop;
 - comes back from an API outage as a kubelet does: heartbeats and the pod watch back off while the API is

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -115,6 +116,7 @@ class RealCluster:
                 node_capacity=self.capacity,
                 start_seconds=self.start_seconds,
                 ready_seconds=self.ready_seconds,
+                first_ip=first_pod_ip(os.getpid()),
             ).start()
             self.kubeconfig_path = (
                 self.write_kubeconfig(self._kubeconfig)
@@ -140,6 +142,14 @@ class RealCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def first_pod_ip(pid: int) -> str:
+    """Where a cluster of process ``pid`` starts its pod IPs: ``127.<11..90>.0.1``, by process.
+
+    Real engines bind their pod's IP and port; two clusters on one machine (test runs side by side) that
+    both started at 127.11.0.1 gave two pods one address, and one pod's probes reached the other's server."""
+    return f"127.{11 + pid % 80}.0.1"
 
 
 def provide_model_claim(kube: Kube, namespace: str, claim: str = "models") -> None:
