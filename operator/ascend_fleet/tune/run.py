@@ -70,6 +70,7 @@ def run(plan: Plan, progress: Progress | None = None) -> Outcome:
     met the goal (the closest one is still reported, with its patch)."""
     progress = progress or Progress()
     work = plan.workdir or Path(tempfile.mkdtemp(prefix="ascend-fleet-tune-"))
+    work.mkdir(parents=True, exist_ok=True)  # with the model's tokenizer, nothing else would create it
     tokenizer = plan.tokenizer or write_word_tokenizer(work / "tokenizer")
     original = plan.fleet.read().spec.batching.wire() if plan.fleet else {}
     rows: list[Row] = []
