@@ -118,3 +118,25 @@ def test_the_table_marks_the_choice():
     assert lines[0].split()[:3] == ["BATCH", "TOKENS/S", "TTFT"]
     assert lines[4].startswith("32") and lines[4].endswith("<- chosen")
     assert sum("<- chosen" in line for line in lines) == 1
+
+
+def test_the_npu_column_says_why_it_has_no_figure():
+    from ascend_fleet.tune.npu import utilization_note
+
+    assert utilization_note("http://p", [], 2) is None
+    assert "pass --prometheus URL" in utilization_note(None, [("16", "no Prometheus given")], 1)
+    why = "Prometheus at http://p holds no NPU utilization series of replica 0's engine"
+    every = utilization_note("http://p", [("16", why), ("32", why)], 2)
+    assert every.startswith("NPU UTIL: no rung has a figure: " + why) and "shows - instead" in every
+    assert "no figure at batch 32:" in utilization_note("http://p", [("32", why)], 2)
+
+
+def test_a_tokenizer_directory_without_a_tokenizer_is_refused_with_what_would_fit(tmp_path):
+    from ascend_fleet.tune.tokenizer import check_tokenizer
+
+    with pytest.raises(ValueError, match="is not a directory; pass the directory of the model"):
+        check_tokenizer(tmp_path / "missing")
+    with pytest.raises(ValueError, match="holds neither tokenizer.json nor tokenizer_config.json"):
+        check_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert check_tokenizer(tmp_path) == tmp_path

@@ -16,6 +16,7 @@ from .choice import DEFAULT_MIN_GAIN, DEFAULT_TOLERANCE, Goal
 from .client import BENCH_CLIENT_INSTALL_HINT, ClientError, Load, available
 from .ladder import DEFAULT_LADDER, parse_ladder, rounded_ladder, rungs
 from .table import format_table
+from .tokenizer import check_tokenizer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -210,6 +211,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print()
     print(format_table(outcome.rows, outcome.choice.row))
+    for note in outcome.notes:
+        print(note)
     print()
     print(("chosen: " if outcome.choice.met else "no rung met the goal: ") + outcome.choice.reason)
     print(f"table {outcome.table_hash}")
@@ -238,6 +241,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             "tableHash": outcome.table_hash,
             "patch": outcome.patch,
             "written": outcome.written,
+            "notes": outcome.notes,
         }
         args.json.write_text(json.dumps(report, indent=1))
     return EXIT_OK if outcome.choice.met else EXIT_FAILED
@@ -282,7 +286,7 @@ def _plan(args: argparse.Namespace):
         endpoint=args.endpoint,
         fleet=fleet,
         port=spec.engine.port if spec else None,
-        tokenizer=args.tokenizer,
+        tokenizer=check_tokenizer(args.tokenizer) if args.tokenizer else None,
         prometheus=args.prometheus,
         npu_query=args.npu_query,
         dry_run=args.dry_run or fleet is None,

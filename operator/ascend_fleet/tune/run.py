@@ -14,7 +14,7 @@ from .choice import Choice, Goal, choose
 from .client import CLIENT_NAME, Load, bench_argv, run_bench
 from .fleet import Fleet
 from .ladder import Rung
-from .npu import catalog_expression, mean_utilization
+from .npu import Utilization, catalog_expression, mean_utilization, utilization_note
 from .patch import batching_patch, restore_patch, tuning_record
 from .table import Row, table_hash
 from .tokenizer import write_word_tokenizer
@@ -60,7 +60,7 @@ class Outcome:
     table_hash: str
     patch: dict | None  # the spec patch for the choice
     written: bool  # whether the patch and status.tuning were written
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # lines beside the table: why a column has no figure
 
 
 def run(plan: Plan, progress: Progress | None = None) -> Outcome:
@@ -70,16 +70,20 @@ def run(plan: Plan, progress: Progress | None = None) -> Outcome:
     met the goal (the closest one is still reported, with its patch)."""
     progress = progress or Progress()
     work = plan.workdir or Path(tempfile.mkdtemp(prefix="ascend-fleet-tune-"))
+    work.mkdir(parents=True, exist_ok=True)  # with the model's tokenizer, nothing else would create it
     tokenizer = plan.tokenizer or write_word_tokenizer(work / "tokenizer")
     original = plan.fleet.read().spec.batching.wire() if plan.fleet else {}
     rows: list[Row] = []
+    missing: list[tuple[str, str]] = []  # rungs without an NPU figure, and why
     keep = False  # whether the fleet keeps what the run writes; anything else puts the batching back
     try:
         for index, rung in enumerate(plan.rungs):
             progress.rung_started(rung, index, len(plan.rungs))
             endpoint = _prepare(plan, rung, progress)
-            row = _measure(plan, rung, endpoint, tokenizer, work / f"rung-{index}", progress)
+            row, why = _measure(plan, rung, endpoint, tokenizer, work / f"rung-{index}", progress)
             rows.append(row)
+            if row.npu_utilization is None:
+                missing.append((row.label, why))
             progress.rung_done(row)
         choice = choose(rows, plan.goal)
         patch = batching_patch(_rung_of(choice.row, plan.rungs)) if choice.row else None
@@ -98,27 +102,32 @@ def run(plan: Plan, progress: Progress | None = None) -> Outcome:
         if plan.fleet and not keep:
             plan.fleet.patch_spec(restore_patch(original))
     (work / "table.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
-    return Outcome(rows, choice, table_hash(rows), patch, keep)
+    note = utilization_note(plan.prometheus, missing, len(rows))
+    return Outcome(rows, choice, table_hash(rows), patch, keep, [note] if note else [])
 
 
-def _measure(plan: Plan, rung: Rung, endpoint: str, tokenizer: Path, stem: Path, progress: Progress) -> Row:
-    """Run the client ``plan.repeats`` times and keep the run with the lowest TTFT p99.
+def _measure(
+    plan: Plan, rung: Rung, endpoint: str, tokenizer: Path, stem: Path, progress: Progress
+) -> tuple[Row, str]:
+    """Run the client ``plan.repeats`` times and keep the run with the lowest TTFT p99; the row, and why
+    it has no NPU figure when it has none.
 
     A p99 is set by the slowest 1 % of requests; on a shared machine a scheduling stall of either
     process lands there. The least disturbed of several runs is the engine's own figure (as timeit
     reports the minimum of its repeats)."""
     best: Row | None = None
+    why = ""
     for attempt in range(plan.repeats):
         progress.phase("measuring" + (f" ({attempt + 1}/{plan.repeats})" if plan.repeats > 1 else ""))
         start = time.time()
         output, log = stem.with_suffix(f".{attempt}.jsonl"), stem.with_suffix(f".{attempt}.log")
         argv = bench_argv(endpoint, plan.model, plan.engine, rung, plan.load, tokenizer, output)
         row = run_bench(argv, output, rung, plan.load.prompts(rung.batch_size), log, progress.requests)
-        row = _with_npu(plan, row, start, time.time())
+        reading = _npu(plan, start, time.time())
         if best is None or row.ttft_p99_ms < best.ttft_p99_ms:
-            best = row
+            best, why = replace(row, npu_utilization=reading.value), reading.why_none
     assert best is not None
-    return best
+    return best, why
 
 
 def _prepare(plan: Plan, rung: Rung, progress: Progress) -> str:
@@ -140,18 +149,16 @@ def _prepare(plan: Plan, rung: Rung, progress: Progress) -> str:
     return url
 
 
-def _with_npu(plan: Plan, row: Row, start: float, end: float) -> Row:
+def _npu(plan: Plan, start: float, end: float) -> Utilization:
+    """The NPU utilization over one measurement, when the plan can read one."""
     if not plan.prometheus:
-        return row
+        return Utilization(None, "no Prometheus given")
     if plan.npu_query:
-        value = mean_utilization(plan.prometheus, plan.npu_query, start, end)
-    elif plan.fleet is not None:
-        value = mean_utilization(
-            plan.prometheus, catalog_expression(), start, end, (plan.fleet.namespace, plan.fleet.name, 0)
-        )
-    else:
-        value = None
-    return replace(row, npu_utilization=value)
+        return mean_utilization(plan.prometheus, plan.npu_query, start, end)
+    if plan.fleet is not None:
+        replica = (plan.fleet.namespace, plan.fleet.name, 0)
+        return mean_utilization(plan.prometheus, catalog_expression(), start, end, replica)
+    return Utilization(None, "an endpoint alone names no replica: pass --npu-query PROMQL")
 
 
 def _rung_of(row: Row, rungs: list[Rung]) -> Rung:

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 VOCABULARY = 4096
+# What transformers' AutoTokenizer loads a directory from; one of them must be there.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def write_word_tokenizer(directory: Path) -> Path:
@@ -26,4 +28,19 @@ def write_word_tokenizer(directory: Path) -> Path:
     tokenizer.save(str(directory / "tokenizer.json"))
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "model_max_length": 1 << 20}
     (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
+def check_tokenizer(directory: Path) -> Path:
+    """``directory`` when it holds a tokenizer the client can load; else a ValueError saying what would fit."""
+    if not directory.is_dir():
+        raise ValueError(
+            f"--tokenizer {directory} is not a directory; pass the directory of the model the engine "
+            f"serves (the one vllm serve loads), which holds {' or '.join(TOKENIZER_FILES)}"
+        )
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"--tokenizer {directory} holds neither {' nor '.join(TOKENIZER_FILES)}; pass the directory "
+            f"of the model the engine serves (the one vllm serve loads)"
+        )
     return directory
