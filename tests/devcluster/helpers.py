@@ -78,3 +78,40 @@ def patch_widget(
     method = custom.patch_namespaced_custom_object_status if status else custom.patch_namespaced_custom_object
     content_type = "application/json-patch+json" if isinstance(patch, list) else MERGE
     return method(TEST_GROUP, "v1", namespace, "widgets", name, patch, _content_type=content_type)
+
+
+def leader_pod(
+    namespace: str,
+    name: str,
+    ip: str,
+    command: list[str],
+    *,
+    inference: str = "qwen",
+    replica: int = 0,
+    npus: int = 8,
+) -> dict:
+    """A single-pod replica's leader as the operator renders it, reduced to what the simulated engines read."""
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": {
+                "inference.ascendfleet.io/name": inference,
+                "inference.ascendfleet.io/replica": str(replica),
+                "inference.ascendfleet.io/rank": "0",
+                "inference.ascendfleet.io/role": "leader",
+            },
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "engine",
+                    "command": command,
+                    "ports": [{"name": "npu-metrics", "containerPort": 9410}],
+                    "resources": {"limits": {"huawei.com/Ascend910": str(npus)}},
+                }
+            ]
+        },
+        "status": {"phase": "Running", "podIP": ip},
+    }

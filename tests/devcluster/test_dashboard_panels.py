@@ -23,6 +23,7 @@ from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.kube import scaled, wait_for
 from tests.chart.helm import CHART
 from tests.chart.promql import grafana_to_promql
+from tests.devcluster.helpers import leader_pod
 
 pytestmark = pytest.mark.prometheus
 NS = "panels"
@@ -39,30 +40,8 @@ NPUS = {"a2": 4, "old": 2}
 
 
 def engine_pod(inference: str, replica: int, ip: str, command: list[str]) -> dict:
-    return {
-        "metadata": {
-            "namespace": NS,
-            "name": f"{inference}-{replica}",
-            "uid": f"uid-{inference}-{replica}",
-            "labels": {
-                "inference.ascendfleet.io/name": inference,
-                "inference.ascendfleet.io/replica": str(replica),
-                "inference.ascendfleet.io/rank": "0",
-                "inference.ascendfleet.io/role": "leader",
-            },
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "engine",
-                    "command": command,
-                    "ports": [{"name": "npu-metrics", "containerPort": 9410}],
-                    "resources": {"limits": {"huawei.com/Ascend910": str(NPUS[inference])}},
-                }
-            ]
-        },
-        "status": {"phase": "Running", "podIP": ip},
-    }
+    name = f"{inference}-{replica}"
+    return leader_pod(NS, name, ip, command, inference=inference, replica=replica, npus=NPUS[inference])
 
 
 def targets(title: str) -> dict[str, str]:

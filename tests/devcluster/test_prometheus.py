@@ -27,6 +27,7 @@ from ascend_fleet.devcluster.fleet.prometheus import (
 )
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.kube import scaled, wait_for
+from tests.devcluster.helpers import leader_pod
 
 NS = "team-a"
 
@@ -39,30 +40,7 @@ def prometheus(prometheus_binary):
 
 def engine_pod(name: str, ip: str, replica: int) -> dict:
     """A single-pod replica leader as the operator renders it, reduced to what the simulator reads."""
-    return {
-        "metadata": {
-            "namespace": NS,
-            "name": name,
-            "uid": f"uid-{name}",
-            "labels": {
-                "inference.ascendfleet.io/name": "qwen",
-                "inference.ascendfleet.io/replica": str(replica),
-                "inference.ascendfleet.io/rank": "0",
-                "inference.ascendfleet.io/role": "leader",
-            },
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "engine",
-                    "command": ["vllm", "serve", "/models/qwen"],
-                    "ports": [{"name": "npu-metrics", "containerPort": 9410}],
-                    "resources": {"limits": {"huawei.com/Ascend910": "1"}},
-                }
-            ]
-        },
-        "status": {"podIP": ip},
-    }
+    return leader_pod(NS, name, ip, ["vllm", "serve", "/models/qwen"], replica=replica, npus=1)
 
 
 def wait_for_series(prometheus: PrometheusServer, promql: str, count: int, timeout: float = 15.0) -> list:

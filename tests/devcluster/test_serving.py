@@ -20,6 +20,7 @@ from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.fleet.serving import ShortRequestFirst, engine_config
 from ascend_fleet.simulate.curve import BatchCurve
+from tests.devcluster.helpers import leader_pod
 
 NS = "serve"
 VLLM_SERVE = ["vllm", "serve", "/models/qwen", "--served-model-name", "qwen-7b", "--port", "8000"]
@@ -29,30 +30,7 @@ SGLANG_SERVE = ["python3", "-m", "sglang.launch_server", "--model-path", "/model
 
 def engine_pod(name: str, ip: str, command: list[str]) -> dict:
     """A leader pod as the operator renders it, reduced to what the simulator reads."""
-    return {
-        "metadata": {
-            "namespace": NS,
-            "name": name,
-            "uid": f"uid-{name}",
-            "labels": {
-                "inference.ascendfleet.io/name": "qwen",
-                "inference.ascendfleet.io/replica": "0",
-                "inference.ascendfleet.io/rank": "0",
-                "inference.ascendfleet.io/role": "leader",
-            },
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "engine",
-                    "command": command,
-                    "ports": [{"name": "npu-metrics", "containerPort": 9410}],
-                    "resources": {"limits": {"huawei.com/Ascend910": "8"}},
-                }
-            ]
-        },
-        "status": {"phase": "Running", "podIP": ip},
-    }
+    return leader_pod(NS, name, ip, command)
 
 
 @pytest.fixture
