@@ -120,6 +120,11 @@ def test_a_fleet_with_an_int8_variant_serves_both_in_one_pool_split_by_the_rewri
     leaders_after = kube.list("Pod", namespace, {names.LABEL_NAME: NAME, names.LABEL_ROLE: names.ROLE_LEADER})
     assert sorted(p["metadata"]["uid"] for p in leaders_after) == pods_before
 
+    # Variants removed: the rewrite has nothing to split, so the operator deletes it.
+    fleet.patch_spec(NAME, {"variants": None})
+    wait_for(lambda: not kube.list("InferenceModelRewrite", namespace), 60, "the rewrite deleted")
+    assert kube.get("InferencePool", namespace, NAME)  # routing stays
+
 
 def test_variants_without_an_inference_pool_are_not_ready_with_a_sentence(fleet):
     fleet.apply(example("sglang-small.yaml", variants=VARIANTS))

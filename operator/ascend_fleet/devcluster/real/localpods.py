@@ -62,7 +62,10 @@ _log = logging.getLogger(__name__)
 PICKER_PORT_FLAGS = ("--grpc-port", "--grpc-health-port", "--metrics-port")
 OPERATOR_PORT_FLAGS = ("--health-port", "--metrics-port")
 OPERATOR_COMMAND = "ascend-fleet"
-_PROBE_TIMEOUT = 0.5  # a picker whose health service takes longer is hung: the gateway passes it over
+# A kubelet's probe defaults (timeoutSeconds 1, failureThreshold 3), where the pod's probe does not set them: a
+# picker slowed by a busy machine stays in its Service; one that fails three probes in a row leaves it.
+_PROBE_TIMEOUT = 1.0
+_PROBE_FAILURES = 3
 _DOWNWARD = {
     "metadata.name": lambda pod: pod["metadata"]["name"],
     "metadata.namespace": lambda pod: pod["metadata"].get("namespace", "default"),
@@ -93,12 +96,14 @@ class Route:
     grpc: str = ""  # host:port of the picker's ext_proc service, which the gateway calls
     health: str = ""  # host:port of the picker's gRPC health service
     readiness: str = ""  # the service its readiness probe asks for
+    probe_timeout: float = _PROBE_TIMEOUT  # the probe's timeoutSeconds
+    probe_failures: int = _PROBE_FAILURES  # its failureThreshold
 
     def serves(self) -> bool:
         """Whether this picker takes requests now: its readiness probe, asked as a kubelet asks it (the pod's
         gRPC health service, e.g. ``readiness``: the pool synced and, when electing, this picker leads); the
         picker Service lists the pickers that pass it, and the pool's gateway calls those."""
-        return grpc_serving(self.health, self.readiness, _PROBE_TIMEOUT)
+        return grpc_serving(self.health, self.readiness, self.probe_timeout)
 
 
 def grpc_serving(address: str, service: str, timeout: float) -> bool:
@@ -197,6 +202,7 @@ class LocalPods:
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Running] = {}
         self._gateways: dict[tuple[str, str], Envoy] = {}  # by (namespace, pool)
+        self._probe_failed: dict[tuple[str, str], int] = {}  # failed readiness probes in a row, by picker pod
         self.failures: dict[tuple[str, str], str] = {}
 
     def routes(self) -> list[Route]:
@@ -224,10 +230,19 @@ class LocalPods:
         return gateway.url if gateway is not None else None
 
     def serving_pickers(self, namespace: str, pool: str) -> list[str]:
-        """``host:port`` of the ext_proc service of each picker of the pool that serves now."""
-        return sorted(
-            r.grpc for r in self.routes() if (r.namespace, r.pool) == (namespace, pool) and r.serves()
-        )
+        """``host:port`` of the ext_proc service of each picker of the pool that is Ready, as a kubelet's
+        readiness probe decides it: Ready from its first passed probe, not Ready after ``probe_failures``
+        failed ones in a row (a picker that died is also ejected by the gateway at its first refusal)."""
+        ready = []
+        for route in self.routes():
+            if (route.namespace, route.pool) != (namespace, pool):
+                continue
+            key = (route.namespace, route.picker)
+            failed = 0 if route.serves() else self._probe_failed.get(key, route.probe_failures) + 1
+            self._probe_failed[key] = failed
+            if failed < route.probe_failures:
+                ready.append(route.grpc)
+        return sorted(ready)
 
     def running(self) -> list[tuple[str, str]]:
         """(namespace, name) of the pods whose program runs here."""
@@ -336,6 +351,7 @@ class LocalPods:
         except BaseException:
             picker.stop()
             raise
+        probe = container.get("readinessProbe") or {}
         route = Route(
             namespace=pool.namespace,
             pool=pool.name,
@@ -345,7 +361,9 @@ class LocalPods:
             elects=PICKER_LEADER_ELECTION_FLAG in args,
             grpc=f"127.0.0.1:{picker.grpc_port}",
             health=f"127.0.0.1:{picker.health_port}",
-            readiness=((container.get("readinessProbe") or {}).get("grpc") or {}).get("service", ""),
+            readiness=(probe.get("grpc") or {}).get("service", ""),
+            probe_timeout=float(probe.get("timeoutSeconds", _PROBE_TIMEOUT)),
+            probe_failures=int(probe.get("failureThreshold", _PROBE_FAILURES)),
         )
         _log.info(
             "endpoint picker %s/%s runs; pool %s's requests enter at %s",
