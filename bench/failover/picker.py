@@ -30,7 +30,7 @@ from ascend_fleet.api.times import rfc3339_ms
 from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
 from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
-from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_serving_picker, pool_routes
+from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_serving_picker
 from ascend_fleet.devcluster.stack import Stack, stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
@@ -261,7 +261,7 @@ def routed(local: Stack, namespace: str, doc: dict) -> Iterator[Routed]:
             local.cluster.kubelet.add_listener(pickers)
             try:
                 kube.create(doc)
-                wait_for(lambda: len(pool_routes(pickers, namespace, NAME)) == 2, 180, "two picker pods")
+                wait_for(lambda: len(pickers.pool_routes(namespace, NAME)) == 2, 180, "two picker pods")
                 wait_for(lambda: pickers.route(namespace, NAME), 60, "a serving picker")
                 yield Routed(pickers, engines)
             finally:

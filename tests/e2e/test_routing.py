@@ -17,7 +17,7 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.devcluster.real.localpods import is_picker_pod
-from ascend_fleet.devcluster.real.pickerfailover import kill_serving_picker, pool_routes
+from ascend_fleet.devcluster.real.pickerfailover import kill_serving_picker
 from ascend_fleet.kube import NotFound, wait_for
 from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
@@ -418,7 +418,7 @@ def test_a_standby_picker_takes_over_when_the_leader_dies(real, fleet, kube, nam
     fleet.apply(routed(picker={"leaderElection": True}))
     wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
     routes = wait_for(
-        lambda: len(r := pool_routes(pickers, namespace, NAME)) == 2 and r,
+        lambda: len(r := pickers.pool_routes(namespace, NAME)) == 2 and r,
         120,
         f"two picker pods running\n{pickers.failures}",
     )
@@ -452,7 +452,7 @@ def test_two_serving_pickers_lose_only_the_requests_in_flight_when_one_dies(
     fleet.apply(routed())
     wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
     routes = wait_for(
-        lambda: len(r := pool_routes(pickers, namespace, NAME)) == 2 and all(x.serves() for x in r) and r,
+        lambda: len(r := pickers.pool_routes(namespace, NAME)) == 2 and all(x.serves() for x in r) and r,
         120,
         f"two serving picker pods\n{pickers.failures}",
     )

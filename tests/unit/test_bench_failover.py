@@ -26,9 +26,9 @@ def test_a_pool_never_served_again_has_no_figure():
 
 
 def test_json_names_the_picker_figures_and_leaves_the_rest_null():
-    serving = Route("ns", "pool", "http://127.0.0.1:1", "epp-a", "http://127.0.0.1:2/metrics")
+    serving = Route("ns", "pool", "http://127.0.0.1:1", "epp-a")
     run = PickerRun(PickerFailover(serving, serving, 0.2, 0.0), 0.1, 1, 400, in_flight=1)
-    leader = Route("ns", "pool", "http://127.0.0.1:1", "epp-a", "http://127.0.0.1:2/metrics", elects=True)
+    leader = Route("ns", "pool", "http://127.0.0.1:1", "epp-a", elects=True)
     elected = PickerRun(PickerFailover(leader, leader, 16.4, 14.8, "a", "b"), 16.9, 163, 400)
     figures = as_json([], run, elected=elected)
     assert (figures["picker_failover_s"], figures["failed_requests_picker"]) == (0.1, 1)

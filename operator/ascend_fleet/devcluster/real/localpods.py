@@ -91,7 +91,6 @@ class Route:
     pool: str
     url: str
     picker: str
-    picker_metrics: str
     elects: bool = False  # one of several picker replicas, which elect a leader
     grpc: str = ""  # host:port of the picker's ext_proc service, which the gateway calls
     health: str = ""  # host:port of the picker's gRPC health service
@@ -212,12 +211,14 @@ class LocalPods:
     def _routes_locked(self) -> list[Route]:
         return [running.route for running in self._running.values() if running.route is not None]
 
+    def pool_routes(self, namespace: str, pool: str) -> list[Route]:
+        """The routes of the pool's picker pods that run here, serving or not."""
+        return [r for r in self.routes() if (r.namespace, r.pool) == (namespace, pool)]
+
     def route(self, namespace: str, pool: str) -> Route | None:
         """A picker of the pool that serves now (the leader, when its pickers elect one), whose ``url`` is
         where the pool's requests enter; None when none serves."""
-        return next(
-            (r for r in self.routes() if (r.namespace, r.pool) == (namespace, pool) and r.serves()), None
-        )
+        return next((r for r in self.pool_routes(namespace, pool) if r.serves()), None)
 
     def gateway(self, namespace: str, pool: str) -> Envoy | None:
         """The pool's gateway, while any of its picker pods runs here (serving or not)."""
@@ -234,9 +235,7 @@ class LocalPods:
         readiness probe decides it: Ready from its first passed probe, not Ready after ``probe_failures``
         failed ones in a row (a picker that died is also ejected by the gateway at its first refusal)."""
         ready = []
-        for route in self.routes():
-            if (route.namespace, route.pool) != (namespace, pool):
-                continue
+        for route in self.pool_routes(namespace, pool):
             key = (route.namespace, route.picker)
             failed = 0 if route.serves() else self._probe_failed.get(key, route.probe_failures) + 1
             self._probe_failed[key] = failed
@@ -357,7 +356,6 @@ class LocalPods:
             pool=pool.name,
             url=gateway.url,
             picker=name,
-            picker_metrics=f"http://127.0.0.1:{picker.metrics_port}/metrics",
             elects=PICKER_LEADER_ELECTION_FLAG in args,
             grpc=f"127.0.0.1:{picker.grpc_port}",
             health=f"127.0.0.1:{picker.health_port}",
@@ -442,6 +440,7 @@ class LocalPods:
         if self.on_route is not None:
             self.on_route(running.route, False)
         key = (running.route.namespace, running.route.pool)
+        self._probe_failed.pop((running.route.namespace, running.route.picker), None)
         with self._lock:  # the pool's last picker pod gone: its gateway goes with it
             last = not any((r.namespace, r.pool) == key for r in self._routes_locked())
             gateway = self._gateways.pop(key, None) if last else None

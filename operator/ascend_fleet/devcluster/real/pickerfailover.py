@@ -36,10 +36,6 @@ class PickerFailover:
     at: float = 0.0  # time.monotonic() of the SIGKILL
 
 
-def pool_routes(pickers: LocalPods, namespace: str, pool: str) -> list[Route]:
-    return [r for r in pickers.routes() if (r.namespace, r.pool) == (namespace, pool)]
-
-
 def _holder(kube: Kube, namespace: str, pool: str) -> dict:
     return kube.get("Lease", namespace, lease_name(namespace, pool))["spec"]
 
@@ -49,7 +45,7 @@ def kill_serving_picker(
 ) -> PickerFailover:
     """SIGKILL a serving picker of ``pool`` (its leader, where they elect one) and wait until another serves."""
     victim = pickers.route(namespace, pool)
-    if victim is None or len(pool_routes(pickers, namespace, pool)) < 2:
+    if victim is None or len(pickers.pool_routes(namespace, pool)) < 2:
         raise RuntimeError(f"{namespace}/{pool} has no serving picker with another beside it")
     floor, lease = 0.0, {}
     if victim.elects:
@@ -64,7 +60,7 @@ def kill_serving_picker(
 
     def another_serves() -> Route | None:
         return next(
-            (r for r in pool_routes(pickers, namespace, pool) if r.picker != victim.picker and r.serves()),
+            (r for r in pickers.pool_routes(namespace, pool) if r.picker != victim.picker and r.serves()),
             None,
         )
 
