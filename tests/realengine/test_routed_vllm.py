@@ -271,13 +271,19 @@ class Gauges(threading.Thread):
                 return
 
 
-async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[int]) -> None:
+async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tuple[int, float]]) -> None:
     """Long generations straight to one engine, each sent as the last ends, until cancelled (vLLM then
-    aborts the one in flight)."""
+    aborts the one in flight). Each that ends is recorded as (status, seconds); one the connection broke
+    (status 0) is sent again like any other, so a dropped connection does not shrink the flood."""
     while True:
-        async with client.post(f"{url}/v1/completions", json=completion(unique_prompt(), FLOOD_TOKENS)) as answer:  # fmt: skip
-            await answer.read()
-            finished.append(answer.status)
+        sent = time.monotonic()
+        try:
+            async with client.post(f"{url}/v1/completions", json=completion(unique_prompt(), FLOOD_TOKENS)) as answer:  # fmt: skip
+                await answer.read()
+                status = answer.status
+        except aiohttp.ClientError:
+            status = 0
+        finished.append((status, time.monotonic() - sent))
 
 
 async def routed_request(client: aiohttp.ClientSession, entry: str, refused: list[int]) -> int:
@@ -294,11 +300,13 @@ async def routed_request(client: aiohttp.ClientSession, entry: str, refused: lis
     return answer.status
 
 
-def saturate_and_route(routed: RoutedFleet, busy: Engine) -> tuple[list[int], Gauges, list[int], list[int]]:
+def saturate_and_route(
+    routed: RoutedFleet, busy: Engine
+) -> tuple[list[int], Gauges, list[tuple[int, float]], list[int]]:
     """Keep ``busy`` saturated, then send ``ROUTED`` requests one by one through the picker: their statuses,
-    the busy engine's gauges meanwhile, the statuses of the flood requests that finished, and the refusals."""
+    the busy engine's gauges meanwhile, the flood requests that ended (status, seconds), and the refusals."""
     gauges, entry = Gauges(busy), routed.entry()
-    finished: list[int] = []
+    finished: list[tuple[int, float]] = []
     refused: list[int] = []
 
     def saturated() -> bool:
@@ -353,7 +361,7 @@ def test_the_picker_sends_new_requests_away_from_a_saturated_engine(routed, satu
     print(f"\nmeasured: routed requests while {busy.pod} was saturated: {got}; its gauges over "
           f"{len(gauges.seen)} samples: running {min(running, default=0):.0f}-{max(running, default=0):.0f}, "
           f"waiting {min(waiting, default=0):.0f}-{max(waiting, default=0):.0f} "
-          f"(median {statistics.median(waiting) if waiting else 0:.0f}); flood requests finished {len(flood)}; refused by the picker and sent again {len(refused)}")  # fmt: skip
+          f"(median {statistics.median(waiting) if waiting else 0:.0f}); flood requests ended {len(flood)} (status: seconds {sorted((st, round(t)) for st, t in flood)}); refused by the picker and sent again {len(refused)}")  # fmt: skip
     assert statuses == [200] * ROUTED, statuses
     # The saturation was real, in the engine's own gauges, throughout the routed requests.
     assert len(gauges.seen) >= 2, gauges.seen
