@@ -29,14 +29,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.api.crd import crd
 from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable, ensure_picker
 from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
-from ascend_fleet.devcluster.real.realcluster import RealCluster, provide_model_claim
+from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.devcluster.real.realengines import RealEngines
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.exporter import metrics
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
@@ -44,10 +41,9 @@ from ascend_fleet.render.routing import SATURATION_QUEUE_DEPTH
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet
 from tests.support.documents import inference
-from tests.support.realcluster import control_plane_or_skip, wait_for_service_account
 
 from .server import http, process_group_rss_bytes
-from .support import vllm_cpu_or_skip
+from .support import real_vllm_stack
 
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "default"
@@ -165,23 +161,10 @@ def picker_or_skip() -> None:
 
 @pytest.fixture(scope="module")
 def routed(prometheus_binary) -> Iterator[RoutedFleet]:  # the binary: a skip (CI: a failure) without one
-    control_plane_or_skip()
-    vllm_cpu_or_skip()
     picker_or_skip()
-    with stack(
-        real=True,
-        nodes=1,
-        start_seconds=0.2,
-        ready_seconds=0.3,
-        crds=[crd()],
-        prometheus=True,
-        scenario=Scenario.constant(0.0),  # simulated engines write their own (empty) target group beside
-        engines="vllm",
-    ) as local:
+    with real_vllm_stack(NAMESPACE, prometheus=True) as local:
         assert isinstance(local.cluster, RealCluster) and local.real_engines is not None
         assert local.prometheus is not None
-        wait_for_service_account(local.kube, NAMESPACE)
-        provide_model_claim(local.kube, NAMESPACE)
         install_inference_extension(local.kube)
         with (
             LocalPods(local.kube, local.cluster.control_plane) as pickers,
