@@ -257,14 +257,17 @@ class Gauges(threading.Thread):
 async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tuple[int, float]]) -> None:
     """Long generations straight to one engine, each sent as the last ends, until cancelled (vLLM then
     aborts the one in flight). Each that ends is recorded as (status, seconds); one the connection broke
-    (status 0) is sent again like any other, so a dropped connection does not shrink the flood."""
+    (status 0) is sent again like any other, so a dropped connection does not shrink the flood. A flood
+    request has no time limit: queued behind the others on a loaded machine it may wait longer than any
+    client timeout, and one that gave up would end its keeper."""
+    forever = aiohttp.ClientTimeout(total=None)
     while True:
-        sent = time.monotonic()
+        sent, body = time.monotonic(), completion(unique_prompt(), FLOOD_TOKENS)
         try:
-            async with client.post(f"{url}/v1/completions", json=completion(unique_prompt(), FLOOD_TOKENS)) as answer:  # fmt: skip
+            async with client.post(f"{url}/v1/completions", json=body, timeout=forever) as answer:
                 await answer.read()
                 status = answer.status
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, TimeoutError):
             status = 0
         finished.append((status, time.monotonic() - sent))
 
