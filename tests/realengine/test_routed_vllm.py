@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -254,10 +255,10 @@ class Gauges(threading.Thread):
                 return
 
 
-async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tuple[int, float]]) -> None:
+async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tuple[str, float]]) -> None:
     """Long generations straight to one engine, each sent as the last ends, until cancelled (vLLM then
-    aborts the one in flight). Each that ends is recorded as (status, seconds); one the connection broke
-    (status 0) is sent again like any other, so a dropped connection does not shrink the flood. A flood
+    aborts the one in flight). Each that ends is recorded as (status or error, seconds); one whose
+    connection broke is sent again like any other, so a dropped connection does not shrink the flood. A flood
     request has no time limit: queued behind the others on a loaded machine it may wait longer than any
     client timeout, and one that gave up would end its keeper."""
     forever = aiohttp.ClientTimeout(total=None)
@@ -266,9 +267,9 @@ async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tupl
         try:
             async with client.post(f"{url}/v1/completions", json=body, timeout=forever) as answer:
                 await answer.read()
-                status = answer.status
-        except (aiohttp.ClientError, TimeoutError):
-            status = 0
+                status = str(answer.status)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            status = type(error).__name__
         finished.append((status, time.monotonic() - sent))
 
 
@@ -288,11 +289,11 @@ async def routed_request(client: aiohttp.ClientSession, entry: str, refused: lis
 
 def saturate_and_route(
     routed: RoutedFleet, busy: Engine
-) -> tuple[list[int], Gauges, list[tuple[int, float]], list[int]]:
+) -> tuple[list[int], Gauges, list[tuple[str, float]], list[int]]:
     """Keep ``busy`` saturated, then send ``ROUTED`` requests one by one through the picker: their statuses,
     the busy engine's gauges meanwhile, the flood requests that ended (status, seconds), and the refusals."""
     gauges, entry = Gauges(busy), routed.entry()
-    finished: list[tuple[int, float]] = []
+    finished: list[tuple[str, float]] = []
     refused: list[int] = []
 
     def saturated() -> bool:
@@ -347,7 +348,7 @@ def test_the_picker_sends_new_requests_away_from_a_saturated_engine(routed, satu
     print(f"\nmeasured: routed requests while {busy.pod} was saturated: {got}; its gauges over "
           f"{len(gauges.seen)} samples: running {min(running, default=0):.0f}-{max(running, default=0):.0f}, "
           f"waiting {min(waiting, default=0):.0f}-{max(waiting, default=0):.0f} "
-          f"(median {statistics.median(waiting) if waiting else 0:.0f}); flood requests ended {len(flood)} (status: seconds {sorted((st, round(t)) for st, t in flood)}); refused by the picker and sent again {len(refused)}")  # fmt: skip
+          f"(median {statistics.median(waiting) if waiting else 0:.0f}); flood requests ended {len(flood)} ({dict(Counter(st for st, _ in flood))}, {min((t for _, t in flood), default=0):.0f} to {max((t for _, t in flood), default=0):.0f} s); refused by the picker and sent again {len(refused)}")  # fmt: skip
     assert statuses == [200] * ROUTED, statuses
     # The saturation was real, in the engine's own gauges, throughout the routed requests.
     assert len(gauges.seen) >= 2, gauges.seen
