@@ -230,6 +230,12 @@ BAD = {
         {"rules": [{"metric": "ttft_p99", "threshold": 1.0, "for": "2m", "action": "scale_up", "to": "int8"}]},
         "only shift_traffic takes to",
     ),
+    "bf16 variant on a 910A": (
+        {"hardware": {"chip": "ascend910a"}, "precision": "fp16", "engine": {"type": "sglang"},
+         "variants": [VARIANTS[0], {"name": "bf16", "precision": "bf16"}]},
+        "spec.variants[1].precision: precision bf16 does not run on hardware.chip ascend910a: the Ascend 910A "
+        "computes fp16 and int8 only",
+    ),
     "repeated variant": ({"variants": [VARIANTS[0], VARIANTS[0]]}, "repeated: fp16"),
     "unknown precision": ({"variants": [{"name": "fp8", "precision": "fp8"}]}, "precision"),
     "variant weights off the model volume": (
@@ -250,7 +256,9 @@ def test_bad_variants_are_refused_with_a_sentence(case):
     assert any(sentence in problem for problem in error.value.problems), error.value.problems
 
 
-@pytest.mark.parametrize("case", ["shift without to", "to on another action", "unknown precision"])
+@pytest.mark.parametrize(
+    "case", ["shift without to", "to on another action", "unknown precision", "bf16 variant on a 910A"]
+)
 def test_the_crd_refuses_what_it_can_see_alone(case):
     changes, _ = BAD[case]
     built = doc()
