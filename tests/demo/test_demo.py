@@ -105,15 +105,20 @@ SPLIT = re.compile(r"^\[(\d+):(\d\d)\] .*; split fp16 (\d+)% int8 (\d+)%", re.MU
 
 @needs_prometheus
 @pytest.mark.timeout(420)
-def test_the_variants_demo_shifts_traffic_to_int8_under_the_peak_and_back_after(tmp_path):
+@pytest.mark.parametrize("flags", [[], ["--real", "--routing"]], ids=["emulator", "real-routed"])
+def test_the_variants_demo_shifts_traffic_to_int8_under_the_peak_and_back_after(tmp_path, flags):
     """examples/demo-variants.yaml in the demo's scenario: the peak moves the split to int8 by the rule's step,
-    the lull moves it back, and status.traffic (the split line) follows both ways."""
+    the lull moves it back, and status.traffic (the split line) follows both ways; with ``--real --routing``
+    requests go through Envoy and the picker meanwhile, and none fails."""
+    if flags:
+        data_plane_or_skip()
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "ascend_fleet.cli.main",
             "dev",
+            *flags,
             "--file",
             "examples/demo-variants.yaml",
             "--kubeconfig",
@@ -150,6 +155,10 @@ def test_the_variants_demo_shifts_traffic_to_int8_under_the_peak_and_back_after(
     assert any(fp16 >= 25 for at, fp16, _ in splits if at > first_back), splits
     assert "story: complete" in summary and "shift_traffic" in summary
     assert re.search(r"shift_traffic\s+\d+:\d\d\s+\(lull-back-to-fp16\)", summary), summary
+    if flags:
+        routed = re.findall(r"routed short ([0-9.]+)/s", out)
+        assert routed and sum(float(rate) > 0 for rate in routed) >= len(routed) / 2, out[-3000:]
+        assert not re.search(r"routed [^\n]*\d+ failed", out), out[-3000:]
 
 
 def test_packaged_demo_is_the_example():
