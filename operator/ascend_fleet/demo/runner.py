@@ -139,7 +139,10 @@ def run_demo(options: DemoOptions) -> int:
         kube.create(doc)
         story = Story(kube, prometheus, doc, Catalog.build(), out, routed)
         completed = story.run(options, stop)
-        for line in view.summary(story.decisions, story.elapsed(), story.npu_minutes, story.last):
+        summary = view.summary(
+            story.decisions, story.elapsed(), story.npu_minutes, story.last, story.shift_rules
+        )
+        for line in summary:
             print(line, file=out)
         if options.keep and not stop.is_set():
             print(
@@ -252,6 +255,10 @@ class Story:
         self._last_tick = time.monotonic()
         self._tty = out.isatty()
         self._last_line = 0.0
+        # In a fleet with precision variants the story also needs each shift rule to act (there and back).
+        self.shift_rules = tuple(
+            rule.display_name() for rule in validate(doc).obj.spec.rules if rule.action == view.SHIFT
+        )
 
     def elapsed(self) -> float:
         return time.time() - self.started
@@ -260,12 +267,12 @@ class Story:
         complete_at: float | None = None
         while not stop.is_set() and self.elapsed() < options.timeout:
             self.tick()
-            if complete_at is None and view.story_complete(self.decisions):
+            if complete_at is None and view.story_complete(self.decisions, self.shift_rules):
                 complete_at = time.monotonic()
             if complete_at is not None and time.monotonic() - complete_at >= options.linger:
                 return True
             stop.wait(options.tick)
-        return view.story_complete(self.decisions)
+        return view.story_complete(self.decisions, self.shift_rules)
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -336,6 +343,7 @@ class Story:
             npu_minutes=self.npu_minutes,
             traffic=None if self.routed is None else self.routed.figures(),
             gateway="" if self.routed is None else self.routed.gateway,
+            split={t["variant"]: t["weight"] for t in status.get("traffic") or []},
         )
 
     def _progress(self, obj: dict, values: dict, dt: float) -> list[view.RuleProgress]:
