@@ -269,7 +269,7 @@ async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tupl
                 await answer.read()
                 status = str(answer.status)
         except (aiohttp.ClientError, TimeoutError) as error:
-            status = type(error).__name__
+            status = f"{type(error).__name__}: {error}"[:120]
         finished.append((status, time.monotonic() - sent))
 
 
@@ -301,8 +301,13 @@ def saturate_and_route(
 
     async def scenario() -> list[int]:
         timeout = aiohttp.ClientTimeout(total=600)
-        async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as client:
-            keepers = [asyncio.create_task(keep_busy(busy.url, client, finished)) for _ in range(FLOOD)]
+        # The flood opens a connection per request: a kept-alive one the server closed while it idled in the
+        # pool would fail the next request sent on it at once, and the flood would thin out.
+        async with (
+            aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as client,
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True)) as flood,
+        ):
+            keepers = [asyncio.create_task(keep_busy(busy.url, flood, finished)) for _ in range(FLOOD)]
             try:
                 await asyncio.to_thread(wait_for, saturated, 120, f"{busy.pod} saturated", 0.5)
                 await asyncio.sleep(1.0)  # the picker scrapes every 50 ms: it has seen the queue by now
@@ -339,8 +344,14 @@ def test_the_picker_sends_new_requests_away_from_a_saturated_engine(routed, satu
     """
     engines = routed.real()
     busy, free = engines[saturated], engines[1 - saturated]
+    server = routed.engines.engine(NAMESPACE, busy.pod)
+    assert server is not None
     before = {e.pod: e.short_answered() for e in (busy, free)}
     statuses, gauges, flood, refused = saturate_and_route(routed, busy)
+    if any(status != "200" for status, _ in flood):  # what the engine said while the flood broke
+        now = routed.engines.engine(NAMESPACE, busy.pod)
+        print(f"\n{busy.pod}'s server (pid {server.process.pid}, now {now.process.pid if now else None}):\n"
+              f"{server.process.log_tail(3000)}")  # fmt: skip
     after = {e.pod: e.short_answered() for e in (busy, free)}
     got = {pod: int(after[pod] - before[pod]) for pod in before}
     running = [r for r, _ in gauges.seen]
