@@ -33,8 +33,8 @@ __all__ = ["SLOTS", "LoadRun", "as_json", "fleet_rate", "floor", "routing_report
 
 REPLICAS = 2
 BASELINE = "service"
-# Token ids that open every real prompt with a random run, so no two requests share a cached prefix.
-UNIQUE_PREFIX = 16
+# Words that open every real prompt with a random run of two words, so no two requests share a cached prefix.
+UNIQUE_PREFIX = 32
 
 
 @dataclass(frozen=True)
@@ -97,22 +97,23 @@ def fitted(trace: Trace, context: int) -> Trace:
     return Trace(trace.name, trace.duration, list(trace.arrivals), prompts, list(trace.output_tokens))
 
 
-def completion_body(request: Request, model: str, vocabulary: int | None = None) -> dict:
-    """The streamed completion a request sends.
+def completion_body(request: Request, model: str, real: bool = False) -> dict:
+    """The streamed completion a request sends: a prompt of ``request.prompt`` words.
 
-    Without ``vocabulary`` (the simulated engines) the prompt is words, one token each: a random one, then
-    ``w``. With the real model's ``vocabulary`` size it is token ids (so the prompt has exactly
-    ``request.prompt`` tokens and the classifier counts it exactly): a random opening of ``UNIQUE_PREFIX``
-    ids, then one id repeated; ``ignore_eos`` makes every answer ``request.output`` tokens long, as the
-    simulated engines' answers are.
+    For the simulated engines a word is a token; the prompt opens with a random hex word (so no two requests
+    share a prefix), then ``w``. For the real tiny model the words are ``w`` and ``the``, each one token of its
+    tokenizer after the first (bench/routing/real.py checks that with vLLM's ``/tokenize``): a random run of
+    ``UNIQUE_PREFIX`` of them opens the prompt, then ``w``; ``ignore_eos`` makes every answer
+    ``request.output`` tokens long, as the simulated engines' answers are. The picker takes text prompts only.
     """
     body: dict = {"model": model, "max_tokens": request.output, "stream": True}
-    if vocabulary is None:
+    if not real:
         body["prompt"] = " ".join([uuid.uuid4().hex, *["w"] * (request.prompt - 1)])
         return body
     rng = random.Random(uuid.uuid4().int)
-    opening = [rng.randrange(4, vocabulary) for _ in range(min(UNIQUE_PREFIX, request.prompt))]
-    body["prompt"] = opening + [vocabulary - 1] * (request.prompt - len(opening))
+    # ``the`` is one token only after a space: the prompt's first word is always ``w``.
+    opening = ["w", *(rng.choice(("w", "the")) for _ in range(UNIQUE_PREFIX - 1))][: request.prompt]
+    body["prompt"] = " ".join([*opening, *["w"] * (request.prompt - len(opening))])
     body["ignore_eos"] = True
     return body
 

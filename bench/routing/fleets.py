@@ -82,10 +82,10 @@ def kubectl(cluster: RealCluster, *args: str, input: str | None = None) -> str:
 
 
 async def send(
-    session, url: str, request: Request, header: str | None, vocabulary: int | None = None
+    session, url: str, request: Request, header: str | None, real: bool = False
 ) -> tuple[int, float | None, float, int]:
-    """(status, TTFT, total seconds, tokens) of one streamed completion (token ids with ``vocabulary``)."""
-    body = completion_body(request, MODEL, vocabulary)
+    """(status, TTFT, total seconds, tokens) of one streamed completion (the real tiny model's prompt with ``real``)."""
+    body = completion_body(request, MODEL, real)
     headers = {OBJECTIVE_HEADER: header} if header else {}
     start = time.monotonic()
     first = None
@@ -103,7 +103,7 @@ async def send(
 
 
 async def replay(
-    url: str, requests: list[Request], obj: AscendInference, mode: str, vocabulary: int | None = None
+    url: str, requests: list[Request], obj: AscendInference, mode: str, real: bool = False
 ) -> list[Outcome]:
     """The trace in real time; each outcome labelled with the request's seeds' class, whatever the fleet's."""
     seeds = validate(spec_doc("x", "pool+classes")).obj.spec.routing
@@ -112,7 +112,7 @@ async def replay(
     header = objective_name(NAME, routing.classes[0]) if mode == "pool" else None
 
     async def one(session, request: Request) -> Outcome:
-        status, ttft, total, tokens = await send(session, url, request, header, vocabulary)
+        status, ttft, total, tokens = await send(session, url, request, header, real)
         return Outcome(seeds.class_for(request.prompt).name, status, ttft, total, tokens)
 
     connector = aiohttp.TCPConnector(limit=0)
@@ -129,7 +129,7 @@ async def replay(
         return await asyncio.gather(*tasks)
 
 
-def answers(url: str, obj: AscendInference, mode: str, vocabulary: int | None = None) -> bool:
+def answers(url: str, obj: AscendInference, mode: str, real: bool = False) -> bool:
     """Whether one short request through the fleet's data plane succeeds: the picker has seen its pool and pods.
 
     Without it a trace shorter than the picker's start-up was shed whole, and the fleet measured nothing.
@@ -139,7 +139,7 @@ def answers(url: str, obj: AscendInference, mode: str, vocabulary: int | None = 
 
     async def one() -> int:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-            status, *_ = await send(session, url, warm_up, header, vocabulary)
+            status, *_ = await send(session, url, warm_up, header, real)
             return status
 
     return asyncio.run(one()) == 200

@@ -10,7 +10,8 @@ it. The engines are idle between traces: the client waits for every answer.
 
 The trace is scaled to the machine: :func:`calibrate` measures what the two engines serve with 4 requests in
 flight on each (the trace's own mix), the loads are shares of that, and the floor is measured, each request
-of the trace alone on an idle engine. Prompts are token ids, cut to fit the tiny model's context.
+of the trace alone on an idle engine. Prompts are words that are one token each to the tiny model (checked
+with vLLM's ``/tokenize`` before anything is measured), cut to fit its context.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import asyncio
 import json
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,13 +47,14 @@ from .figures import (
     Request,
     Result,
     against_of,
+    completion_body,
     e2e_p99,
     figures,
     fitted,
     requests_of,
     routing_trace,
 )
-from .fleets import UPSTREAM_CRDS, answers, kubectl, replay, send, spec_doc, start_data_plane
+from .fleets import MODEL, UPSTREAM_CRDS, answers, kubectl, replay, send, spec_doc, start_data_plane
 
 NAMESPACE = "bench-vllm"
 # Requests of the trace's mix sent in a closed loop to measure the fleet's capacity (about 4 rounds per slot).
@@ -77,10 +81,29 @@ class RealRun:
                 f"took {self.seconds:.0f} s")  # fmt: skip
 
 
-def model_limits(model: Path) -> tuple[int, int]:
-    """The tiny model's vocabulary size and context length, from its config."""
-    config = json.loads((model / "config.json").read_text())
-    return int(config["vocab_size"]), int(config["max_position_embeddings"])
+def model_context(model: Path) -> int:
+    """The tiny model's context length in tokens, from its config."""
+    return int(json.loads((model / "config.json").read_text())["max_position_embeddings"])
+
+
+def check_prompt_tokens(url: str, request: Request) -> None:
+    """vLLM's own tokenizer must count a real prompt of ``request.prompt`` words as that many tokens."""
+    body = completion_body(request, MODEL, real=True)
+    status, text = _post(f"{url}/tokenize", {"model": MODEL, "prompt": body["prompt"]})
+    counted = json.loads(text).get("count") if status == 200 else None
+    if counted not in (request.prompt, request.prompt + 1):  # the tokenizer may add its start token
+        raise SystemExit(
+            f"a real prompt of {request.prompt} words is {counted} tokens to the engine ({status} {text[:200]})"
+        )
+
+
+def _post(url: str, body: dict) -> tuple[int, str]:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
 
 
 def fleet_objects(namespace: str) -> list[dict]:
@@ -107,7 +130,7 @@ def serving_engines(kube: Kube, engines: RealEngines, namespace: str, leaders: l
     return [engine.url for engine in found if engine is not None]
 
 
-async def _closed_loop(urls: list[str], requests: list[Request], vocabulary: int) -> tuple[int, float]:
+async def _closed_loop(urls: list[str], requests: list[Request]) -> tuple[int, float]:
     """Requests served and seconds taken with ``SLOTS`` in flight on each engine until ``requests`` run out."""
     waiting = list(requests)
     served = 0
@@ -115,7 +138,7 @@ async def _closed_loop(urls: list[str], requests: list[Request], vocabulary: int
     async def slot(session: aiohttp.ClientSession, url: str) -> None:
         nonlocal served
         while waiting:
-            status, *_ = await send(session, url, waiting.pop(0), None, vocabulary)
+            status, *_ = await send(session, url, waiting.pop(0), None, True)
             served += status == 200
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
@@ -124,9 +147,9 @@ async def _closed_loop(urls: list[str], requests: list[Request], vocabulary: int
         return served, time.monotonic() - began
 
 
-def calibrate(urls: list[str], mix: list[Request], vocabulary: int) -> float:
+def calibrate(urls: list[str], mix: list[Request]) -> float:
     """Requests per second the engines serve, full: the mix in a closed loop, ``SLOTS`` in flight on each."""
-    served, seconds = asyncio.run(_closed_loop(urls, mix[:CALIBRATION_REQUESTS], vocabulary))
+    served, seconds = asyncio.run(_closed_loop(urls, mix[:CALIBRATION_REQUESTS]))
     if served < len(mix[:CALIBRATION_REQUESTS]):
         raise SystemExit(
             f"calibration: the real engines answered {served} of {CALIBRATION_REQUESTS} requests"
@@ -134,28 +157,27 @@ def calibrate(urls: list[str], mix: list[Request], vocabulary: int) -> float:
     return served / seconds
 
 
-async def _alone(urls: list[str], requests: list[Request], vocabulary: int) -> dict[tuple[int, int], float]:
+async def _alone(urls: list[str], requests: list[Request]) -> dict[tuple[int, int], float]:
     times: dict[tuple[int, int], float] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
         for index, request in enumerate(requests):
-            status, _, total, _ = await send(session, urls[index % len(urls)], request, None, vocabulary)
+            status, _, total, _ = await send(session, urls[index % len(urls)], request, None, True)
             if status != 200:
                 raise SystemExit(f"floor: a request alone on an idle engine was answered {status}")
             times[(request.prompt, request.output)] = total
     return times
 
 
-def idle_times(urls: list[str], traces: dict[float, list[Request]], vocabulary: int) -> dict[float, Against]:
+def idle_times(urls: list[str], traces: dict[float, list[Request]]) -> dict[float, Against]:
     """The idle fleet of each load, measured: every distinct request of the traces sent alone, one at a time."""
     distinct = list({(r.prompt, r.output): r for requests in traces.values() for r in requests}.values())
-    times = asyncio.run(_alone(urls, distinct, vocabulary))
+    times = asyncio.run(_alone(urls, distinct))
     return {
         load: against_of([times[(r.prompt, r.output)] for r in requests]) for load, requests in traces.items()
     }
 
 
-def run_fleet(cluster: RealCluster, mode: str, urls: list[str], requests: list[Request], workdir: Path,
-              vocabulary: int) -> Result:  # fmt: skip
+def run_fleet(cluster: RealCluster, mode: str, urls: list[str], requests: list[Request], workdir: Path) -> Result:  # fmt: skip
     """One trace through one fleet's data plane, started for it and stopped after it."""
     obj = validate(spec_doc(NAMESPACE, mode)).obj
     if obj.spec.routing.mode == "inferencePool":
@@ -163,11 +185,11 @@ def run_fleet(cluster: RealCluster, mode: str, urls: list[str], requests: list[R
     else:
         processes = [Envoy(endpoints=[url.removeprefix("http://") for url in urls]).start()]
     try:
-        wait_for(lambda: answers(processes[-1].url, obj, mode, vocabulary), 180,
+        wait_for(lambda: answers(processes[-1].url, obj, mode, True), 180,
                  f"fleet {mode} to answer a request", interval=1.0)  # fmt: skip
         time.sleep(2.0)  # the picker's first scrapes
         began = time.monotonic()
-        outcomes = asyncio.run(replay(processes[-1].url, requests, obj, mode, vocabulary))
+        outcomes = asyncio.run(replay(processes[-1].url, requests, obj, mode, True))
         return Result(mode, list(outcomes), time.monotonic() - began)
     finally:
         for process in reversed(processes):
@@ -181,7 +203,7 @@ def real_run(args: argparse.Namespace, workdir: Path) -> RealRun:
         raise SystemExit(
             f"vLLM's CPU environment is not built ({expected_environment().root}): run make engine-vllm"
         )
-    vocabulary, context = model_limits(environment.model)
+    context = model_context(environment.model)
     began = time.monotonic()
     with stack(real=True, nodes=REPLICAS, start_seconds=0.2, ready_seconds=0.3, engines="vllm",
                real_engine_limit=REPLICAS, user_agent="bench") as local:  # fmt: skip
@@ -197,14 +219,15 @@ def real_run(args: argparse.Namespace, workdir: Path) -> RealRun:
         print("vllm: starting two real engines ...", file=sys.stderr, flush=True)
         urls = serving_engines(local.kube, local.real_engines, NAMESPACE, leaders)
         ready = time.monotonic() - began
-        capacity = calibrate(
-            urls, requests_of(fitted(routing_trace(600, 10.0, args.seed), context)), vocabulary
-        )
+        mix = requests_of(fitted(routing_trace(600, 10.0, args.seed), context))
+        for request in (min(mix, key=lambda r: r.prompt), max(mix, key=lambda r: r.prompt)):
+            check_prompt_tokens(urls[0], request)
+        capacity = calibrate(urls, mix)
         rates = {load: load * capacity for load in args.loads}
         traces = {load: requests_of(fitted(routing_trace(args.real_seconds, rates[load], args.seed), context))
                   for load in args.loads}  # fmt: skip
         print(f"vllm: capacity {capacity:.2f} req/s; measuring the floor ...", file=sys.stderr, flush=True)
-        idle = idle_times(urls, traces, vocabulary)
+        idle = idle_times(urls, traces)
         runs, p99 = [], {}
         for load, requests in traces.items():
             fleets = {}
@@ -214,7 +237,7 @@ def real_run(args: argparse.Namespace, workdir: Path) -> RealRun:
                     file=sys.stderr,
                     flush=True,
                 )
-                result = run_fleet(cluster, mode, urls, requests, workdir, vocabulary)
+                result = run_fleet(cluster, mode, urls, requests, workdir)
                 fleets[mode], p99[(load, mode)] = figures(result), e2e_p99(result)
             runs.append(LoadRun(load, idle[load].floor, fleets))
     return RealRun(runs, rates, p99, idle, capacity, ready, time.monotonic() - began)

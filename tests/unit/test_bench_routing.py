@@ -98,14 +98,15 @@ def test_unknown_fleets_and_a_real_run_without_its_baseline_are_refused(capsys):
     assert "must include service" in capsys.readouterr().err
 
 
-def test_real_prompts_are_exactly_their_tokens_and_never_share_a_prefix():
+def test_real_prompts_are_their_words_and_never_share_a_prefix():
     request = Request(0.0, 300, 12)
-    first, second = completion_body(request, "qwen", 640), completion_body(request, "qwen", 640)
-    assert len(first["prompt"]) == 300 and all(4 <= t < 640 for t in first["prompt"])
-    assert first["prompt"][:UNIQUE_PREFIX] != second["prompt"][:UNIQUE_PREFIX]
+    first, second = completion_body(request, "qwen", real=True), completion_body(request, "qwen", real=True)
+    words = first["prompt"].split()
+    assert len(words) == 300 and set(words) <= {"w", "the"} and set(words[UNIQUE_PREFIX:]) == {"w"}
+    assert first["prompt"].split()[:UNIQUE_PREFIX] != second["prompt"].split()[:UNIQUE_PREFIX]
     assert first["ignore_eos"] is True and first["max_tokens"] == 12 and first["stream"] is True
-    words = completion_body(request, "qwen")
-    assert len(words["prompt"].split()) == 300 and "ignore_eos" not in words
+    simulated = completion_body(request, "qwen")
+    assert len(simulated["prompt"].split()) == 300 and "ignore_eos" not in simulated
 
 
 def test_a_fitted_trace_keeps_every_prompt_and_answer_inside_the_context():
