@@ -11,6 +11,7 @@ import yaml
 from ascend_fleet.cli.main import main as cli
 from ascend_fleet.demo.realengines import TooFewEngines, fit_story
 from ascend_fleet.demo.runner import DEMO_FILE, EXIT_SETUP, DemoOptions, run_demo
+from ascend_fleet.devcluster.fleet.scenario import Scenario
 
 
 def demo() -> dict:
@@ -47,3 +48,20 @@ def test_the_demo_refuses_real_engines_it_cannot_run(capsys):
     assert "at least 2 real engines" in capsys.readouterr().err and out.getvalue() == ""
     assert cli(["dev", "--engines", "vllm"]) == EXIT_SETUP
     assert "--engines vllm runs on the real control plane only (add --real)" in capsys.readouterr().err
+
+
+def test_the_real_engines_scenario_leaves_room_for_engine_starts():
+    """One replica is pushed over the scale-up line, two are not; the lull is under the scale-down line even
+    on one replica; replica 1 leaks past the restart line only after a real engine has had time to start."""
+    scenario = Scenario.demo(real_engines=True)
+    scenario.start(0.0)
+
+    def utilization(t: float, ready: int) -> float:
+        return scenario.sample(t, "default", "qwen-demo", 0, 0.0, ready).utilization
+
+    assert utilization(5, 1) < 0.6 and utilization(30, 1) > 0.85 and 0.3 < utilization(100, 2) < 0.85
+    assert utilization(260, 2) > 0.3 and utilization(280, 1) < 0.3 and utilization(280, 2) < 0.3
+    fragmentation = [scenario.sample(1000.0, "default", "qwen-demo", 1, 1000.0 - age, 2).fragmentation
+                     for age in (180.0, 240.0)]  # fmt: skip
+    assert fragmentation[0] < 0.15 < fragmentation[1]
+    assert scenario.sample(1000.0, "default", "qwen-demo", 0, 700.0, 2).fragmentation < 0.15

@@ -211,7 +211,8 @@ def _load(options: DemoOptions) -> tuple[dict, Scenario]:
     except InvalidSpec as error:
         raise Setup(f"{options.file} is not a valid AscendInference: {'; '.join(error.problems)}") from None
     try:
-        scenario = Scenario.from_file(options.scenario) if options.scenario else Scenario.demo()
+        real_engines = options.engines == "vllm"
+        scenario = Scenario.from_file(options.scenario) if options.scenario else Scenario.demo(real_engines)
     except ScenarioError as error:
         raise Setup(str(error)) from None
     return doc, scenario
