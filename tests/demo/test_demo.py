@@ -100,6 +100,67 @@ def test_demo_tells_the_whole_story_and_leaves_nothing_behind(tmp_path, flags):
     assert processes_with(marker) == [], "the demo left processes behind"
 
 
+SPLIT = re.compile(r"^\[(\d+):(\d\d)\] .*; split fp16 (\d+)% int8 (\d+)%", re.MULTILINE)
+
+
+@needs_prometheus
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("flags", [[], ["--real", "--routing"]], ids=["emulator", "real-routed"])
+def test_the_variants_demo_shifts_traffic_to_int8_under_the_peak_and_back_after(tmp_path, flags):
+    """examples/demo-variants.yaml in the demo's scenario: the peak moves the split to int8 by the rule's step,
+    the lull moves it back, and status.traffic (the split line) follows both ways; with ``--real --routing``
+    requests go through Envoy and the picker meanwhile, and none fails."""
+    if flags:
+        data_plane_or_skip()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ascend_fleet.cli.main",
+            "dev",
+            *flags,
+            "--file",
+            "examples/demo-variants.yaml",
+            "--kubeconfig",
+            str(tmp_path / "kubeconfig"),
+            "--timeout",
+            "360",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=400,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    summary = out[out.index("Summary after") :]
+    to_int8 = re.findall(
+        r"\[(\d+):(\d\d)\] shift_traffic on fleet: peak-to-int8 at ([0-9.]+)% .* -> fp16 (\d+)%", out
+    )
+    back = re.findall(
+        r"\[(\d+):(\d\d)\] shift_traffic on fleet: lull-back-to-fp16 at ([0-9.]+)% .* -> fp16 (\d+)%", out
+    )
+    assert to_int8 and back, out[-3000:]
+    # Under the peak (> 85 %) each firing moves a quarter to int8; in the lull (< 40 %) a quarter comes back.
+    assert all(float(value) > 85 for *_, value, _ in to_int8)
+    assert all(float(value) < 40 for *_, value, _ in back)
+    assert [int(fp16) for *_, fp16 in to_int8][:2] == [25, 0]
+    assert int(back[0][3]) == 25
+    first_back = int(back[0][0]) * 60 + int(back[0][1])
+    assert first_back > max(int(m) * 60 + int(s) for m, s, *_ in to_int8)
+    # status.traffic as the operator wrote it: int8 ahead during the peak, fp16 back up after the lull began.
+    splits = [(int(m) * 60 + int(s), int(fp16), int(int8)) for m, s, fp16, int8 in SPLIT.findall(out)]
+    assert all(fp16 + int8 == 100 for _, fp16, int8 in splits)
+    assert any(int8 == 100 for at, _, int8 in splits if at < first_back), splits
+    assert any(fp16 >= 25 for at, fp16, _ in splits if at > first_back), splits
+    assert "story: complete" in summary and "shift_traffic" in summary
+    assert re.search(r"shift_traffic\s+\d+:\d\d\s+\(lull-back-to-fp16\)", summary), summary
+    if flags:
+        routed = re.findall(r"routed short ([0-9.]+)/s", out)
+        assert routed and sum(float(rate) > 0 for rate in routed) >= len(routed) / 2, out[-3000:]
+        assert not re.search(r"routed [^\n]*\d+ failed", out), out[-3000:]
+
+
 def test_packaged_demo_is_the_example():
     from ascend_fleet.demo.runner import DEMO_FILE
 
@@ -131,6 +192,30 @@ def test_story_needs_all_three_actions_for_real():
         [decision("scale_up"), decision("restart_service"), decision("scale_down", dry=True)]
     )
     assert view.story_complete([decision("scale_up"), decision("restart_service"), decision("scale_down")])
+
+
+def test_with_shift_rules_the_story_needs_each_of_them_to_act():
+    three = [decision("scale_up"), decision("restart_service"), decision("scale_down")]
+    rules = ("peak-to-int8", "lull-back-to-fp16")
+    there = view.Decision(21, "shift_traffic", "peak-to-int8", "fleet", 0.9, "fp16 25%, int8 75%")
+    back = view.Decision(93, "shift_traffic", "lull-back-to-fp16", "fleet", 0.2, "fp16 50%, int8 50%")
+    assert view.story_complete(three)
+    assert not view.story_complete(three, rules)
+    assert not view.story_complete([*three, there], rules)
+    assert view.story_complete([*three, there, back], rules)
+    text = "\n".join(view.summary([*three, there], 100, 1.0, None, rules))
+    assert "shift_traffic   0:21  (peak-to-int8)" in text
+    assert "shift_traffic   never  (lull-back-to-fp16)" in text and "INCOMPLETE" in text
+
+
+def test_the_status_line_shows_the_split_of_status_traffic():
+    frame = view.Frame(
+        elapsed=31, name="q", desired=2, ready=2, conditions={}, split={"fp16": 25, "int8": 75}
+    )
+    assert "; split fp16 25% int8 75%" in view.status_line(frame)
+    assert "split" not in view.status_line(
+        view.Frame(elapsed=31, name="q", desired=2, ready=2, conditions={})
+    )
 
 
 def test_summary_reports_time_to_each_action_and_npu_minutes():

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ascend_fleet.api import names
-from ascend_fleet.kube import wait_for
+from ascend_fleet.kube import KubeError, wait_for
 from ascend_fleet.render.routing import VARIANT_FILTER, picker_name
 from tests.e2e.fleet import example
 from tests.e2e.test_routing import apply_crds
@@ -132,4 +132,46 @@ def test_variants_without_an_inference_pool_are_not_ready_with_a_sentence(fleet)
         lambda: (c := fleet.condition(NAME, "Ready")).get("status") == "False" and c, 60, "Ready=False"
     )
     assert "spec.variants needs spec.routing.mode inferencePool" in ready["message"]
+    assert not fleet.pod_names(NAME)
+
+
+def invalid_spec(fleet) -> dict | None:
+    condition = fleet.condition(NAME, "Ready")
+    return condition if condition.get("reason") == "InvalidSpec" else None
+
+
+def test_a_variant_at_a_precision_the_engine_image_cannot_run_is_not_ready_with_a_sentence(fleet):
+    # The image's version is nothing the schema can see: the operator's Ready=False says it, as for
+    # spec.precision, and no pod is created.
+    old = {"type": "sglang", "image": "lmsysorg/sglang:v0.4.6-cann8.1.rc1-910b"}
+    fleet.apply(
+        example("sglang-small.yaml", engine=old, routing={"mode": "inferencePool"}, variants=VARIANTS)
+    )
+    ready = wait_for(lambda: invalid_spec(fleet), 60, "Ready=False, InvalidSpec")
+    assert ready["status"] == "False"
+    assert "spec.variants[1].precision: int8 needs SGLang's --quantization modelslim" in ready["message"]
+    assert not fleet.pod_names(NAME)
+
+
+def test_a_variant_at_a_precision_the_chip_cannot_run_is_refused_with_a_sentence(fleet):
+    """bf16 on a 910A: the CRD's rule refuses it at apply; where no rule runs (the emulator, a cluster with an
+    older CRD) the operator's Ready=False says the same sentence."""
+    sentence = (
+        "precision bf16 does not run on hardware.chip ascend910a: the Ascend 910A computes fp16 and int8 only"
+    )
+    variants = [{"name": "fp16", "precision": "fp16"}, {"name": "bf16", "precision": "bf16"}]
+    doc = example(
+        "sglang-small.yaml",
+        hardware={"chip": "ascend910a"},
+        precision="fp16",
+        routing={"mode": "inferencePool"},
+        variants=variants,
+    )
+    try:
+        fleet.apply(doc)
+    except KubeError as refused:
+        assert sentence in str(refused)
+        return
+    ready = wait_for(lambda: invalid_spec(fleet), 60, "Ready=False, InvalidSpec")
+    assert f"spec.variants[1].precision: {sentence}" in ready["message"]
     assert not fleet.pod_names(NAME)

@@ -162,3 +162,15 @@ def test_a_process_without_a_term_does_not_skew_the_ratio():
     assert combined_ratios([known, partial]) == (pytest.approx(0.2), pytest.approx(0.2))
     assert combined_ratios([partial]) == (None, None)
     assert combine([]) == AllocatorStats()
+
+
+def test_of_several_processes_on_one_device_the_largest_free_block_is_the_largest():
+    merged = combine(
+        [
+            AllocatorStats(100, 80, 10, largest_free_block_bytes=12),
+            AllocatorStats(50, 40, 0, largest_free_block_bytes=30),
+            AllocatorStats(10, 5, 0),
+        ]
+    )
+    assert merged.largest_free_block_bytes == 30 and merged.reserved_bytes == 160
+    assert combine([AllocatorStats(10, 5, 0)]).largest_free_block_bytes is None

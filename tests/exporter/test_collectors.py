@@ -142,3 +142,56 @@ def test_npu_smi_chip_map_is_retried_until_it_works(npu_smi_dir):
 def test_missing_npu_smi_is_a_clear_message(tmp_path):
     with pytest.raises(CollectorUnavailable, match="is not installed or not on PATH"):
         NpuSmi(str(tmp_path / "no-such-npu-smi")).read()
+
+
+# The segments of torch_npu.npu.memory_snapshot() (torch.cuda's schema), trimmed to the fields read.
+SEGMENTS = [
+    {"device": 2, "total_size": 96, "blocks": [
+        {"size": 40, "state": "active_allocated"}, {"size": 24, "state": "inactive"},
+        {"size": 32, "state": "inactive"}]},
+    {"device": 2, "total_size": 64, "blocks": [
+        {"size": 48, "state": "active_allocated"}, {"size": 16, "state": "active_pending_free"}]},
+    {"device": 3, "total_size": 8, "blocks": [{"size": 8, "state": "inactive"}]},
+]  # fmt: skip
+
+
+class SegmentProvider(Provider):
+    def __init__(self, stats_by_device: dict, segments: object) -> None:
+        super().__init__(stats_by_device)
+        self.segments = segments
+
+    def memory_snapshot(self) -> object:
+        if isinstance(self.segments, Exception):
+            raise self.segments
+        return self.segments
+
+
+def test_the_largest_free_block_is_the_largest_inactive_block_of_the_devices_segments():
+    reading = read_allocator(SegmentProvider({2: GOOD}, SEGMENTS), set())
+    assert reading.values[2].largest_free_block_bytes == 32.0  # not 40 (allocated), not 8 (device 3, unread)
+    assert reading.problems == []
+
+
+def test_a_device_with_no_free_block_reports_zero_and_a_broken_snapshot_reports_nothing():
+    busy = [{"device": 2, "blocks": [{"size": 40, "state": "active_allocated"}]}]
+    assert read_allocator(SegmentProvider({2: GOOD}, busy), set()).values[2].largest_free_block_bytes == 0.0
+    broken = read_allocator(SegmentProvider({2: GOOD}, RuntimeError("no allocator")), set())
+    assert broken.values[2].largest_free_block_bytes is None
+    assert broken.problems == ["torch_npu memory_snapshot failed: RuntimeError('no allocator')"]
+    odd = read_allocator(SegmentProvider({2: GOOD}, {"segments": []}), set())
+    assert odd.values[2].largest_free_block_bytes is None and "expected a list" in odd.problems[0]
+
+
+def test_without_memory_snapshot_the_value_is_unknown():
+    assert read_allocator(Provider({2: GOOD}), set()).values[2].largest_free_block_bytes is None
+
+
+def test_torch_npu_stats_read_segments_only_once_the_runtime_is_initialized():
+    calls = []
+    npu = SimpleNamespace(
+        is_initialized=lambda: bool(calls), memory_snapshot=lambda: calls.append(1) or SEGMENTS
+    )
+    stats = TorchNpuStats(SimpleNamespace(npu=npu))
+    assert stats.memory_snapshot() == [] and calls == []
+    calls.append(0)
+    assert stats.memory_snapshot() == SEGMENTS

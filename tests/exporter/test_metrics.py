@@ -24,6 +24,7 @@ REQUIRED = {
     "ascend_fleet_alloc_retries_total",
     "ascend_fleet_memory_reserved_bytes",
     "ascend_fleet_memory_allocated_bytes",
+    "ascend_fleet_memory_largest_free_block_bytes",
     "ascend_fleet_ooms_total",
     "ascend_fleet_exporter_scrape_errors_total",
 }

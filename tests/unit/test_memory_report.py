@@ -63,13 +63,19 @@ def test_the_window_starts_on_a_multiple_of_the_step_and_includes_its_end():
 
 def test_range_queries_select_the_inference_and_keep_the_pod_for_restarts():
     queries = range_queries("team-a", 'qw"en')
-    assert set(queries) == {"hbm_used_bytes", "hbm_reserved_bytes", "fragmentation", RESTART_COUNTER}
+    assert set(queries) == {
+        "hbm_used_bytes", "hbm_reserved_bytes", "fragmentation", "largest_free_block_bytes", RESTART_COUNTER}  # fmt: skip
     assert queries["fragmentation"] == (
         "max by (namespace, inference, replica, pod) "
         '(ascend_fleet_memory_fragmentation_ratio{namespace="team-a", inference="qw\\"en"})'
     )
     assert "ascend_fleet_memory_reserved_bytes" in queries["hbm_reserved_bytes"]
     assert "ascend_fleet_alloc_retries_total" in queries[RESTART_COUNTER]
+    # The worst device's largest free block is the smallest one.
+    assert queries["largest_free_block_bytes"] == (
+        "min by (namespace, inference, replica, pod) "
+        '(ascend_fleet_memory_largest_free_block_bytes{namespace="team-a", inference="qw\\"en"})'
+    )
 
 
 def test_restarts_are_a_new_pod_or_a_counter_that_went_down():

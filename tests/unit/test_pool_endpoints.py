@@ -145,8 +145,11 @@ def test_the_gateway_calls_the_serving_pickers_of_a_file_and_moves_off_one_that_
     )
     manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     (ext_proc, _router) = manager["http_filters"]
-    # A stream the dead picker refused is opened again, on the other one.
-    assert ext_proc["typed_config"]["grpc_service"]["retry_policy"]["num_retries"] >= 1
+    # A stream the dead picker refused is opened again, on the other one (never on a picker it failed on).
+    retry = ext_proc["typed_config"]["grpc_service"]["retry_policy"]
+    assert retry["num_retries"] >= 1
+    predicates = [p["name"] for p in retry["retry_host_predicate"]]
+    assert predicates == ["envoy.retry_host_predicates.previous_hosts"]
     assert ext_proc["typed_config"]["failure_mode_allow"] is False
     fail_open = envoy_config(8080, 8081, picker_port=9002, pool_eds=tmp_path / "p.json", fail_open=True)
     (ext_proc, _router) = fail_open["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][

@@ -86,6 +86,24 @@ def test_replicas_alternate_between_variants_each_with_its_precision_weights_and
     assert sorted(p["metadata"]["name"] for p in pods) == [f"qwen-{i}" for i in range(4)]
 
 
+def test_capacity_leans_to_a_precision_listed_under_two_names_and_the_split_still_covers_all():
+    """What docs/decisions.md offers instead of per-variant bounds: two of every three replicas at fp16."""
+    three = [{"name": "fp16-a", "precision": "fp16"}, {"name": "fp16-b", "precision": "fp16"}, VARIANTS[1]]
+    obj = validate(doc(data=6, variants=three)).obj
+    pods = {p["metadata"]["labels"][names.LABEL_REPLICA]: p for p in by_kind(render_all(obj), "Pod")}
+    command = [pods[str(i)]["spec"]["containers"][0]["command"] for i in range(6)]
+    precisions = [flag(pods[str(i)], "--dtype") if "--dtype" in command[i] else "w8a8" for i in range(6)]
+    assert precisions == ["float16", "float16", "w8a8", "float16", "float16", "w8a8"]
+    assert [pods[str(i)]["metadata"]["labels"][names.LABEL_VARIANT] for i in range(3)] == [
+        "fp16-a",
+        "fp16-b",
+        "int8",
+    ]
+    assert flag(pods["2"], "--quantization") == "ascend"
+    (rewrite,) = by_kind(render_all(obj), "InferenceModelRewrite")
+    assert served_rest(rewrite) == [("qwen-fp16-a", 34), ("qwen-fp16-b", 33), ("qwen-int8", 33)]
+
+
 def test_a_fleet_without_variants_renders_as_before():
     plain = inference("qwen").uid("u-1").engine("vllm-ascend").routing("inferencePool").spec(rules=[]).build()
     objects = render_all(validate(plain).obj)
@@ -230,6 +248,12 @@ BAD = {
         {"rules": [{"metric": "ttft_p99", "threshold": 1.0, "for": "2m", "action": "scale_up", "to": "int8"}]},
         "only shift_traffic takes to",
     ),
+    "bf16 variant on a 910A": (
+        {"hardware": {"chip": "ascend910a"}, "precision": "fp16", "engine": {"type": "sglang"},
+         "variants": [VARIANTS[0], {"name": "bf16", "precision": "bf16"}]},
+        "spec.variants[1].precision: precision bf16 does not run on hardware.chip ascend910a: the Ascend 910A "
+        "computes fp16 and int8 only",
+    ),
     "repeated variant": ({"variants": [VARIANTS[0], VARIANTS[0]]}, "repeated: fp16"),
     "unknown precision": ({"variants": [{"name": "fp8", "precision": "fp8"}]}, "precision"),
     "variant weights off the model volume": (
@@ -250,7 +274,9 @@ def test_bad_variants_are_refused_with_a_sentence(case):
     assert any(sentence in problem for problem in error.value.problems), error.value.problems
 
 
-@pytest.mark.parametrize("case", ["shift without to", "to on another action", "unknown precision"])
+@pytest.mark.parametrize(
+    "case", ["shift without to", "to on another action", "unknown precision", "bf16 variant on a 910A"]
+)
 def test_the_crd_refuses_what_it_can_see_alone(case):
     changes, _ = BAD[case]
     built = doc()

@@ -33,6 +33,17 @@ ALLOWED_NPUS_PER_POD: dict[str, tuple[int, ...]] = {
 }
 
 
+# Precisions each chip computes. The 910A (Da Vinci, first generation) has fp16 and int8 cube units but no
+# bfloat16 arithmetic, which came with the 910B; A2 and A3 run all three.
+PRECISIONS = ("bf16", "fp16", "int8")
+CHIP_PRECISIONS: dict[str, tuple[str, ...]] = {
+    "ascend910a": ("fp16", "int8"),
+    "ascend910b": PRECISIONS,
+    "ascend910_93": PRECISIONS,
+}
+DEFAULT_PRECISION = "bf16"
+
+
 def allowed_counts(chip: str, npus_per_node: int) -> tuple[int, ...]:
     """NPU counts a single pod may request on this chip, capped by the node's size."""
     return tuple(n for n in ALLOWED_NPUS_PER_POD[chip] if n <= npus_per_node)
@@ -68,6 +79,28 @@ def engine_chip_sentence(engine: str, chip: str) -> str:
         f"engine.type {engine} does not run on hardware.chip {chip}: {facts.chip_support}; "
         f"set hardware.chip to {fits}{alternative}"
     )
+
+
+def precision_chip_sentence(precision: str, chip: str) -> str:
+    """Why a precision (spec.precision or a variant's) cannot run on this chip, and what would."""
+    runs = CHIP_PRECISIONS[chip]
+    elsewhere = [c for c, precisions in CHIP_PRECISIONS.items() if precision in precisions]
+    return (
+        f"precision {precision} does not run on hardware.chip {chip}: the {CHIP_LABEL[chip]} computes "
+        f"{' and '.join(runs)} only; set precision {' or '.join(runs)} (in spec.precision and each of "
+        f"spec.variants), or hardware.chip {' or '.join(elsewhere)}"
+    )
+
+
+def precision_chip_problems(precision: str, variants: Iterable[str], chip: str) -> list[str]:
+    """One problem per precision the chip cannot run: spec.precision, then each variant's, at its field."""
+    runs = CHIP_PRECISIONS[chip]
+    fields = [("spec.precision", precision)] + [
+        (f"spec.variants[{index}].precision", variant) for index, variant in enumerate(variants)
+    ]
+    return [
+        f"{field}: {precision_chip_sentence(value, chip)}" for field, value in fields if value not in runs
+    ]
 
 
 MAX_NAME_LENGTH = 52  # a pod's hostname "<name>-<replica>-<rank>" must stay a 63-character DNS label
@@ -327,6 +360,33 @@ def spec_validations() -> list[dict]:
                 "fieldPath": ".hardware.chip",
             }
         )
+    return rules + precision_validations()
+
+
+PRECISION = f"(has(self.precision) ? self.precision : '{DEFAULT_PRECISION}')"
+
+
+def precision_validations() -> list[dict]:
+    """A precision the chip cannot compute, in spec.precision or a variant: one rule per chip and precision."""
+    rules = []
+    for chip, runs in CHIP_PRECISIONS.items():
+        for precision in (p for p in PRECISIONS if p not in runs):
+            on_chip = f"{CHIP} == '{chip}'"
+            rules.append(
+                {
+                    "rule": f"!({on_chip} && {PRECISION} == '{precision}')",
+                    "message": precision_chip_sentence(precision, chip),
+                    "fieldPath": ".precision",
+                }
+            )
+            rules.append(
+                {
+                    "rule": f"!({on_chip} && has(self.variants) && "
+                    f"self.variants.exists(v, v.precision == '{precision}'))",
+                    "message": precision_chip_sentence(precision, chip),
+                    "fieldPath": ".variants",
+                }
+            )
     return rules
 
 

@@ -149,7 +149,10 @@ def run_demo(options: DemoOptions) -> int:
         story = Story(kube, prometheus, doc, Catalog.build(), out, routed)
         story.clock_on_ready = scenario if options.engines == "vllm" else None
         completed = story.run(options, stop)
-        for line in view.summary(story.decisions, story.elapsed(), story.npu_minutes, story.last):
+        summary = view.summary(
+            story.decisions, story.elapsed(), story.npu_minutes, story.last, story.shift_rules
+        )
+        for line in summary:
             print(line, file=out)
         if options.keep and not stop.is_set():
             print(
@@ -281,6 +284,10 @@ class Story:
         self._last_line = 0.0
         # Real engines: the scenario's clock starts when the first replica serves (its NPU series appear then).
         self.clock_on_ready: Scenario | None = None
+        # In a fleet with precision variants the story also needs each shift rule to act (there and back).
+        self.shift_rules = tuple(
+            rule.display_name() for rule in validate(doc).obj.spec.rules if rule.action == view.SHIFT
+        )
 
     def elapsed(self) -> float:
         return time.time() - self.started
@@ -290,12 +297,12 @@ class Story:
         timeout = options.timeout if options.timeout is not None else TIMEOUTS[options.engines]
         while not stop.is_set() and self.elapsed() < timeout:
             self.tick()
-            if complete_at is None and view.story_complete(self.decisions):
+            if complete_at is None and view.story_complete(self.decisions, self.shift_rules):
                 complete_at = time.monotonic()
             if complete_at is not None and time.monotonic() - complete_at >= options.linger:
                 return True
             stop.wait(options.tick)
-        return view.story_complete(self.decisions)
+        return view.story_complete(self.decisions, self.shift_rules)
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -371,6 +378,7 @@ class Story:
             npu_minutes=self.npu_minutes,
             traffic=None if self.routed is None else self.routed.figures(),
             gateway="" if self.routed is None else self.routed.gateway,
+            split={t["variant"]: t["weight"] for t in status.get("traffic") or []},
         )
 
     def _progress(self, obj: dict, values: dict, dt: float) -> list[view.RuleProgress]:

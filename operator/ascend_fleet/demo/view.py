@@ -55,6 +55,7 @@ class Frame:
     npu_minutes: float = 0.0
     traffic: list[ClassFigures] | None = None  # routed requests per class, when the demo sends them
     gateway: str = ""
+    split: dict[str, int] = field(default_factory=dict)  # status.traffic: percent per variant (none without)
 
 
 @dataclass
@@ -139,10 +140,16 @@ def status_line(snapshot: Frame) -> str:
             + (f" {f.failed} failed" if f.failed else "")
             for f in snapshot.traffic
         )
+    split = f"; split {describe_split(snapshot.split)}" if snapshot.split else ""
     return (
         f"[{clock(snapshot.elapsed)}] {snapshot.ready}/{snapshot.desired} ready; util/frag {cells}; "
-        f"NPU-min {snapshot.npu_minutes:.1f}{traffic}"
+        f"NPU-min {snapshot.npu_minutes:.1f}{split}{traffic}"
     )
+
+
+def describe_split(split: dict[str, int]) -> str:
+    """``fp16 25% int8 75%``: status.traffic as the status line shows it."""
+    return " ".join(f"{variant} {weight}%" for variant, weight in split.items())
 
 
 def _value(value: float) -> str:
@@ -159,32 +166,55 @@ def decision_line(decision: Decision) -> str:
 
 
 REQUIRED = ("scale_up", "restart_service", "scale_down")
+SHIFT = "shift_traffic"
 
 
-def story_complete(decisions: list[Decision]) -> bool:
-    """The demo's story is told once each of scale_up, restart_service and scale_down happened."""
+def story_complete(decisions: list[Decision], shift_rules: tuple[str, ...] = ()) -> bool:
+    """The demo's story is told once each of scale_up, restart_service and scale_down happened, and, in a
+    fleet with precision variants, each of its shift_traffic rules (``shift_rules``, by display name) acted:
+    traffic moved under the peak and back after it."""
     seen = {d.action for d in decisions if not d.dry_run}
-    return all(action in seen for action in REQUIRED)
+    shifted = {d.rule for d in decisions if d.action == SHIFT and not d.dry_run}
+    return all(action in seen for action in REQUIRED) and all(rule in shifted for rule in shift_rules)
 
 
-def summary(decisions: list[Decision], elapsed: float, npu_minutes: float, final: Frame | None) -> list[str]:
-    """The closing report: every decision with its rule, time to each kind of action, NPU-minutes."""
-    lines = ["", f"Summary after {format_duration(round(elapsed))}:", "  decisions:"]
-    lines += [f"    {decision_line(d)}" for d in decisions] or ["    none"]
-    lines.append("  time to first:")
+def _first_lines(decisions: list[Decision], shift_rules: tuple[str, ...]) -> list[str]:
+    """One line per required action and per shift rule: when it first acted, or never."""
+    lines = []
     for action in REQUIRED:
         first = next((d for d in decisions if d.action == action and not d.dry_run), None)
         shown = clock(first.elapsed) if first else "never"
         rule = f"  ({first.rule})" if first else ""
         lines.append(f"    {action:<16}{shown}{rule}")
+    for name in shift_rules:
+        moved = next((d for d in decisions if d.action == SHIFT and d.rule == name and not d.dry_run), None)
+        lines.append(f"    {SHIFT:<16}{clock(moved.elapsed) if moved else 'never'}  ({name})")
+    return lines
+
+
+def summary(
+    decisions: list[Decision],
+    elapsed: float,
+    npu_minutes: float,
+    final: Frame | None,
+    shift_rules: tuple[str, ...] = (),
+) -> list[str]:
+    """The closing report: every decision with its rule, time to each kind of action, NPU-minutes."""
+    lines = ["", f"Summary after {format_duration(round(elapsed))}:", "  decisions:"]
+    lines += [f"    {decision_line(d)}" for d in decisions] or ["    none"]
+    lines.append("  time to first:")
+    lines += _first_lines(decisions, shift_rules)
     lines.append(f"  NPU-minutes used: {npu_minutes:.1f}")
     if final is not None:
         lines.append(f"  final: {final.ready}/{final.desired} replicas ready")
     lines.append(
         "  story: "
         + (
-            "complete (scale_up, restart_service and scale_down all happened)"
-            if story_complete(decisions)
+            (
+                "complete (scale_up, restart_service and scale_down all happened"
+                + (", and traffic shifted by each shift_traffic rule)" if shift_rules else ")")
+            )
+            if story_complete(decisions, shift_rules)
             else "INCOMPLETE: see which action never came"
         )
     )

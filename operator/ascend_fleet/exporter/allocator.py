@@ -7,6 +7,12 @@ such as ``{"reserved_bytes.all.current": ..., "num_alloc_retries": ...}``. From 
   unused blocks and cannot be handed back (near 0 with ``expandable_segments:True``);
 - slack = ``1 - allocated_bytes / reserved_bytes``: reserved memory not holding tensors.
 
+``torch_npu.npu.memory_snapshot()`` lists the allocator's segments with their blocks (``torch.cuda``'s
+schema: ``{"device", "blocks": [{"size", "state"}, ...]}``, a free block's state ``inactive``); from it:
+
+- largest free block = the largest ``inactive`` block of the device's segments: the largest tensor the
+  allocator can place without asking the device for more memory (0 when no block is free).
+
 Nothing here imports torch: the functions take the dict, so they are tested on recorded ones.
 """
 
@@ -38,6 +44,7 @@ class AllocatorStats:
     inactive_split_bytes: float | None = None
     alloc_retries: float | None = None
     ooms: float | None = None
+    largest_free_block_bytes: float | None = None
 
     @property
     def fragmentation_ratio(self) -> float | None:
@@ -103,6 +110,34 @@ def parse_memory_stats(stats: object) -> tuple[AllocatorStats, tuple[str, ...]]:
     return parsed, tuple(problems)
 
 
+FREE_BLOCK_STATE = "inactive"
+
+
+def largest_free_blocks(segments: object) -> tuple[dict[int, float], tuple[str, ...]]:
+    """Per device, the largest free (``inactive``) block of a ``memory_snapshot()`` result; nothing raises.
+
+    A device with segments but no free block gets 0; a malformed result gives no values and a problem line.
+    """
+    if not isinstance(segments, list):
+        return {}, (f"memory_snapshot returned {type(segments).__name__}, expected a list of segments",)
+    largest: dict[int, float] = {}
+    for segment in segments:
+        device = segment.get("device") if isinstance(segment, Mapping) else None
+        blocks = segment.get("blocks") if isinstance(segment, Mapping) else None
+        if isinstance(device, bool) or not isinstance(device, int) or not isinstance(blocks, list):
+            return {}, ("memory_snapshot has a segment without an integer device and a list of blocks",)
+        free = [
+            float(block["size"])
+            for block in blocks
+            if isinstance(block, Mapping)
+            and block.get("state") == FREE_BLOCK_STATE
+            and isinstance(block.get("size"), int)
+            and not isinstance(block.get("size"), bool)
+        ]
+        largest[device] = max([largest.get(device, 0.0), *free])
+    return largest, ()
+
+
 def holds_memory(stats: object) -> bool:
     """Whether a ``memory_stats()`` result shows that this process has used the device."""
     if not isinstance(stats, Mapping):
@@ -117,7 +152,8 @@ def holds_memory(stats: object) -> bool:
 def combine(stats: list[AllocatorStats]) -> AllocatorStats:
     """Several processes' values for one device as one: bytes and counters add up.
 
-    Ratios of the result are ratios of the sums, which is what the device as a whole shows. A field
+    The largest free block is the largest of any process's: each process has its own pool, and a block
+    cannot span two. Ratios of the result are ratios of the sums, which is what the device as a whole shows. A field
     unknown in every input stays unknown; a ratio uses only the processes that know both its terms.
     """
 
@@ -131,6 +167,10 @@ def combine(stats: list[AllocatorStats]) -> AllocatorStats:
         inactive_split_bytes=total("inactive_split_bytes"),
         alloc_retries=total("alloc_retries"),
         ooms=total("ooms"),
+        largest_free_block_bytes=max(
+            (s.largest_free_block_bytes for s in stats if s.largest_free_block_bytes is not None),
+            default=None,
+        ),
     )
 
 

@@ -7,6 +7,7 @@ installed, no ``npu-smi`` binary): the exporter then says so once and carries on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Generic, Protocol, TypeVar
 
-from .allocator import AllocatorStats, holds_memory, parse_memory_stats
+from .allocator import AllocatorStats, holds_memory, largest_free_blocks, parse_memory_stats
 from .npu_smi import ChipRow, NpuUsage, logical_devices, parse_chip_map, parse_usages, usage_of_chip
 
 V = TypeVar("V")
@@ -68,6 +69,13 @@ class TorchNpuStats:
             return {}
         return npu.memory_stats(device)
 
+    def memory_snapshot(self) -> object:
+        """``torch_npu.npu.memory_snapshot()``: this process's segments and blocks ([] before the runtime)."""
+        npu = self._npu()
+        if not npu.is_initialized():
+            return []
+        return npu.memory_snapshot()
+
     def _npu(self) -> Any:
         if self._module is None:
             try:
@@ -113,7 +121,27 @@ def read_allocator(provider: StatsProvider, owned: set[int]) -> Reading[Allocato
         reading.values[device] = stats
         reading.problems += [f"device {device}: {problem}" for problem in problems]
         reading.failed += bool(problems)
+    _add_largest_free_blocks(provider, reading)
     return reading
+
+
+def _add_largest_free_blocks(provider: StatsProvider, reading: Reading[AllocatorStats]) -> None:
+    """The largest free block of each device read, where the provider lists segments (torch_npu does)."""
+    snapshot = getattr(provider, "memory_snapshot", None)
+    if snapshot is None or not reading.values:
+        return
+    try:
+        largest, problems = largest_free_blocks(snapshot())
+    except CollectorUnavailable:
+        raise
+    except Exception as error:
+        largest, problems = {}, (f"torch_npu memory_snapshot failed: {error!r}",)
+    if problems:  # unknown, not 0: the series is left out
+        reading.problems += list(problems)
+        reading.failed += 1
+        return
+    for device, stats in reading.values.items():
+        reading.values[device] = dataclasses.replace(stats, largest_free_block_bytes=largest.get(device, 0.0))
 
 
 class NpuSmi:

@@ -39,6 +39,7 @@ MEMORY_FRAGMENTATION_RATIO = "ascend_fleet_memory_fragmentation_ratio"
 MEMORY_SLACK_RATIO = "ascend_fleet_memory_slack_ratio"
 MEMORY_RESERVED_BYTES = "ascend_fleet_memory_reserved_bytes"
 MEMORY_ALLOCATED_BYTES = "ascend_fleet_memory_allocated_bytes"
+MEMORY_LARGEST_FREE_BLOCK_BYTES = "ascend_fleet_memory_largest_free_block_bytes"
 ALLOC_RETRIES_TOTAL = "ascend_fleet_alloc_retries_total"
 OOMS_TOTAL = "ascend_fleet_ooms_total"
 EXPORTER_SCRAPE_ERRORS_TOTAL = "ascend_fleet_exporter_scrape_errors_total"
@@ -73,6 +74,7 @@ class DeviceSample:
     allocated_bytes: float | None = None
     alloc_retries: float | None = None
     ooms: float | None = None
+    largest_free_block_bytes: float | None = None
     # npu-smi lines that only some chip generations print (docs/exporter.md: which chip reports what).
     aicube_ratio: float | None = None
     aivector_ratio: float | None = None
@@ -168,6 +170,13 @@ DEVICE_METRICS: tuple[MetricSpec, ...] = (
         "bytes",
         "Memory allocated to live tensors by the engine's torch_npu caching allocator.",
         "allocated_bytes",
+    ),
+    MetricSpec(
+        MEMORY_LARGEST_FREE_BLOCK_BYTES,
+        "gauge",
+        "bytes",
+        "Largest free block in the engine's torch_npu caching allocator (torch_npu memory_snapshot).",
+        "largest_free_block_bytes",
     ),
     MetricSpec(
         ALLOC_RETRIES_TOTAL,

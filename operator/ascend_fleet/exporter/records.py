@@ -106,6 +106,7 @@ def device_sample(allocators: list[AllocatorStats], usage: TimedUsage | None) ->
         allocated_bytes=total.allocated_bytes,
         alloc_retries=total.alloc_retries,
         ooms=total.ooms,
+        largest_free_block_bytes=total.largest_free_block_bytes,
     )
 
 

@@ -36,6 +36,7 @@ from .collectors import CollectorUnavailable, NpuSmi, StatsProvider, TorchNpuSta
 from .config import METRICS_PATH, ExporterConfig, exporter_enabled, parse_visible_devices, pod_device
 from .metrics import BACKEND_NONE, COLLECTOR_NPU_SMI, COLLECTOR_TORCH_NPU, EXPORTER_INFO, render_exposition
 from .records import ProcessRecord, TimedUsage, merge
+from .snapshot import NO_TORCH_NPU, Answer, SnapshotTaker, listing, request_snapshot
 from .spool import read_records, remove_record, write_record
 
 _log = logging.getLogger("ascend_fleet.exporter")
@@ -113,6 +114,8 @@ class Exporter:
             for name, collector in ((COLLECTOR_TORCH_NPU, stats), (COLLECTOR_NPU_SMI, npu_smi))
             if collector
         }
+        # Memory snapshots on demand, in processes whose allocator torch_npu reads (see snapshot.py).
+        self._snapshots = SnapshotTaker(config.spool, self.pid) if stats is not None else None
         if stats is not None:
             self._errors[COLLECTOR_TORCH_NPU] = 0
         if npu_smi is not None:
@@ -175,6 +178,16 @@ class Exporter:
         snapshot = merge(spooled.records)
         return render_exposition(snapshot.devices, snapshot.scrape_errors, backend=self.backend)
 
+    def snapshots(self, method: str) -> Answer:
+        """``/memory-snapshot``: POST asks every engine process of the pod for one, GET lists the files."""
+        with self._lock:
+            has_torch_npu = COLLECTOR_TORCH_NPU in self._live
+        if not has_torch_npu:
+            return Answer(501, NO_TORCH_NPU + "\n")
+        if method == "POST":
+            return request_snapshot(self.config.spool, self.config.interval)
+        return listing(self.config.spool)
+
     def _every_interval(self, step: Callable[[], bool]) -> None:
         while not self._stopping.is_set():
             try:
@@ -192,6 +205,10 @@ class Exporter:
         except CollectorUnavailable as error:
             return self._collector_unavailable(COLLECTOR_TORCH_NPU, error)
         self._problems.warn(reading.problems)
+        if self._snapshots is not None and self._owned:
+            written = self._snapshots.take_if_requested()
+            if written is not None:
+                _log.info("NPU exporter: memory snapshot of process %d in %s", self.pid, written)
         with self._lock:
             self._devices = {pod_device(device, self._visible) for device in self._owned}
             self._allocator = {
@@ -248,7 +265,7 @@ class Exporter:
 
     def _claim_port(self) -> bool:
         try:
-            server = http.bind(self.config.port, self.render)
+            server = http.bind(self.config.port, self.render, self.snapshots)
         except OSError as error:
             self._problems.warn([f"cannot listen on port {self.config.port}: {error}"])
             return True

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from .config import METRICS_PATH
 from .metrics import CONTENT_TYPE
+from .snapshot import SNAPSHOT_PATH, Answer
 
 _log = logging.getLogger(__name__)
 
@@ -34,8 +35,14 @@ class MetricsServer(ThreadingHTTPServer):
     # live listeners share it.
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], render: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        render: Callable[[], str],
+        snapshots: Callable[[str], Answer] | None = None,
+    ) -> None:
         self.render = render
+        self.snapshots = snapshots  # GET or POST on the snapshot path: list or request memory snapshots
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -54,17 +61,19 @@ class _DualStackServer(MetricsServer):
         super().server_bind()
 
 
-def bind(port: int, render: Callable[[], str]) -> MetricsServer | None:
+def bind(
+    port: int, render: Callable[[], str], snapshots: Callable[[str], Answer] | None = None
+) -> MetricsServer | None:
     """A server on ``port`` on all addresses, or ``None`` when the port is taken (by a sibling, normally)."""
     try:
-        return _DualStackServer(("::", port), render)
+        return _DualStackServer(("::", port), render, snapshots)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             return None
         if error.errno not in _NO_IPV6:
             raise
     try:
-        return MetricsServer(("0.0.0.0", port), render)
+        return MetricsServer(("0.0.0.0", port), render, snapshots)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             return None
@@ -87,6 +96,8 @@ class _Handler(BaseHTTPRequestHandler):
                 )
                 return
             self._reply(200, body, CONTENT_TYPE)
+        elif path == SNAPSHOT_PATH and self.server.snapshots is not None:
+            self._answer(self.server.snapshots("GET"))
         elif path == "/":
             self._reply(200, _INDEX, "text/plain; charset=utf-8")
         else:
@@ -95,6 +106,15 @@ class _Handler(BaseHTTPRequestHandler):
                 b"not found; metrics are at " + METRICS_PATH.encode() + b"\n",
                 "text/plain; charset=utf-8",
             )
+
+    def do_POST(self) -> None:
+        if urlsplit(self.path).path == SNAPSHOT_PATH and self.server.snapshots is not None:
+            self._answer(self.server.snapshots("POST"))
+        else:
+            self._reply(404, b"nothing to POST here\n", "text/plain; charset=utf-8")
+
+    def _answer(self, answer: Answer) -> None:
+        self._reply(answer.status, answer.text.encode("utf-8"), "text/plain; charset=utf-8")
 
     def _reply(self, status: int, body: bytes, content_type: str) -> None:
         self.send_response(status)

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from ..api import images
 from ..api.catalog import unknown_metric_message
-from ..api.checks import MAX_WINDOW_SECONDS, name_problem, window_sentence
+from ..api.checks import MAX_WINDOW_SECONDS, name_problem, precision_chip_problems, window_sentence
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..api.variants import variant_spec
 from ..engines import engine_types
@@ -65,6 +65,10 @@ def validate(
     except LayoutError as error:
         raise InvalidSpec([*problems, f"spec.parallelism: {error}"]) from None
     problems += image_problems(obj.spec)
+    spec = obj.spec
+    problems += precision_chip_problems(
+        spec.precision, [v.precision for v in spec.variants], spec.hardware.chip
+    )
     problems += arg_conflicts(obj.spec, layout)
     problems += version_problems(obj.spec, layout)
     problems += variant_version_problems(obj.spec, layout)

@@ -20,17 +20,20 @@ from ..exporter.metrics import (
     ALLOC_RETRIES_TOTAL,
     HBM_USED_BYTES,
     MEMORY_FRAGMENTATION_RATIO,
+    MEMORY_LARGEST_FREE_BLOCK_BYTES,
     MEMORY_RESERVED_BYTES,
 )
 
-# The CSV's value columns and the exporter series each is read from (the worst device of the pod).
-# No exporter series gives the allocator's largest free block yet, so that column stays empty.
-VALUE_SERIES: Mapping[str, str | None] = {
+# The CSV's value columns and the exporter series each is read from (the worst device of the pod: the most
+# used, reserved or fragmented, the smallest largest free block). The largest free block comes from torch_npu's
+# memory_snapshot(); where an exporter does not read it, its cells stay empty.
+VALUE_SERIES: Mapping[str, str] = {
     "hbm_used_bytes": HBM_USED_BYTES,
     "hbm_reserved_bytes": MEMORY_RESERVED_BYTES,
     "fragmentation": MEMORY_FRAGMENTATION_RATIO,
-    "largest_free_block_bytes": None,
+    "largest_free_block_bytes": MEMORY_LARGEST_FREE_BLOCK_BYTES,
 }
+WORST_IS_SMALLEST = frozenset({"largest_free_block_bytes"})
 # A counter that only a new process starts again from 0: its decrease is a restart even under one pod name.
 RESTART_COUNTER = "restart_counter"
 COLUMNS = ("time", "namespace", "inference", "replica", *VALUE_SERIES)
@@ -65,9 +68,8 @@ def range_queries(namespace: str, inference: str) -> dict[str, str]:
     """Column -> PromQL: per replica and pod, the worst device of that pod, for one AscendInference."""
     selector = f'{{namespace="{_quoted(namespace)}", inference="{_quoted(inference)}"}}'
     queries = {
-        column: f"max by ({_GROUP}) ({metric}{selector})"
+        column: f"{'min' if column in WORST_IS_SMALLEST else 'max'} by ({_GROUP}) ({metric}{selector})"
         for column, metric in VALUE_SERIES.items()
-        if metric is not None
     }
     queries[RESTART_COUNTER] = f"max by ({_GROUP}) ({ALLOC_RETRIES_TOTAL}{selector})"
     return queries

@@ -272,6 +272,8 @@ def device_samples(pod: EnginePod, sample: EngineSample) -> dict[str, DeviceSamp
         allocated_bytes=sample.allocated_bytes,
         alloc_retries=sample.alloc_retries,
         ooms=0,
+        # The idle cache outside split blocks, as one block: it shrinks as fragmentation and load grow.
+        largest_free_block_bytes=sample.reserved_bytes * max(sample.slack - sample.fragmentation, 0.0),
         aicube_ratio=sample.cores.aicube,
         aivector_ratio=sample.cores.aivector,
         aicpu_ratio=sample.cores.aicpu,

@@ -475,8 +475,20 @@ def _pool_cluster(name: str, eds: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
-# A stream that could not be opened (its server refused or reset it before answering) is opened again, at once.
-_STREAM_RETRY = {"num_retries": 2, "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.05s"}}
+# A stream that could not be opened (its server refused or reset it before answering) is opened again, at once,
+# on another picker than those it failed on: the failed one's ejection reaches the worker a moment later, and
+# until then a retry without this predicate may draw the same dead picker again.
+_STREAM_RETRY = {
+    "num_retries": 2,
+    "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.05s"},
+    "retry_host_predicate": [{
+        "name": "envoy.retry_host_predicates.previous_hosts",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+        },
+    }],
+    "host_selection_retry_max_attempts": 3,
+}  # fmt: skip
 
 
 def _ext_proc_cluster(name: str, port: int | None, *, eds: Path | None = None) -> dict[str, Any]:

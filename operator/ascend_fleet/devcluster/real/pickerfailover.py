@@ -34,6 +34,7 @@ class PickerFailover:
     holder_before: str = ""  # the Lease's holder (elected pickers only)
     holder_after: str = ""
     at: float = 0.0  # time.monotonic() of the SIGKILL
+    dead_at: float = 0.0  # time.monotonic() once the process was reaped, its sockets closed
 
 
 def _holder(kube: Kube, namespace: str, pool: str) -> dict:
@@ -52,11 +53,12 @@ def kill_serving_picker(
         lease = _holder(kube, namespace, pool)
         renewed = parse_rfc3339(lease.get("renewTime")) or time.time()
         floor = max(float(lease["leaseDurationSeconds"]) - (time.time() - renewed), 0.0)
-    killed = time.monotonic()
+    killed = dead = time.monotonic()
     for process in pickers.programs(namespace, victim.picker):
         if process.name == "epp":
             killed = time.monotonic()
             process.kill()
+            dead = time.monotonic()
 
     def another_serves() -> Route | None:
         return next(
@@ -68,6 +70,8 @@ def kill_serving_picker(
     assert after is not None  # wait_for returns only a truthy value
     seconds = time.monotonic() - killed
     if not victim.elects:
-        return PickerFailover(victim, after, seconds, floor, at=killed)
+        return PickerFailover(victim, after, seconds, floor, at=killed, dead_at=dead)
     holder = _holder(kube, namespace, pool).get("holderIdentity", "")
-    return PickerFailover(victim, after, seconds, floor, lease.get("holderIdentity", ""), holder, at=killed)
+    return PickerFailover(
+        victim, after, seconds, floor, lease.get("holderIdentity", ""), holder, at=killed, dead_at=dead
+    )
