@@ -8,10 +8,15 @@ the figures, the table and the JSON are the fleet simulator's (``ascend_fleet.si
 from __future__ import annotations
 
 import math
+import random
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ascend_fleet.simulate.report import percentile
 from ascend_fleet.simulate.routing import (
     SLOTS,
+    SLOW,
     Figures,
     LoadRun,
     Served,
@@ -27,6 +32,9 @@ from ascend_fleet.simulate.traces import Trace
 __all__ = ["SLOTS", "LoadRun", "as_json", "fleet_rate", "floor", "routing_report", "routing_trace"]
 
 REPLICAS = 2
+BASELINE = "service"
+# Words that open every real prompt with a random run of two words, so no two requests share a cached prefix.
+UNIQUE_PREFIX = 32
 
 
 @dataclass(frozen=True)
@@ -76,3 +84,83 @@ def failures(runs: list[LoadRun]) -> list[str]:
         if math.isnan(run.floor):
             problems.append(f"load {run.load:g}: no requests, no floor")
     return problems
+
+
+def e2e_p99(result: Result) -> float:
+    """The 99th percentile of the served requests' end-to-end seconds (NaN when none was served)."""
+    return percentile(sorted(o.total for o in result.outcomes if o.status == 200), 99)
+
+
+def fitted(trace: Trace, context: int) -> Trace:
+    """The trace with every prompt cut so that prompt and answer fit ``context`` tokens (a real model's)."""
+    prompts = [min(p, context - o) for p, o in zip(trace.prompt_tokens, trace.output_tokens, strict=True)]
+    return Trace(trace.name, trace.duration, list(trace.arrivals), prompts, list(trace.output_tokens))
+
+
+def completion_body(request: Request, model: str, real: bool = False) -> dict:
+    """The streamed completion a request sends: a prompt of ``request.prompt`` words.
+
+    For the simulated engines a word is a token; the prompt opens with a random hex word (so no two requests
+    share a prefix), then ``w``. For the real tiny model the words are ``w`` and ``the``, each one token of its
+    tokenizer after the first (bench/routing/real.py checks that with vLLM's ``/tokenize``): a random run of
+    ``UNIQUE_PREFIX`` of them opens the prompt, then ``w``; ``ignore_eos`` makes every answer
+    ``request.output`` tokens long, as the simulated engines' answers are. The picker takes text prompts only.
+    """
+    body: dict = {"model": model, "max_tokens": request.output, "stream": True}
+    if not real:
+        body["prompt"] = " ".join([uuid.uuid4().hex, *["w"] * (request.prompt - 1)])
+        return body
+    rng = random.Random(uuid.uuid4().int)
+    # ``the`` is one token only after a space: the prompt's first word is always ``w``.
+    opening = ["w", *(rng.choice(("w", "the")) for _ in range(UNIQUE_PREFIX - 1))][: request.prompt]
+    body["prompt"] = " ".join([*opening, *["w"] * (request.prompt - len(opening))])
+    body["ignore_eos"] = True
+    return body
+
+
+@dataclass(frozen=True)
+class Against:
+    """The idle fleet of one load: its share over 1 s (the floor) and its end-to-end p99 on the same requests."""
+
+    floor: float
+    idle_p99: float
+
+
+def against_of(idle_seconds: Sequence[float]) -> Against:
+    """The idle fleet from each request's end-to-end seconds alone on an idle engine (computed or measured)."""
+    if not idle_seconds:
+        return Against(math.nan, math.nan)
+    return Against(
+        sum(t > SLOW for t in idle_seconds) / len(idle_seconds), percentile(sorted(idle_seconds), 99)
+    )
+
+
+def _ratio(mine: float, theirs: float) -> str:
+    if math.isnan(mine) or math.isnan(theirs) or theirs == 0:
+        return "-"
+    return f"{mine / theirs:.2f}x"
+
+
+def ratio_report(
+    runs: Sequence[LoadRun],
+    p99: Mapping[tuple[float, str], float],
+    idle: Mapping[float, Against],
+    baseline: str = BASELINE,
+) -> str:
+    """Per load and fleet: the share over 1 s against the baseline fleet's and the floor's, and the
+    end-to-end p99 against the idle fleet's on the same requests (``-`` where a ratio has no divisor)."""
+    lines = [
+        f"| load | fleet | over 1 s | / {baseline} | / floor | E2E p99 | / idle E2E p99 |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        base = run.fleets.get(baseline)
+        against = idle[run.load]
+        lines.append(f"| {run.load:g} | floor (idle fleet) | {against.floor:.1%} | | | "
+                     f"{against.idle_p99:.2f} s | |")  # fmt: skip
+        for name, f in run.fleets.items():
+            mine = p99[(run.load, name)]
+            lines.append(f"| {run.load:g} | {name} | {f.over_1s:.1%} | "
+                         f"{_ratio(f.over_1s, base.over_1s) if base else '-'} | {_ratio(f.over_1s, against.floor)} | "
+                         f"{mine:.2f} s | {_ratio(mine, against.idle_p99)} |")  # fmt: skip
+    return "\n".join(lines)

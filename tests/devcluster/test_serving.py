@@ -398,3 +398,36 @@ def test_the_endpoint_pickers_pods_run_no_engine():
     assert read_pod(pod, now=0.0) is not None
     pod["metadata"]["labels"]["app.kubernetes.io/component"] = "endpoint-picker"
     assert read_pod(pod, now=0.0) is None
+
+
+@pytest.mark.parametrize("npu_for_real", [False, True])
+def test_a_pod_a_real_engine_serves_gets_only_the_scenarios_npu_series_or_nothing(npu_for_real):
+    """``ascend-fleet dev --real --engines vllm``: vLLM serves the pod's API and queue gauges; the simulated
+    engines add the scenario's NPU series on a port of their own, and never a second API or queue gauges."""
+    pod = engine_pod("qwen-real", f"127.{100 + os.getpid() % 100}.{random.randrange(256)}.9", VLLM_SERVE)
+    with SimulatedEngines(
+        Scenario.constant(0.9), served_elsewhere=lambda p: True, npu_for_real=npu_for_real
+    ) as engines:
+        engines.on_pod_running(pod)
+        assert engines.api_endpoint(NS, "qwen-real") is None
+        address = engines.endpoint(NS, "qwen-real")
+        if not npu_for_real:
+            assert address is None and engines.targets() == []
+            return
+        assert address is not None and address.startswith(
+            "127.0.0.1:"
+        )  # not the pod's IP: vLLM's relay has it
+        assert [t.labels["pod"] for t in engines.targets()] == ["qwen-real"]
+
+        async def scrape() -> str:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"http://{address}/metrics") as response,
+            ):
+                return await response.text()
+
+        names = {s.name for f in text_string_to_metric_families(run(scrape())) for s in f.samples}
+        assert "ascend_fleet_npu_utilization_ratio" in names
+        assert not [n for n in names if n.startswith("vllm:")]
+        engines.on_pod_stopped(pod)
+        assert engines.targets() == []

@@ -1,21 +1,31 @@
-"""bench/routing's figures: the floor, the shares, the JSON keys, and what fails the run."""
+"""bench/routing's figures: the floor, the shares, the JSON keys, and what fails the run; the arguments, prompts,
+ratios and objects of its run on real engines (without starting one)."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import pytest
+from bench.routing.__main__ import FLEETS, parse_args
 from bench.routing.figures import (
+    UNIQUE_PREFIX,
     LoadRun,
     Outcome,
     Request,
     Result,
+    against_of,
     as_json,
+    completion_body,
+    e2e_p99,
     failures,
     figures,
+    fitted,
     floor,
+    ratio_report,
     routing_report,
 )
+from bench.routing.real import fleet_objects
 
 from ascend_fleet.simulate.curve import BatchCurve
 from ascend_fleet.simulate.routing import service_time
@@ -69,3 +79,65 @@ def test_report_prints_no_nan_for_a_class_without_requests():
     run = LoadRun(0.5, 0.2, {"service": figures(Result("service", [served("short", 0.5)], seconds=1.0))})
     table = routing_report([run], {0.5: 5.0})
     assert "nan" not in table and "| 0.5 | service | 1 | 0.0% | 0% / - / - |" in table
+
+
+def test_engines_vllm_runs_the_three_fleets_on_both_kinds_by_default():
+    simulated = parse_args([])
+    assert simulated.engines == "simulated" and simulated.fleets == list(FLEETS) and len(FLEETS) == 5
+    real = parse_args(["--engines", "vllm", "--loads", "0.5,0.9", "--real-seconds", "30"])
+    assert real.fleets == real.real_fleets == ["service", "pool", "pool+classes"]
+    assert real.loads == [0.5, 0.9] and real.real_seconds == 30.0
+
+
+def test_unknown_fleets_and_a_real_run_without_its_baseline_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--fleets", "service,pools"])
+    assert "unknown fleet pools" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--engines", "vllm", "--real-fleets", "pool,pool+classes"])
+    assert "must include service" in capsys.readouterr().err
+
+
+def test_real_prompts_are_their_words_and_never_share_a_prefix():
+    request = Request(0.0, 300, 12)
+    first, second = completion_body(request, "qwen", real=True), completion_body(request, "qwen", real=True)
+    words = first["prompt"].split()
+    assert len(words) == 300 and set(words) <= {"w", "the"} and set(words[UNIQUE_PREFIX:]) == {"w"}
+    assert first["prompt"].split()[:UNIQUE_PREFIX] != second["prompt"].split()[:UNIQUE_PREFIX]
+    assert first["ignore_eos"] is True and first["max_tokens"] == 12 and first["stream"] is True
+    simulated = completion_body(request, "qwen")
+    assert len(simulated["prompt"].split()) == 300 and "ignore_eos" not in simulated
+
+
+def test_a_fitted_trace_keeps_every_prompt_and_answer_inside_the_context():
+    trace = Trace("t", 1.0, [0.1, 0.2], [5000, 100], [40, 8])
+    cut = fitted(trace, 4096)
+    assert cut.prompt_tokens == [4056, 100] and cut.output_tokens == [40, 8] and cut.arrivals == [0.1, 0.2]
+
+
+def test_ratios_set_each_fleet_against_the_service_and_the_idle_fleet():
+    against = against_of([0.5, 0.5, 2.0, 0.5])
+    assert against.floor == 0.25 and against.idle_p99 == 2.0
+    service = figures(Result("service", [served("short", 2.0), served("short", 0.5)], seconds=1.0))
+    pool = figures(Result("pool", [served("short", 0.5), served("short", 0.5), served("short", 1.5),
+                                   served("short", 0.4)], seconds=1.0))  # fmt: skip
+    run = LoadRun(0.9, against.floor, {"service": service, "pool": pool})
+    table = ratio_report([run], {(0.9, "service"): 2.0, (0.9, "pool"): 3.0}, {0.9: against})
+    assert "| 0.9 | floor (idle fleet) | 25.0% | | | 2.00 s | |" in table
+    assert "| 0.9 | service | 50.0% | 1.00x | 2.00x | 2.00 s | 1.00x |" in table
+    assert "| 0.9 | pool | 25.0% | 0.50x | 1.00x | 3.00 s | 1.50x |" in table
+    idle = {0.9: against_of([0.2, 0.3])}  # nothing over 1 s alone: no ratio to the floor
+    assert "| 0.9 | pool | 25.0% | 0.50x | - |" in ratio_report(
+        [run], {(0.9, "service"): 2.0, (0.9, "pool"): 3.0}, idle
+    )
+
+
+def test_the_real_fleets_share_one_set_of_objects_with_every_fleets_objective():
+    objects = fleet_objects("bench-vllm")
+    objectives = {o["metadata"]["name"] for o in objects if o["kind"] == "InferenceObjective"}
+    assert objectives == {"llm-all", "llm-short", "llm-medium", "llm-long"}
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    assert len(pods) == 2 and all(
+        "--max-num-seqs" in " ".join(p["spec"]["containers"][0]["command"]) for p in pods
+    )
+    assert e2e_p99(Result("service", [served("short", 0.5), Outcome("short", 503, None, 9.0, 0)])) == 0.5

@@ -107,21 +107,27 @@ def _add_dev_cluster(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also run a real Prometheus scraping the simulated engines (needs the prometheus binary)",
     )
-    dev.add_argument(
+    _add_engine_flags(dev, "engine pods beyond N are refused")
+    dev.set_defaults(handler=cmd_dev_cluster)
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser, beyond: str) -> None:
+    """``--engines`` and ``--max-real-engines``, the same for ``dev-cluster`` and ``dev``."""
+    parser.add_argument(
         "--engines",
         choices=("simulated", "vllm"),
         default="simulated",
         help="what runs vllm-ascend engine pods: simulated engines, or (with --real) a real `vllm serve` "
         "of a tiny model from `make engine-vllm`; SGLang pods stay simulated (default: %(default)s)",
     )
-    dev.add_argument(
+    parser.add_argument(
         "--max-real-engines",
         type=int,
         default=2,
         metavar="N",
-        help="with --engines vllm, refuse engine pods beyond N at once (about 3 GiB each; default: %(default)s)",
+        help=f"with --engines vllm, at most N real engines at once, {beyond} (about 3 GiB each; "
+        "default: %(default)s)",
     )
-    dev.set_defaults(handler=cmd_dev_cluster)
 
 
 def _add_dev(sub: argparse._SubParsersAction) -> None:
@@ -135,7 +141,12 @@ def _add_dev(sub: argparse._SubParsersAction) -> None:
         "-f", "--file", help="the AscendInference to run (default: the packaged examples/demo.yaml)"
     )
     demo.add_argument("--scenario", help="a load scenario YAML file (default: the packaged demo scenario)")
-    demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many seconds")
+    demo.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up after this many seconds (default: 300; with --engines vllm 900)",
+    )
     demo.add_argument("--keep", action="store_true", help="keep everything running afterwards, for kubectl")
     demo.add_argument(
         "--real",
@@ -151,6 +162,7 @@ def _add_dev(sub: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--rate", type=float, default=4.0, help="requests per second with --routing (default: %(default)s)"
     )
+    _add_engine_flags(demo, "the demo's fleet then runs at most N replicas")
     demo.add_argument(
         "--kubeconfig",
         default="~/.kube/ascend-fleet-dev.yaml",
@@ -175,6 +187,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
         real=args.real,
         routing=args.routing,
         rate=args.rate,
+        engines=args.engines,
+        max_real_engines=args.max_real_engines,
     )
     return run_demo(options)
 

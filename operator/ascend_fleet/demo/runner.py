@@ -3,6 +3,11 @@
 Every part is real except the hardware: a local Kubernetes API with a kubelet simulator, simulated
 engines serving the same metrics a real engine + exporter would, a real Prometheus scraping them,
 and the operator with its control loop, talking to the API over HTTP like in a cluster.
+
+With ``engines="vllm"`` (on the real control plane) each replica's leader is a real ``vllm serve`` of the
+tiny model instead: its API, scheduler and ``vllm:`` series are vLLM's, while the NPU series the rules read
+still come from the scenario (the simulated engines serve them as a second scrape target of the pod, from
+the moment vLLM is healthy), and the scenario's clock starts when the first engine serves.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ..devcluster.real.controlplane import ControlPlaneUnavailable, ensure_binar
 from ..devcluster.real.dataplane import DataPlaneUnavailable
 from ..devcluster.real.localpods import LocalPods, install_inference_extension
 from ..devcluster.real.realcluster import RealCluster, provide_model_claim
+from ..devcluster.real.realengines import RealEnginesUnavailable
 from ..devcluster.stack import Stack, stack
 from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
@@ -42,11 +48,13 @@ from ..kube import Kube, KubeError
 from ..render import InvalidSpec, validate
 from ..status import pod_ready
 from . import view
+from .realengines import TooFewEngines, fit_story
 from .traffic import Traffic
 
 HERE = Path(__file__).resolve().parent
 DEMO_FILE = HERE / "demo.yaml"  # the same document as examples/demo.yaml (a test keeps them equal)
 EXIT_OK, EXIT_INCOMPLETE, EXIT_SETUP = 0, 1, 2
+TIMEOUTS = {"simulated": 300.0, "vllm": 900.0}  # a real engine starts in 1 to 4 minutes on 2 cores
 ROW_METRICS = {"utilization": "npu_utilization", "fragmentation": "mem_fragmentation", "queue": "queue_depth"}
 
 
@@ -54,12 +62,14 @@ ROW_METRICS = {"utilization": "npu_utilization", "fragmentation": "mem_fragmenta
 class DemoOptions:
     file: Path = DEMO_FILE
     scenario: Path | None = None
-    timeout: float = 300.0
+    timeout: float | None = None  # default: TIMEOUTS by engine kind
     keep: bool = False
     kubeconfig: Path = Path("~/.kube/ascend-fleet-dev.yaml")
     real: bool = False  # the real control plane instead of the local emulator
     routing: bool = False  # an InferencePool + endpoint picker in front, with requests per class (needs real)
     rate: float = 4.0  # requests per second sent through the gateway with ``routing``
+    engines: str = "simulated"  # or "vllm": real vLLM engines (needs real)
+    max_real_engines: int = 2
     tick: float = 1.0
     linger: float = 5.0  # seconds shown after the story completes
     out: TextIO = field(default_factory=lambda: sys.stdout)
@@ -85,11 +95,9 @@ def run_demo(options: DemoOptions) -> int:
     out = options.out
     try:
         doc, scenario = _load(options)
+        doc, note = _fit_engines(options, doc)
         find_prometheus_binary()
-    except PrometheusNotFound as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_SETUP
-    except Setup as error:
+    except (PrometheusNotFound, Setup) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_SETUP
     if options.routing and not options.real:
@@ -103,16 +111,17 @@ def run_demo(options: DemoOptions) -> int:
         doc["spec"].setdefault("routing", {})["mode"] = "inferencePool"
     name = doc["metadata"]["name"]
     api = "the real Kubernetes control plane" if options.real else "a local Kubernetes API"
+    engines = "real vLLM engines" if options.engines == "vllm" else "simulated engines"
     print(
-        f"Starting {api}, a real Prometheus, simulated engines and the operator for {name} ...",
-        file=out,
-        flush=True,
+        f"Starting {api}, a real Prometheus, {engines} and the operator for {name} ...", file=out, flush=True
     )
+    if note:
+        print(note, file=out, flush=True)
     with contextlib.ExitStack() as running:
         stop = running.enter_context(stop_on_signals())
         try:
             local = running.enter_context(_stack(options, scenario))
-        except ControlPlaneUnavailable as error:
+        except (ControlPlaneUnavailable, RealEnginesUnavailable, RuntimeError) as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_SETUP
         cluster, kube, prometheus = local.cluster, local.kube, local.prometheus
@@ -138,6 +147,7 @@ def run_demo(options: DemoOptions) -> int:
         scenario.start(time.time())
         kube.create(doc)
         story = Story(kube, prometheus, doc, Catalog.build(), out, routed)
+        story.clock_on_ready = scenario if options.engines == "vllm" else None
         completed = story.run(options, stop)
         summary = view.summary(
             story.decisions, story.elapsed(), story.npu_minutes, story.last, story.shift_rules
@@ -153,9 +163,7 @@ def run_demo(options: DemoOptions) -> int:
             )
             stop.wait()
         print(
-            "Stopping the operator, Prometheus, simulated engines and the Kubernetes API ...",
-            file=out,
-            flush=True,
+            f"Stopping the operator, Prometheus, {engines} and the Kubernetes API ...", file=out, flush=True
         )
     return EXIT_OK if completed else EXIT_INCOMPLETE
 
@@ -173,8 +181,26 @@ def _stack(options: DemoOptions, scenario: Scenario) -> contextlib.AbstractConte
         crds=[crd()],
         prometheus=True,
         scenario=scenario,
-        engine_options={"start_scenario": False, "traffic_utilization": not options.routing},
+        engine_options={
+            "start_scenario": False,
+            "traffic_utilization": not options.routing,
+            "npu_for_real": True,
+        },
+        engines=options.engines,
+        real_engine_limit=options.max_real_engines,
     )
+
+
+def _fit_engines(options: DemoOptions, doc: dict) -> tuple[dict, str | None]:
+    """The fleet as the engines allow (real ones: at most ``max_real_engines`` replicas), and what changed."""
+    if options.engines == "simulated":
+        return doc, None
+    if not options.real:
+        raise Setup("--engines vllm runs on the real control plane only (add --real)")
+    try:
+        return fit_story(doc, options.max_real_engines)
+    except TooFewEngines as error:
+        raise Setup(str(error)) from None
 
 
 def _load(options: DemoOptions) -> tuple[dict, Scenario]:
@@ -188,7 +214,8 @@ def _load(options: DemoOptions) -> tuple[dict, Scenario]:
     except InvalidSpec as error:
         raise Setup(f"{options.file} is not a valid AscendInference: {'; '.join(error.problems)}") from None
     try:
-        scenario = Scenario.from_file(options.scenario) if options.scenario else Scenario.demo()
+        real_engines = options.engines == "vllm"
+        scenario = Scenario.from_file(options.scenario) if options.scenario else Scenario.demo(real_engines)
     except ScenarioError as error:
         raise Setup(str(error)) from None
     return doc, scenario
@@ -255,6 +282,8 @@ class Story:
         self._last_tick = time.monotonic()
         self._tty = out.isatty()
         self._last_line = 0.0
+        # Real engines: the scenario's clock starts when the first replica serves (its NPU series appear then).
+        self.clock_on_ready: Scenario | None = None
         # In a fleet with precision variants the story also needs each shift rule to act (there and back).
         self.shift_rules = tuple(
             rule.display_name() for rule in validate(doc).obj.spec.rules if rule.action == view.SHIFT
@@ -265,7 +294,8 @@ class Story:
 
     def run(self, options: DemoOptions, stop: threading.Event) -> bool:
         complete_at: float | None = None
-        while not stop.is_set() and self.elapsed() < options.timeout:
+        timeout = options.timeout if options.timeout is not None else TIMEOUTS[options.engines]
+        while not stop.is_set() and self.elapsed() < timeout:
             self.tick()
             if complete_at is None and view.story_complete(self.decisions, self.shift_rules):
                 complete_at = time.monotonic()
@@ -289,6 +319,11 @@ class Story:
         values = self._metrics()
         snapshot = self._snapshot(obj, pods, values, dt)
         self.last = snapshot
+        if self.clock_on_ready is not None and snapshot.ready >= 1:
+            self.clock_on_ready.start(time.time())
+            self.clock_on_ready = None
+            print(f"[{view.clock(self.elapsed())}] a real vLLM engine serves: the scenario starts now",
+                  file=self.out, flush=True)  # fmt: skip
         new = self._new_decisions(obj)
         self._show(snapshot, new)
 

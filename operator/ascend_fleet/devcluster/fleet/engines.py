@@ -101,6 +101,7 @@ class EnginePod:
     started_at: float
     argv: tuple[str, ...] = ()
     api_port: int | None = None
+    npu_only: bool = False  # a real engine serves this pod: here only its NPU series (the exporter's part)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -318,7 +319,7 @@ def render_engine_metrics(
     pod: EnginePod, sample: EngineSample, engine: BatchingEngine | None = None
 ) -> bytes:
     """The engine's own families (leaders only): queue gauges, then request counters and histograms."""
-    if not pod.leader:
+    if not pod.leader or pod.npu_only:
         return b""
     gauges = generate_latest(_Families(queue_families(pod, sample)))
     return gauges + (engine_metrics(engine) if engine is not None else b"")
@@ -377,18 +378,21 @@ class SimulatedEngines:
         curve: Any = None,
         traffic_utilization: bool = True,
         served_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None,
+        npu_for_real: bool = False,
     ) -> None:
         """Serve pods with values from ``scenario`` and keep ``prometheus``'s targets in sync.
 
         With ``start_scenario`` the scenario's time zero is now, so its timeline starts with the engines.
         ``curve`` (a :class:`~ascend_fleet.simulate.curve.BatchCurve`) replaces the seeds' batch curve of
         every serving engine. ``traffic_utilization=False`` keeps the scenario's NPU utilization while requests
-        are served (:func:`with_real_traffic`). Pods ``served_elsewhere`` claims (real engines) are left alone.
+        are served (:func:`with_real_traffic`). Pods ``served_elsewhere`` claims (real engines) are left alone, or
+        with ``npu_for_real`` get only the scenario's NPU series, on a port of 127.0.0.1 (a second scrape target).
         """
         self.scenario = scenario
         self.curve = curve
         self.traffic_utilization = traffic_utilization
         self.served_elsewhere = served_elsewhere
+        self.npu_for_real = npu_for_real
         self.prometheus = prometheus
         self._clock = clock
         self._lock = threading.Lock()
@@ -413,7 +417,9 @@ class SimulatedEngines:
     def on_pod_running(self, pod: Mapping[str, Any]) -> None:
         """Serve metrics for a pod that started running (pods without the inference label are ignored)."""
         engine = engine_pod(pod, self._clock())
-        if engine is None or (self.served_elsewhere is not None and self.served_elsewhere(pod)):
+        if engine is not None and self.served_elsewhere is not None and self.served_elsewhere(pod):
+            engine = replace(engine, ip="", api_port=None, npu_only=True) if self.npu_for_real else None
+        if engine is None:
             return
         with self._lock:
             if self._closed:

@@ -206,10 +206,12 @@ class Scenario:
         return cls.from_dict(data, source=str(path))
 
     @classmethod
-    def demo(cls) -> Scenario:
-        """The packaged demo: a peak (scale-up), a leaking replica (restart), then a lull (scale-down)."""
-        text = resources.files(__package__).joinpath("scenarios", "demo.yaml").read_text(encoding="utf-8")
-        return cls.from_dict(yaml.safe_load(text), source="scenarios/demo.yaml")
+    def demo(cls, real_engines: bool = False) -> Scenario:
+        """The packaged demo: a peak (scale-up), a leaking replica (restart), then a lull (scale-down); with
+        ``real_engines`` its timeline stretched around real engines' start times."""
+        name = "demo-real-engines.yaml" if real_engines else "demo.yaml"
+        text = resources.files(__package__).joinpath("scenarios", name).read_text(encoding="utf-8")
+        return cls.from_dict(yaml.safe_load(text), source=f"scenarios/{name}")
 
     @classmethod
     def constant(cls, demand: float, *, noise: float = 0.0, **profile: Any) -> Scenario:
