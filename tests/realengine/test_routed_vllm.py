@@ -330,10 +330,12 @@ def saturate_and_route(
     return statuses, gauges, finished, refused
 
 
-# Not yet stable on two shared cores: in the last full-suite runs the flood did not keep the engine saturated
-# (its gauges fell to 0 while its long generations still finished) in one or both phases, and once every routed
-# request was answered 500. It runs in every suite, and its figures print, but does not gate until that is found.
-@pytest.mark.xfail(reason="saturation by the flood is not stable on a 2-core machine yet", strict=False)
+# Not yet stable on two shared cores: with the flood's connection-per-request fix it kept its engine full (70 of
+# 70 answered), yet the picker still sent 5 of 20 routed requests to the saturated engine in the last run, for a
+# reason not found yet. It runs in every suite, and its figures print, but does not gate until that is found.
+@pytest.mark.xfail(
+    reason="the picker sends some requests to the saturated engine; not understood", strict=False
+)
 @pytest.mark.parametrize("saturated", [0, 1])
 def test_the_picker_sends_new_requests_away_from_a_saturated_engine(routed, saturated):
     """One engine is kept full straight at its pod address (SLOTS running, more than the picker's threshold
