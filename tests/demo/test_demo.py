@@ -50,6 +50,15 @@ def data_plane_or_skip() -> None:
         pytest.skip(str(error))
 
 
+def run_demo(tmp_path, flags: list[str], env: dict[str, str] | None = None) -> str:
+    """``ascend-fleet dev`` with ``flags`` (its own kubeconfig, a 360 s budget); its output, once it exited 0."""
+    argv = [sys.executable, "-m", "ascend_fleet.cli.main", "dev", *flags]
+    argv += ["--kubeconfig", str(tmp_path / "kubeconfig"), "--timeout", "360"]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=400)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
 @needs_prometheus
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("flags", [[], ["--real", "--routing"]], ids=["emulator", "real-routed"])
@@ -60,26 +69,7 @@ def test_demo_tells_the_whole_story_and_leaves_nothing_behind(tmp_path, flags):
         data_plane_or_skip()
     marker = f"ASCEND_FLEET_DEMO_RUN={uuid.uuid4().hex}"
     env = {**os.environ, marker.split("=")[0]: marker.split("=")[1]}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ascend_fleet.cli.main",
-            "dev",
-            *flags,
-            "--kubeconfig",
-            str(tmp_path / "kubeconfig"),
-            "--timeout",
-            "360",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=400,
-    )
-    out = result.stdout
-    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    out = run_demo(tmp_path, flags, env=env)
     summary = out[out.index("Summary after") :]
     for action, rule in [
         ("scale_up", "npu_utilization > 85% for 12s -> scale_up"),
@@ -112,27 +102,7 @@ def test_the_variants_demo_shifts_traffic_to_int8_under_the_peak_and_back_after(
     requests go through Envoy and the picker meanwhile, and none fails."""
     if flags:
         data_plane_or_skip()
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ascend_fleet.cli.main",
-            "dev",
-            *flags,
-            "--file",
-            "examples/demo-variants.yaml",
-            "--kubeconfig",
-            str(tmp_path / "kubeconfig"),
-            "--timeout",
-            "360",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=400,
-    )
-    out = result.stdout
-    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    out = run_demo(tmp_path, [*flags, "--file", "examples/demo-variants.yaml"])
     summary = out[out.index("Summary after") :]
     to_int8 = re.findall(
         r"\[(\d+):(\d\d)\] shift_traffic on fleet: peak-to-int8 at ([0-9.]+)% .* -> fp16 (\d+)%", out
