@@ -234,9 +234,12 @@ class Routed:
         self.traffic: Traffic | None = None
         self.gateway = ""
 
-    def follow(self) -> None:
-        """Start the requests once the pool's picker pod runs and its gateway answers."""
-        if self.traffic is not None:
+    def follow(self, serving: bool) -> None:
+        """Start the requests once the fleet serves (``serving``: Ready, every replica ready) and the pool's
+        picker pod runs and its gateway answers. Before every replica is ready a request can be drawn for a
+        variant none of whose pods serves yet, and the picker refuses it: the demo's client waits as a user
+        waits for ``kubectl wait --for=condition=Ready``."""
+        if self.traffic is not None or not serving:
             return
         route = self.pickers.route(self.namespace, self.name)
         if route is None:
@@ -314,11 +317,12 @@ class Story:
             print(f"[{view.clock(self.elapsed())}] API error: {error}", file=self.out, flush=True)
             return
         self.npu_minutes += _running_npus(pods) * dt / 60.0
-        if self.routed is not None:
-            self.routed.follow()
         values = self._metrics()
         snapshot = self._snapshot(obj, pods, values, dt)
         self.last = snapshot
+        if self.routed is not None:
+            self.routed.follow(serving=snapshot.ready >= snapshot.desired > 0
+                               and snapshot.conditions.get("Ready", "").startswith("True"))  # fmt: skip
         if self.clock_on_ready is not None and snapshot.ready >= 1:
             self.clock_on_ready.start(time.time())
             self.clock_on_ready = None
