@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from ascend_fleet.api import names
+from ascend_fleet.devcluster.real.realengines import downward_values
 from ascend_fleet.devcluster.real.tinymodel import MAX_POSITIONS
 from ascend_fleet.devcluster.real.vllm_engine import (
     DEFAULT_KV_CACHE_BYTES,
@@ -127,6 +128,28 @@ def test_other_spellings_and_environment_are_translated_too():
     ]
     assert served.env["WHERE"] == "127.0.0.1:8001 $(PORT)"
     assert served.env["ASCEND_FLEET_EXPORTER_PORT"] == "19410"
+
+
+def test_a_label_reaches_the_server_through_a_field_ref_as_a_kubelet_gives_it():
+    """``metadata.labels['KEY']`` as the kubelet resolves it (the routed real-engine test binds each replica's
+    worker to its own core this way); a label the pod lacks leaves the variable unset, as a kubelet would."""
+    pod = {
+        "metadata": {"name": "tiny-1", "labels": {names.LABEL_REPLICA: "1"}, "annotations": {"a": "b"}},
+        "status": {"podIP": "127.0.0.9"},
+    }
+    container = {
+        "command": ["vllm", "serve", "/models/m"],
+        "env": [
+            {
+                "name": "CORE",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{names.LABEL_REPLICA}']"}},
+            },
+            {"name": "NOTE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['a']"}}},
+            {"name": "NONE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['absent']"}}},
+        ],
+    }
+    env = translate(container, model=MODEL, field_values=downward_values(pod)).env
+    assert (env["CORE"], env["NOTE"]) == ("1", "b") and "NONE" not in env
 
 
 def test_a_container_that_is_not_vllm_is_refused():

@@ -104,14 +104,19 @@ def engine_container(pod: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def downward_values(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The fieldRef values a kubelet gives the pod's variables."""
+    """The fieldRef values a kubelet gives the pod's variables, one label or annotation each as
+    ``metadata.labels['KEY']`` and ``metadata.annotations['KEY']``."""
     metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
-    return {
+    values = {
         "metadata.name": metadata.get("name", ""),
         "metadata.namespace": metadata.get("namespace") or "default",
         "status.podIP": status.get("podIP", ""),
         "spec.nodeName": (pod.get("spec") or {}).get("nodeName", ""),
     }
+    for field in ("labels", "annotations"):
+        for key, value in (metadata.get(field) or {}).items():
+            values[f"metadata.{field}['{key}']"] = value
+    return values
 
 
 def readiness_path(container: Mapping[str, Any]) -> tuple[str, int | None]:
