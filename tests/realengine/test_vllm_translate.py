@@ -131,8 +131,8 @@ def test_other_spellings_and_environment_are_translated_too():
 
 
 def test_a_label_reaches_the_server_through_a_field_ref_as_a_kubelet_gives_it():
-    """``metadata.labels['KEY']`` as the kubelet resolves it (the routed real-engine test binds each replica's
-    worker to its own core this way); a label the pod lacks leaves the variable unset, as a kubelet would."""
+    """``metadata.labels['KEY']`` and ``metadata.annotations['KEY']`` as the kubelet resolves them (a user can
+    hand an engine its replica index this way); a label the pod lacks leaves the variable unset."""
     pod = {
         "metadata": {"name": "tiny-1", "labels": {names.LABEL_REPLICA: "1"}, "annotations": {"a": "b"}},
         "status": {"podIP": "127.0.0.9"},
