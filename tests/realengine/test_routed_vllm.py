@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import threading
@@ -53,14 +54,21 @@ MODEL = "tiny-llm"
 IMAGE = "registry.example.com/ai/vllm-ascend:v0.23.0.post1-fleet1"  # this project's image: the exporter is on
 SLOTS = 2  # --max-num-seqs: a small batch, so a handful of requests fills an engine
 # Requests kept in flight on the saturated engine: SLOTS running and more than the picker's threshold waiting,
-# with room for the moment between a generation's end and its successor's arrival.
+# with room for the moment between a request's end and its successor's arrival.
 FLOOD = SLOTS + SATURATION_QUEUE_DEPTH + 4
-FLOOD_TOKENS = 3000  # long generations (EOS ignored), re-sent as each ends, so the queue never drains
+# The flood's work is in the prefill: long prompts of token ids (no tokenizing) and a few output tokens, so the
+# engine stays busy while its API server, which handles every output token, has little to do. Long generations
+# instead starve the API server on two shared cores, and the engine runs empty (docs/real-cluster.md).
+FLOOD_PROMPT_TOKENS = 3000  # within the tiny model's 4096 positions
+FLOOD_TOKENS = 16
+BYTE_TOKENS = range(
+    4, 260
+)  # the byte-level alphabet after the 4 special tokens: in every tiny-model vocabulary
 ROUTED = 20  # sequential requests through the picker while one engine is saturated
 ROUTED_TOKENS = 4
 RETRIES = 4  # sends of one routed request at most
 # vllm:request_params_max_tokens has buckets 1, 2, 5, 10, ...: routed requests (4) fall at or under 5, the
-# flood's (3000) never do, so each engine's own histogram counts the routed requests it answered.
+# flood's (16) never do, so each engine's own histogram counts the routed requests it answered.
 SHORT_BUCKET = "5.0"
 RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
 
@@ -184,7 +192,7 @@ def routed(prometheus_binary) -> Iterator[RoutedFleet]:  # the binary: a skip (C
                 local.cluster.kubelet.remove_listener(pickers)
 
 
-def completion(prompt: str, tokens: int) -> dict:
+def completion(prompt: str | list[int], tokens: int) -> dict:
     # ignore_eos: random weights may draw the end token at any step; the length is what the test decides.
     return {"model": MODEL, "prompt": prompt, "max_tokens": tokens, "ignore_eos": True, "temperature": 0}
 
@@ -192,6 +200,11 @@ def completion(prompt: str, tokens: int) -> dict:
 def unique_prompt() -> str:
     # Distinct prompts: identical ones would (rightly) draw the picker's prefix-cache affinity to one engine.
     return f"{uuid.uuid4().hex} tell me about fleets"
+
+
+def unique_token_prompt() -> list[int]:
+    # Random token ids: no two flood prompts share a prefix block, so none is served from the prefix cache.
+    return [random.choice(BYTE_TOKENS) for _ in range(FLOOD_PROMPT_TOKENS)]
 
 
 def test_both_engine_pods_are_real_vllm_serves_and_ready(routed):
@@ -235,7 +248,7 @@ def test_completions_and_chat_through_the_pool_are_answered_by_vllm(routed):
 
 
 class Gauges(threading.Thread):
-    """Samples one engine's running and waiting gauges (its own /metrics) every 0.25 s until stopped."""
+    """Samples one engine's running and waiting gauges (its own /metrics) every 0.1 s until stopped."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(name=f"gauges {engine.pod}", daemon=True)
@@ -243,7 +256,7 @@ class Gauges(threading.Thread):
         self.seen: list[tuple[float, float]] = []
 
     def run(self) -> None:
-        while True:  # a sample before the first routed request and after each quarter second until stopped
+        while True:  # a sample before the first routed request and after each tenth of a second until stopped
             try:
                 series = self.engine.series()
             except (AssertionError, OSError):
@@ -251,19 +264,19 @@ class Gauges(threading.Thread):
             gauge = {s.name: s.value for s in series if s.name in (RUNNING, WAITING)}
             if len(gauge) == 2:
                 self.seen.append((gauge[RUNNING], gauge[WAITING]))
-            if self.halt.wait(0.25):
+            if self.halt.wait(0.1):
                 return
 
 
 async def keep_busy(url: str, client: aiohttp.ClientSession, finished: list[tuple[str, float]]) -> None:
-    """Long generations straight to one engine, each sent as the last ends, until cancelled (vLLM then
+    """Long prompts straight to one engine, each sent as the last ends, until cancelled (vLLM then
     aborts the one in flight). Each that ends is recorded as (status or error, seconds); one whose
     connection broke is sent again like any other, so a dropped connection does not shrink the flood. A flood
     request has no time limit: queued behind the others on a loaded machine it may wait longer than any
     client timeout, and one that gave up would end its keeper."""
     forever = aiohttp.ClientTimeout(total=None)
     while True:
-        sent, body = time.monotonic(), completion(unique_prompt(), FLOOD_TOKENS)
+        sent, body = time.monotonic(), completion(unique_token_prompt(), FLOOD_TOKENS)
         try:
             async with client.post(f"{url}/v1/completions", json=body, timeout=forever) as answer:
                 await answer.read()
@@ -330,15 +343,9 @@ def saturate_and_route(
     return statuses, gauges, finished, refused
 
 
-# Not yet stable on two shared cores. The engine really runs empty now and then (docs/real-cluster.md): vLLM's
-# CPU build binds both engines' workers to core 0, the flooded engine's API server starves on the other core,
-# hands finished requests back in bursts, and the keepers cannot refill the engine before it drains; a picker
-# that reads 0 running, 0 waiting then sends requests there. Unbound workers kept it full but made the module
-# take 26 minutes. It runs in every suite and prints its figures, but does not gate.
-@pytest.mark.xfail(reason="the flooded engine runs empty while its starved API server lags", strict=False)
 @pytest.mark.parametrize("saturated", [0, 1])
 def test_the_picker_sends_new_requests_away_from_a_saturated_engine(routed, saturated):
-    """One engine is kept full straight at its pod address (SLOTS running, more than the picker's threshold
+    """One engine is kept full straight at its pod address (running, and more than the picker's threshold
     waiting); of ``ROUTED`` requests through the pool's entry, the other engine answers all but at most two.
 
     Chosen at random, two or fewer of 20 land on the saturated engine with probability 211 / 2**20 (0.02 %);
@@ -363,9 +370,11 @@ def test_the_picker_sends_new_requests_away_from_a_saturated_engine(routed, satu
           f"waiting {min(waiting, default=0):.0f}-{max(waiting, default=0):.0f} "
           f"(median {statistics.median(waiting) if waiting else 0:.0f}); flood requests ended {len(flood)} ({dict(Counter(st for st, _ in flood))}, {min((t for _, t in flood), default=0):.0f} to {max((t for _, t in flood), default=0):.0f} s); refused by the picker and sent again {len(refused)}")  # fmt: skip
     assert statuses == [200] * ROUTED, statuses
-    # The saturation was real, in the engine's own gauges, throughout the routed requests.
+    # The saturation was real, in the engine's own gauges, throughout the routed requests: the engine ran
+    # requests in every sample and held more than the picker's threshold it could not start yet. A long prefill
+    # may take the step's whole token budget, so it runs 1 or 2 (SLOTS) at a time.
     assert len(gauges.seen) >= 2, gauges.seen
-    assert max(running) == SLOTS and min(running) >= 1, gauges.seen
+    assert min(running) >= 1 and max(running) <= SLOTS, gauges.seen
     assert statistics.median(waiting) >= SATURATION_QUEUE_DEPTH, gauges.seen
     # Every routed request is counted by exactly one engine, from the engines' own histograms.
     assert sum(got.values()) == ROUTED, got
