@@ -222,7 +222,7 @@ def measure(
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Control-loop benchmark against a synthetic fleet.")
     parser.add_argument("--objects", type=int, default=1000, help="AscendInference objects (default 1000)")
     parser.add_argument(
@@ -243,7 +243,60 @@ def main(argv: list[str] | None = None) -> int:
         help="also run each cycle the old way, listing objects and pods (default: list)",
     )
     parser.add_argument("--real", action="store_true", help="the real control plane too, rows side by side")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def print_table(rows: list[dict]) -> None:
+    """One line per measurement."""
+    print()
+    print(
+        "backend | distinct windows | source | list calls/cycle | queries/cycle | objects | "
+        "cycle s (median, max) | of which read, Prometheus s | operator CPU s/cycle | first cycle s (writes) | "
+        "decisions | operator RSS MiB (caches full -> after, peak)"
+    )
+    for r in rows:
+        print(
+            f"{r['backend']} | {r['windows']} | {r['source']} | {r['lists']:g} | {r['queries']} | {r['objects']} | "
+            f"{r['cycle']:.2f}, {r['cycle_max']:.2f} | {r['read']:.2f}, {r['query']:.2f} | {r['cpu']:.2f} | "
+            f"{r['first']:.2f} ({r['first_writes']}) | {r['decisions']} | "
+            f"{r['idle']:.0f} -> {r['rss']:.0f}, {r['peak']:.0f}"
+            + (f"  ({r['failed']} failed queries)" if r["failed"] else "")
+        )
+
+
+def print_ratios(rows: list[dict], shape: FleetShape) -> None:
+    """Each watch-cache measurement against the list baseline of the same run, and the operator's memory."""
+    print()
+    for r in rows:
+        if r["source"] != "cache":
+            continue
+        base = next(
+            (
+                b
+                for b in rows
+                if b["source"] == "list" and b["backend"] == r["backend"] and b["windows"] == r["windows"]
+            ),
+            None,
+        )
+        if base:
+            print(
+                f"{r['backend']}, {r['windows']} windows: watch-cache cycle {r['cycle']:.2f} s vs list baseline "
+                f"{base['cycle']:.2f} s in the same run: {r['cycle'] / base['cycle']:.2f}x (goal <= 0.33x); "
+                f"Prometheus {r['query']:.2f} s for {r['queries']} queries"
+            )
+        print(
+            f"{r['backend']}: operator memory with the fleet cached: {r['idle']:.0f} MiB "
+            f"({r['start']:.0f} MiB before connecting): {(r['idle'] - r['start']) * 1024 / max(r['objects'], 1):.0f}"
+            f" KiB per object of {shape.replicas} pods (caches filled in {r['fill']:.1f} s)"
+        )
+    print(
+        "queries per cycle = 2 rules x (extreme + sample count) x distinct windows; "
+        f"one per object would be {shape.objects * 2}, one per pod {shape.objects * shape.replicas * 2}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     counts = [int(c) for c in args.windows.split(",")]
     shape = FleetShape(
         namespaces=max(1, min(args.namespaces, args.objects)),
@@ -275,46 +328,6 @@ def main(argv: list[str] | None = None) -> int:
             f"Prometheus holds {int(float(series[0]['value'][1])) if series else 0} fleet series", flush=True
         )
     exporter.close()
-
-    print()
-    print(
-        "backend | distinct windows | source | list calls/cycle | queries/cycle | objects | "
-        "cycle s (median, max) | of which read, Prometheus s | operator CPU s/cycle | first cycle s (writes) | "
-        "decisions | operator RSS MiB (caches full -> after, peak)"
-    )
-    for r in rows:
-        print(
-            f"{r['backend']} | {r['windows']} | {r['source']} | {r['lists']:g} | {r['queries']} | {r['objects']} | "
-            f"{r['cycle']:.2f}, {r['cycle_max']:.2f} | {r['read']:.2f}, {r['query']:.2f} | {r['cpu']:.2f} | "
-            f"{r['first']:.2f} ({r['first_writes']}) | {r['decisions']} | "
-            f"{r['idle']:.0f} -> {r['rss']:.0f}, {r['peak']:.0f}"
-            + (f"  ({r['failed']} failed queries)" if r["failed"] else "")
-        )
-    print()
-    for r in rows:
-        if r["source"] != "cache":
-            continue
-        base = next(
-            (
-                b
-                for b in rows
-                if b["source"] == "list" and b["backend"] == r["backend"] and b["windows"] == r["windows"]
-            ),
-            None,
-        )
-        if base:
-            print(
-                f"{r['backend']}, {r['windows']} windows: watch-cache cycle {r['cycle']:.2f} s vs list baseline "
-                f"{base['cycle']:.2f} s in the same run: {r['cycle'] / base['cycle']:.2f}x (goal <= 0.33x); "
-                f"Prometheus {r['query']:.2f} s for {r['queries']} queries"
-            )
-        print(
-            f"{r['backend']}: operator memory with the fleet cached: {r['idle']:.0f} MiB "
-            f"({r['start']:.0f} MiB before connecting): {(r['idle'] - r['start']) * 1024 / max(r['objects'], 1):.0f}"
-            f" KiB per object of {shape.replicas} pods (caches filled in {r['fill']:.1f} s)"
-        )
-    print(
-        "queries per cycle = 2 rules x (extreme + sample count) x distinct windows; "
-        f"one per object would be {shape.objects * 2}, one per pod {shape.objects * shape.replicas * 2}"
-    )
+    print_table(rows)
+    print_ratios(rows, shape)
     return 0

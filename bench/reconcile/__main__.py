@@ -29,8 +29,10 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 import yaml
 
@@ -154,26 +156,26 @@ def converge(real: bool, args: argparse.Namespace) -> Run:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--objects", type=int, default=100)
-    parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--idle", type=float, default=60.0, help="seconds to watch after convergence")
-    parser.add_argument("--real", action="store_true", help="the real control plane too, rows side by side")
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    found = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    found.add_argument("--objects", type=int, default=100)
+    found.add_argument("--replicas", type=int, default=2)
+    found.add_argument("--idle", type=float, default=60.0, help="seconds to watch after convergence")
+    found.add_argument("--real", action="store_true", help="the real control plane too, rows side by side")
+    found.add_argument(
         "--start-seconds",
         type=float,
         default=0.2,
         help="how long a simulated engine takes to start (default 0.2; real engines take minutes)",
     )
-    parser.add_argument(
+    found.add_argument(
         "--skip-emulator",
         action="store_true",
         help="the real control plane only (with --save, for --table to print beside an emulator run)",
     )
-    parser.add_argument("--verbose", action="store_true", help="print progress while converging")
-    parser.add_argument("--save", type=Path, help="write this run's results to a JSON file")
-    parser.add_argument(
+    found.add_argument("--verbose", action="store_true", help="print progress while converging")
+    found.add_argument("--save", type=Path, help="write this run's results to a JSON file")
+    found.add_argument(
         "--table",
         type=Path,
         action="append",
@@ -181,33 +183,28 @@ def main() -> None:
         help="run nothing: print the runs saved in these files side by side (a 10,000-object run of both "
         "backends takes about half an hour, so each may be run on its own with --save)",
     )
-    args = parser.parse_args()
-    if args.table:
-        runs, shapes = [], set()
-        for path in args.table:
-            try:
-                saved = json.loads(path.read_text())
-                shapes.add((saved["objects"], saved["replicas"]))
-                runs += [Run(**r) for r in saved["runs"]]
-            except (OSError, ValueError, KeyError, TypeError) as error:
-                parser.error(f"{path}: not a run saved by --save ({error!r})")
-        if len(shapes) != 1:
-            parser.error(f"the saved runs differ in --objects and --replicas: {sorted(shapes)}")
-        (args.objects, args.replicas), args.idle = shapes.pop(), runs[0].idle_seconds
-    else:
-        backends = [False, True] if args.real else [False]
-        if args.skip_emulator:
-            backends = [True]
-        runs = [converge(real, args) for real in backends]
-    if args.save:
-        args.save.write_text(
-            json.dumps(
-                {"objects": args.objects, "replicas": args.replicas, "runs": [asdict(r) for r in runs]},
-                indent=1,
-            )
-        )
-    runs.sort(key=lambda r: list(NAMES.values()).index(r.backend))
+    return found
 
+
+def saved_runs(args: argparse.Namespace, fail: Callable[[str], NoReturn]) -> list[Run]:
+    """The runs saved in ``--table`` files; sets the shape and idle seconds they were measured with."""
+    runs: list[Run] = []
+    shapes = set()
+    for path in args.table:
+        try:
+            saved = json.loads(path.read_text())
+            shapes.add((saved["objects"], saved["replicas"]))
+            runs += [Run(**r) for r in saved["runs"]]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            fail(f"{path}: not a run saved by --save ({error!r})")
+    if len(shapes) != 1:
+        fail(f"the saved runs differ in --objects and --replicas: {sorted(shapes)}")
+    (args.objects, args.replicas), args.idle = shapes.pop(), runs[0].idle_seconds
+    return runs
+
+
+def report(args: argparse.Namespace, runs: list[Run]) -> None:
+    """The runs side by side, then the status sequences each wrote."""
     children = args.replicas + 3  # pods + serving Service + headless Service + PDB
     minimum = children + 1  # ... and one status write
     print(
@@ -256,6 +253,27 @@ def main() -> None:
             print(f"  [{r.backend}] {count:>6} x  {sequence}")
         for child, n in r.statuses["children_twice_examples"]:
             print(f"  [{r.backend}] written {n} times: {child}")
+
+
+def main() -> None:
+    command = parser()
+    args = command.parse_args()
+    if args.table:
+        runs = saved_runs(args, command.error)
+    else:
+        backends = [False, True] if args.real else [False]
+        if args.skip_emulator:
+            backends = [True]
+        runs = [converge(real, args) for real in backends]
+    if args.save:
+        args.save.write_text(
+            json.dumps(
+                {"objects": args.objects, "replicas": args.replicas, "runs": [asdict(r) for r in runs]},
+                indent=1,
+            )
+        )
+    runs.sort(key=lambda r: list(NAMES.values()).index(r.backend))
+    report(args, runs)
 
 
 if __name__ == "__main__":
