@@ -1,10 +1,12 @@
-"""The status models refuse unknown fields, so a misspelt field fails where it is written."""
+"""The status models refuse unknown fields, so a misspelt field fails where it is written; a fleet serves in full
+only when its status says Ready with every replica ready."""
 
 import pydantic
 import pytest
 
 from ascend_fleet.api.v1alpha1 import AscendInferenceStatus, LayoutStatus
 from ascend_fleet.reconcile.fleet_status import OTHER_WRITERS_FIELDS, kept_fields
+from ascend_fleet.status import fleet_serving
 
 
 def test_a_misspelt_status_field_fails_instead_of_being_dropped():
@@ -33,3 +35,29 @@ def test_every_derived_field_is_a_status_field_and_the_rest_is_carried_over():
         AscendInferenceStatus(**kept, layout=LayoutStatus(**stored.layout.model_dump())).actions
         == stored.actions
     )
+
+
+def _fleet(data: int, ready_replicas: int | None, ready: str | None) -> dict:
+    status: dict = {} if ready_replicas is None else {"readyReplicas": ready_replicas}
+    if ready is not None:
+        status["conditions"] = [{"type": "Progressing", "status": "True"}, {"type": "Ready", "status": ready}]
+    return {"spec": {"parallelism": {"data": data}}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("data", "ready_replicas", "ready", "serving"),
+    [
+        (2, 2, "True", True),
+        (2, 3, "True", True),  # a surge replica during a rollout
+        (2, 1, "True", False),  # Ready (enough replicas serve) but one is still starting
+        (2, 2, "False", False),
+        (2, 2, None, False),  # no status written yet
+        (2, None, "True", False),
+        (0, 0, "True", False),  # scaled to zero serves nothing
+    ],
+)
+def test_a_fleet_serves_in_full_when_ready_with_every_replica_it_asks_for(
+    data, ready_replicas, ready, serving
+):
+    assert fleet_serving(_fleet(data, ready_replicas, ready)) is serving
+    assert fleet_serving({}) is False

@@ -46,7 +46,7 @@ from ..handlers.control import control_loop_hook
 from ..handlers.operator import OperatorContext, OperatorThread
 from ..kube import Kube, KubeError
 from ..render import InvalidSpec, validate
-from ..status import pod_ready
+from ..status import fleet_serving, pod_ready
 from . import view
 from .realengines import TooFewEngines, fit_story
 from .traffic import Traffic
@@ -321,8 +321,7 @@ class Story:
         snapshot = self._snapshot(obj, pods, values, dt)
         self.last = snapshot
         if self.routed is not None:
-            self.routed.follow(serving=snapshot.ready >= snapshot.desired > 0
-                               and snapshot.conditions.get("Ready", "").startswith("True"))  # fmt: skip
+            self.routed.follow(serving=fleet_serving(obj))
         if self.clock_on_ready is not None and snapshot.ready >= 1:
             self.clock_on_ready.start(time.time())
             self.clock_on_ready = None

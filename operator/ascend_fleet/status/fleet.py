@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..api import names
 from ..api.times import parse_rfc3339
+from .conditions import get_condition
 
 # The scheduler a pod without spec.schedulerName gets (the API server's default).
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -76,6 +77,15 @@ def pod_condition(pod: dict, type_: str) -> dict | None:
 def pod_ready(pod: dict) -> bool:
     """Whether the pod's Ready condition is True: the kubelet's verdict that it serves."""
     return (pod_condition(pod, "Ready") or {}).get("status") == "True"
+
+
+def fleet_serving(obj: dict) -> bool:
+    """Whether an AscendInference serves in full: its ``Ready`` condition is True and every replica its spec asks
+    for is ready (``kubectl wait --for=condition=Ready`` returns, and no replica is still starting)."""
+    status = obj.get("status") or {}
+    ready = get_condition(status.get("conditions") or [], "Ready") or {}
+    desired = int(((obj.get("spec") or {}).get("parallelism") or {}).get("data") or 0)
+    return ready.get("status") == "True" and int(status.get("readyReplicas") or 0) >= desired > 0
 
 
 def _unschedulable(scheduled: dict | None) -> str | None:
