@@ -134,17 +134,17 @@ def test_the_loop_parses_an_object_again_only_when_its_resource_version_moves(mo
     pods = render_replica(valid.obj.spec, Owner.of(valid.obj), 0, valid.layout)
     key = ("team-a", "qwen")
 
-    first = loop._fleets([doc], {key: [_running(copy.deepcopy(p), NOW - 100) for p in pods]})
-    again = loop._fleets([doc], {key: pods})  # same object, its pods no longer Ready
+    first = loop.states([doc], {key: [_running(copy.deepcopy(p), NOW - 100) for p in pods]})
+    again = loop.states([doc], {key: pods})  # same object, its pods no longer Ready
     assert parsed == ["7"]  # parsed once
     assert first[0][1].replica_states[0].ready and not again[0][1].replica_states[0].ready  # pods are fresh
     assert again[0][1].actions == first[0][1].actions == fleet_state(valid, pods).actions
 
     newer = {**doc, "metadata": {**doc["metadata"], "resourceVersion": "8"}, "status": {}}
-    assert loop._fleets([newer], {key: pods})[0][1].actions == ()  # the new status is read
+    assert loop.states([newer], {key: pods})[0][1].actions == ()  # the new status is read
     assert parsed == ["7", "8"]
-    loop._fleets([], {})  # the object is gone: forgotten
-    loop._fleets([newer], {key: pods})
+    loop.states([], {})  # the object is gone: forgotten
+    loop.states([newer], {key: pods})
     assert parsed == ["7", "8", "8"]
 
 

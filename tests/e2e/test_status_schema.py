@@ -61,6 +61,37 @@ def recorded(operator, monkeypatch):
     return writes
 
 
+def record_control_decisions(fleet, operator, settings) -> None:
+    """The control loop's part of status: a decision and a dry-run decision in status.actions and
+    MetricsAvailable, written by its own code path (no Prometheus needed for the write itself)."""
+    loop = ControlLoop(settings, operator.kube, prometheus=Prometheus("http://127.0.0.1:9"))
+    body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **fleet.get("qwen-1-5b")}
+    state = FleetState(namespace=fleet.namespace, name="qwen-1-5b", replicas=2)
+    decision = ControlDecision(
+        fleet.namespace,
+        "qwen-1-5b",
+        "npu_utilization > 85% for 1m",
+        "npu_utilization",
+        0.91,
+        "notify",
+        "fleet",
+    )
+    dry = ControlDecision(
+        fleet.namespace,
+        "qwen-1-5b",
+        "npu_utilization > 85% for 1m",
+        "npu_utilization",
+        0.93,
+        "scale_up",
+        "fleet",
+        dry_run=True,
+        replicas_from=2,
+        replicas_to=3,
+    )
+    metrics = MetricsStatus(False, "InsufficientSamples", "npu_utilization: 3 of 30 samples in the window")
+    assert loop.record(body, Evaluation(state, [decision, dry], metrics), now=1_760_000_000.0)
+
+
 def test_every_status_the_operator_writes_is_stored_unpruned(
     fleet, operator, recorded, local_cluster, settings
 ):
@@ -102,34 +133,7 @@ def test_every_status_the_operator_writes_is_stored_unpruned(
     fleet.apply(held)
     wait_for(lambda: fleet.condition("held", "Ready").get("reason") == "NameConflict", 20, "NameConflict")
 
-    # The control loop's part of status: a decision in status.actions and MetricsAvailable, written by its
-    # own code path (no Prometheus needed for the write itself).
-    loop = ControlLoop(settings, operator.kube, prometheus=Prometheus("http://127.0.0.1:9"))
-    body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **fleet.get("qwen-1-5b")}
-    state = FleetState(namespace=fleet.namespace, name="qwen-1-5b", replicas=2)
-    decision = ControlDecision(
-        fleet.namespace,
-        "qwen-1-5b",
-        "npu_utilization > 85% for 1m",
-        "npu_utilization",
-        0.91,
-        "notify",
-        "fleet",
-    )
-    dry = ControlDecision(
-        fleet.namespace,
-        "qwen-1-5b",
-        "npu_utilization > 85% for 1m",
-        "npu_utilization",
-        0.93,
-        "scale_up",
-        "fleet",
-        dry_run=True,
-        replicas_from=2,
-        replicas_to=3,
-    )
-    metrics = MetricsStatus(False, "InsufficientSamples", "npu_utilization: 3 of 30 samples in the window")
-    assert loop._write(body, Evaluation(state, [decision, dry], metrics), now=1_760_000_000.0)
+    record_control_decisions(fleet, operator, settings)
 
     assert len(recorded) >= 8, f"expected the scenarios above to write status repeatedly, got {len(recorded)}"
     reasons = {c["reason"] for _, sent, _ in recorded for c in sent.get("conditions", [])}

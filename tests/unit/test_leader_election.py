@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import cast
 
@@ -38,6 +39,7 @@ class FakeLeases:
         self.objects: dict[tuple[str | None, str], dict] = {}
         self.version = 0
         self.writes: list[str] = []  # holderIdentity of every accepted write
+        self.before_replace: Callable[[], object] | None = None  # runs once, just before the next replace
 
     def _stored(self, body: dict) -> dict:
         self.version += 1
@@ -59,6 +61,9 @@ class FakeLeases:
         return self._stored(obj)
 
     def replace(self, kind: str, namespace: str | None, name: str, body: dict) -> dict:
+        interleaved, self.before_replace = self.before_replace, None
+        if interleaved is not None:
+            interleaved()
         if (
             self.objects[(namespace, name)]["metadata"]["resourceVersion"]
             != body["metadata"]["resourceVersion"]
@@ -179,10 +184,11 @@ def test_two_standbys_racing_for_an_expired_lease_elect_one():
     b.attempt()
     c.attempt()
     clock.advance(11)
-    b_read = b._read()
-    assert c.attempt()  # c writes between b's read and b's write
-    with pytest.raises(Conflict):
-        b._write(b_read, {"holderIdentity": "b"}, clock.now)
+    won: list[bool] = []
+    api.before_replace = lambda: won.append(c.attempt())  # c writes between b's read and b's write
+    assert not b.attempt()
+    assert won == [True]
+    assert b.last_reason.startswith("cannot write the lease"), b.last_reason
     assert not b.attempt()
     assert api.objects[("ops", "ascend-fleet")]["spec"]["holderIdentity"] == "c"
 

@@ -187,7 +187,7 @@ class ControlLoop:
         report.read_seconds = time.perf_counter() - started
         report.list_calls = source.list_calls - calls
         # Parsing a thousand objects takes a while: keep it (and the evaluation) off kopf's event loop.
-        fleets = await asyncio.to_thread(self._fleets, bodies, pods)
+        fleets = await asyncio.to_thread(self.states, bodies, pods)
         report.objects = len(fleets)
         queries = queries_for([state for _, state in fleets], self.policy)
         read_here = [q for q in queries if operator_signal(q.window.expression) is not None]
@@ -212,7 +212,7 @@ class ControlLoop:
 
         async def write(body: dict, ev: Evaluation) -> list[ControlDecision]:
             async with slots:
-                return await asyncio.to_thread(self._write, body, ev, now)
+                return await asyncio.to_thread(self.record, body, ev, now)
 
         for done in await asyncio.gather(*(write(body, ev) for body, ev in changed)):
             report.decisions += done
@@ -223,9 +223,12 @@ class ControlLoop:
 
     # ----- reading -----
 
-    def _fleets(
+    def states(
         self, bodies: list[dict], pods: dict[tuple[str, str], list[dict]]
     ) -> list[tuple[dict, FleetState]]:
+        """Each listed object that is not being deleted and parses, with its state for this cycle (see
+        :meth:`_fleet`: an object unchanged since the last call is not parsed again); objects gone since then
+        are forgotten."""
         fleets: list[tuple[dict, FleetState]] = []
         parsed: dict[str, tuple[str, tuple[FleetState, int] | None]] = {}
         for body in bodies:
@@ -293,8 +296,9 @@ class ControlLoop:
 
     # ----- writing -----
 
-    def _write(self, listed: dict, ev: Evaluation, now: float) -> list[ControlDecision]:
-        """Record the decisions and the condition, then act; returns the decisions carried out."""
+    def record(self, listed: dict, ev: Evaluation, now: float) -> list[ControlDecision]:
+        """Record one object's evaluation (its decisions in ``status.actions``, its MetricsAvailable condition)
+        in a status write, then act; returns the decisions carried out."""
         fleet = ev.fleet
         for _ in range(WRITE_ATTEMPTS):
             try:
