@@ -11,10 +11,8 @@ against the table of what the operator uses; the alerts with ``promtool test rul
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +21,26 @@ import yaml
 from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api.catalog import PRESET_ASCEND_FLEET, PRESETS
-from ascend_fleet.api.settings import OperatorSettings
-from ascend_fleet.kube import wait_for
 from tests.chart import helm
+from tests.chart.installs import (
+    CLUSTER_PEERING,
+    CRD_READ,
+    HELM_DRIVER,
+    KUBERNETES_VERSION,
+    NAMESPACE,
+    NAMESPACE_WATCH,
+    NAMESPACED_PEERING,
+    NAMESPACED_RULES,
+    NOT_BUILT_IN,
+    RELEASES,
+    WATCHED,
+    container,
+    find,
+    granted,
+    one,
+    prometheus_rules,
+    settings_of,
+)
 from tests.chart.promql import (
     ENGINE_LABELS,
     discovered_targets,
@@ -35,90 +50,6 @@ from tests.chart.promql import (
     promtool,
 )
 from tests.support.paths import CRD_FILE
-
-KUBERNETES_VERSION = "1.33"
-NAMESPACE = "ascend-system"
-WATCHED = ["llm-prod", "llm-staging"]
-# Release name -> values file (tests/chart/values/), or None for the chart's defaults.
-RELEASES = {
-    "defaults": None,
-    "namespaced": "namespaced",
-    "peering": "clusterwide-peering",
-    "everything": "all-options",
-    "restricted": "restricted",
-}
-# Kinds no bundled schema covers: the Prometheus Operator's (their shape is checked below) and kopf's peering.
-NOT_BUILT_IN = {"monitoring.coreos.com/v1", "kopf.dev/v1"}
-MONITORING_KINDS = {
-    "ServiceMonitor": "servicemonitors",
-    "PodMonitor": "podmonitors",
-    "PrometheusRule": "prometheusrules",
-}
-
-
-def _stand_in_monitoring_crd(kind: str, plural: str) -> dict[str, Any]:
-    """The Prometheus Operator's CRDs in name only (what Helm needs to map the kinds); no schema."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                    },
-                }
-            ],
-        },
-    }
-
-
-REAL = os.environ.get("ASCEND_FLEET_E2E_BACKEND", "real") == "real"
-HELM_DRIVER = "secret" if REAL else "memory"  # the emulator cannot store Helm's release Secrets
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Path]:
-    """A cluster of this module's own (the releases' cluster-wide objects would meet the e2e suite's)."""
-    kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig"
-    from ascend_fleet.devcluster.stack import stack
-
-    if REAL:
-        from tests.support.realcluster import control_plane_or_skip
-
-        control_plane_or_skip()
-    with stack(real=REAL, nodes=1 if REAL else 4, kubeconfig=kubeconfig) as local:
-        yield local.cluster.kubeconfig_path
-
-
-@pytest.fixture(scope="module")
-def api(cluster):
-    from kubernetes import config
-    from kubernetes.dynamic import DynamicClient
-
-    client = DynamicClient(config.new_client_from_config(config_file=str(cluster)))
-    namespaces = client.resources.get(api_version="v1", kind="Namespace")
-    for name in [NAMESPACE, "monitoring", *WATCHED]:
-        namespaces.create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    crds = client.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
-    for kind, plural in MONITORING_KINDS.items():
-        crds.create(body=_stand_in_monitoring_crd(kind, plural))
-
-    def served() -> bool:  # the API serves a CRD's kind shortly after it is created
-        client.resources.invalidate_cache()
-        for kind in MONITORING_KINDS:
-            client.resources.get(api_version="monitoring.coreos.com/v1", kind=kind)
-        return True
-
-    wait_for(served, 30, "the monitoring CRDs to be served", interval=0.2)
-    return client
 
 
 @pytest.fixture(scope="module")
@@ -139,14 +70,7 @@ def releases(installed) -> dict[str, list[dict[str, Any]]]:
     return {name: release.objects for name, release in installed.items()}
 
 
-def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
-    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
-
-
-def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = find(objects, kind)
-    assert len(found) == 1, f"expected one {kind}, found {len(found)}"
-    return found[0]
+ALERT_TESTS = Path(__file__).with_name("alert-tests.yaml")
 
 
 # What Helm created ------------------------------------------------------------------------------------
@@ -245,13 +169,6 @@ def test_inference_extension_crds_from_the_chart_are_served(api, releases):
 # The operator's configuration --------------------------------------------------------------------------
 
 
-def settings_of(objects: list[dict[str, Any]]) -> OperatorSettings:
-    configmap = find(
-        objects, "ConfigMap", next(o["metadata"]["name"] for o in objects if o["kind"] == "Deployment")
-    )[0]
-    return OperatorSettings.model_validate(yaml.safe_load(configmap["data"]["config.yaml"]))
-
-
 @pytest.mark.parametrize("release", RELEASES)
 def test_config_file_is_valid_operator_settings(releases, release):
     settings_of(releases[release])
@@ -280,10 +197,6 @@ def test_config_file_carries_the_values(releases):
 
 
 # The Deployment -----------------------------------------------------------------------------------------
-
-
-def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
 
 
 def test_operator_pod_is_hardened(releases):
@@ -370,64 +283,6 @@ def test_peering_objects(releases):
 
 
 # RBAC: exactly what the operator uses ----------------------------------------------------------------------
-
-# (apiGroup, resource) -> verbs, as the operator uses them in any namespace it serves.
-# What the operator uses (tests/e2e/test_rbac.py checks this against its recorded requests).
-NAMESPACED_RULES = {
-    ("inference.ascendfleet.io", "ascendinferences"): {"get", "list", "watch", "patch"},
-    ("inference.ascendfleet.io", "ascendinferences/status"): {"patch"},
-    # blockOwnerDeletion on the children (checked at admission, see tests/realapi/test_rbac_admission.py)
-    ("inference.ascendfleet.io", "ascendinferences/finalizers"): {"update"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "events"): {"create", "patch"},
-    # spec.routing.mode inferencePool: listed per pass, created, patched back, collected
-    ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("inference.networking.x-k8s.io", "inferenceobjectives"): {
-        "get",
-        "list",
-        "watch",
-        "create",
-        "patch",
-        "delete",
-    },
-    # the split between spec.variants
-    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): {
-        "get",
-        "list",
-        "watch",
-        "create",
-        "patch",
-        "delete",
-    },
-    ("coordination.k8s.io", "leases"): {"get", "create", "update"},  # the picker's leader Lease, likewise
-    ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "create", "patch", "delete"},
-    ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},
-    ("", "configmaps"): {"get", "list", "create", "patch", "delete"},
-    ("", "serviceaccounts"): {"get", "list", "create", "patch", "delete"},
-    ("rbac.authorization.k8s.io", "roles"): {"get", "list", "create", "patch", "delete"},
-    ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "create", "patch", "delete"},
-}
-CRD_READ = {("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"}}
-NAMESPACE_WATCH = {
-    ("", "namespaces"): {"list", "watch"}
-}  # namespaced kopf only (cluster-wide never reads them)
-CLUSTER_PEERING = {("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}}
-NAMESPACED_PEERING = {("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"}}
-
-
-def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
-    """A Role's rules as (apiGroup, resource) -> verbs; no wildcards, no resourceNames, nothing granted twice."""
-    table: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
-        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                assert "*" not in (group, resource, *rule["verbs"]), f"wildcard in {rule}"
-                assert (group, resource) not in table, f"{group}/{resource} granted twice"
-                table[(group, resource)] = set(rule["verbs"])
-    return table
 
 
 def test_cluster_wide_rbac(releases):
@@ -608,68 +463,6 @@ def test_dashboard_configmap_holds_the_dashboard(releases):
 
 # Alerts ------------------------------------------------------------------------------------------------
 
-ALERT_TESTS = textwrap.dedent("""\
-    rule_files: [rules.yaml]
-    evaluation_interval: 1m
-    tests:
-      - interval: 1m
-        input_series:
-          # qwen: two replicas at 90% (fleet average above 85%); replica 1 fragmented on one device.
-          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="qwen", replica="0", device="0"}
-            values: 0.9x20
-          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="qwen", replica="1", device="0"}
-            values: 0.9x20
-          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="qwen", replica="0", device="0"}
-            values: 0.02x20
-          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="qwen", replica="1", device="0"}
-            values: 0.01x20
-          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="qwen", replica="1", device="1"}
-            values: 0.2x20
-          - series: ascend_fleet_operator_replicas{namespace="llm", inference="qwen", state="ready"}
-            values: 2x20
-          # calm: one replica at 50%, well below every threshold.
-          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="calm", replica="0", device="0"}
-            values: 0.5x20
-          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="calm", replica="0", device="0"}
-            values: 0.01x20
-          - series: ascend_fleet_operator_replicas{namespace="llm", inference="calm", state="ready"}
-            values: 1x20
-          # blind: ready replicas but no exporter series at all.
-          - series: ascend_fleet_operator_replicas{namespace="llm", inference="blind", state="ready"}
-            values: 1x20
-          # spiky: above 85% for only 3 minutes.
-          - series: ascend_fleet_npu_utilization_ratio{namespace="llm", inference="spiky", replica="0", device="0"}
-            values: 0.5 0.5 0.95 0.95 0.95 0.5x15
-          - series: ascend_fleet_memory_fragmentation_ratio{namespace="llm", inference="spiky", replica="0", device="0"}
-            values: 0x20
-        alert_rule_test:
-          - eval_time: 4m
-            alertname: AscendFleetNPUUtilizationHigh
-            exp_alerts: []
-          - eval_time: 6m
-            alertname: AscendFleetNPUUtilizationHigh
-            exp_alerts:
-              - exp_labels: {severity: warning, namespace: llm, inference: qwen}
-          - eval_time: 9m
-            alertname: AscendFleetMemoryFragmentationHigh
-            exp_alerts: []
-          - eval_time: 11m
-            alertname: AscendFleetMemoryFragmentationHigh
-            exp_alerts:
-              - exp_labels: {severity: warning, namespace: llm, inference: qwen, replica: "1"}
-          - eval_time: 9m
-            alertname: AscendFleetMetricsMissing
-            exp_alerts: []
-          - eval_time: 11m
-            alertname: AscendFleetMetricsMissing
-            exp_alerts:
-              - exp_labels: {severity: warning, namespace: llm, inference: blind}
-    """)
-
-
-def prometheus_rules(objects: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"groups": one(objects, "PrometheusRule")["spec"]["groups"]}
-
 
 def without_annotations(rules: dict[str, Any]) -> dict[str, Any]:
     """promtool compares annotations too; the behaviour under test is when and for whom alerts fire."""
@@ -692,7 +485,7 @@ def test_alerts_fire_as_the_default_rules_would(releases, tmp_path):
     checked = run_promtool("check", "rules", str(tmp_path / "full.yaml"))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(without_annotations(rules)))
-    (tmp_path / "test.yaml").write_text(ALERT_TESTS)
+    (tmp_path / "test.yaml").write_text(ALERT_TESTS.read_text())
     tested = run_promtool("test", "rules", str(tmp_path / "test.yaml"))
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -704,7 +497,7 @@ def test_promtool_catches_a_wrong_alert(releases, tmp_path):
     for rule in rules["groups"][0]["rules"]:
         rule["expr"] = rule["expr"].replace("> 0.85", "> 0.95")
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
-    (tmp_path / "test.yaml").write_text(ALERT_TESTS)
+    (tmp_path / "test.yaml").write_text(ALERT_TESTS.read_text())
     assert run_promtool("test", "rules", str(tmp_path / "test.yaml")).returncode != 0
 
 

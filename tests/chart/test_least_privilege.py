@@ -2,8 +2,8 @@
 
 rbac.routing: false grants nothing routing needs and tells the operator so; prometheusAuth mounts the
 Prometheus credentials and names them in the operator's settings; contradictory credentials stop the
-install; every alert links its runbook. The cluster fixture and the checks come from
-tests/chart/test_install.py.
+install; every alert links its runbook. The cluster fixture comes from tests/chart/conftest.py, the checks from
+tests/chart/installs.py.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ from typing import Any
 import pytest
 
 from tests.chart import helm
-from tests.chart.test_install import (  # noqa: F401 (cluster and api are fixtures)
+from tests.chart.installs import (
     CRD_READ,
     HELM_DRIVER,
     NAMESPACE,
     NAMESPACE_WATCH,
     NAMESPACED_RULES,
-    api,
-    cluster,
     container,
     find,
     granted,
@@ -35,7 +33,7 @@ INLINE = {"clusterwide-no-routing": {"rbac": {"routing": False}}}
 
 
 @pytest.fixture(scope="module")
-def releases(cluster, api) -> dict[str, list[dict[str, Any]]]:  # noqa: F811 (the imported fixtures)
+def releases(cluster, api) -> dict[str, list[dict[str, Any]]]:
     return {
         name: helm.install(
             cluster, name, NAMESPACE, helm.values_file(values) if values else None, driver=HELM_DRIVER

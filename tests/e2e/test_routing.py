@@ -128,40 +128,9 @@ def test_without_the_crds_ready_says_which_to_install(real, fleet, kube, namespa
     assert routing_requests(audit_log, namespace) == before
 
 
-def test_inference_pool_objects_are_created_owned_patched_back_and_collected(real, fleet, kube, namespace):
-    apply_crds(real, kube)
-    doc = routed(gateway={"name": "edge"})
-    wanted = expected(namespace, doc)
-    assert {k for k, _ in wanted} == {
-        "InferencePool",
-        "InferenceObjective",
-        "ServiceAccount",
-        "Role",
-        "RoleBinding",
-        "ConfigMap",
-        "Deployment",
-        "Service",
-        "PodDisruptionBudget",
-        "HTTPRoute",
-    }
-    created = fleet.apply(doc)
-    uid = created["metadata"]["uid"]
-    children = wait_for(
-        lambda: len(found := present(kube, namespace, wanted)) == len(wanted) and found,
-        90,
-        f"every routing object ({len(wanted)})",
-    )
-    for (kind, name), child in children.items():
-        refs = [r for r in child["metadata"].get("ownerReferences", []) if r.get("controller")]
-        assert [(r["uid"], r["kind"]) for r in refs] == [(uid, names.KIND)], (kind, name)
-    # The API server accepted the picker's Role, so the operator holds everything it grants (escalation check).
-    assert children[("Role", picker_name(NAME))]["rules"]
-    objectives = {n: c["spec"]["priority"] for (k, n), c in children.items() if k == "InferenceObjective"}
-    assert objectives == {f"{NAME}-long": 2, f"{NAME}-short": 0}
-    wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
-    wait_for(lambda: fleet.events("Created"), 10, "the Created Event")
-
-    # Hand edits are patched back (at the latest on the resync: routing objects are listed, not watched).
+def edit_by_hand_and_see_it_patched_back(kube, namespace: str, children: dict) -> None:
+    """Edit every routing object as a user might by hand; the operator patches each back (at the latest on the
+    resync: routing objects are listed, not watched)."""
     epp = picker_name(NAME)
     ports = children[("InferencePool", NAME)]["spec"]["targetPorts"]
     edits = {
@@ -195,6 +164,42 @@ def test_inference_pool_objects_are_created_owned_patched_back_and_collected(rea
         30,
         "every hand edit patched back",
     )
+
+
+def test_inference_pool_objects_are_created_owned_patched_back_and_collected(real, fleet, kube, namespace):
+    apply_crds(real, kube)
+    doc = routed(gateway={"name": "edge"})
+    wanted = expected(namespace, doc)
+    assert {k for k, _ in wanted} == {
+        "InferencePool",
+        "InferenceObjective",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "HTTPRoute",
+    }
+    created = fleet.apply(doc)
+    uid = created["metadata"]["uid"]
+    children = wait_for(
+        lambda: len(found := present(kube, namespace, wanted)) == len(wanted) and found,
+        90,
+        f"every routing object ({len(wanted)})",
+    )
+    for (kind, name), child in children.items():
+        refs = [r for r in child["metadata"].get("ownerReferences", []) if r.get("controller")]
+        assert [(r["uid"], r["kind"]) for r in refs] == [(uid, names.KIND)], (kind, name)
+    # The API server accepted the picker's Role, so the operator holds everything it grants (escalation check).
+    assert children[("Role", picker_name(NAME))]["rules"]
+    objectives = {n: c["spec"]["priority"] for (k, n), c in children.items() if k == "InferenceObjective"}
+    assert objectives == {f"{NAME}-long": 2, f"{NAME}-short": 0}
+    wait_for(lambda: fleet.ready(NAME, 1), 120, "the fleet ready with its pool")
+    wait_for(lambda: fleet.events("Created"), 10, "the Created Event")
+
+    edit_by_hand_and_see_it_patched_back(kube, namespace, children)
     # Events are recorded after the writes they report.
     wait_for(lambda: fleet.events("Updated"), 10, "the Updated Events")
 
