@@ -83,34 +83,22 @@ def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 # (apiGroup, resource) -> verbs, as the operator uses them in any namespace it serves.
 # What the operator uses (tests/e2e/test_rbac.py checks this against its recorded requests).
+# Kinds the operator watches (or lists each pass) and creates, patches back and deletes as their owner.
+WATCHED_AND_OWNED = frozenset({"get", "list", "watch", "create", "patch", "delete"})
 NAMESPACED_RULES = {
     ("inference.ascendfleet.io", "ascendinferences"): {"get", "list", "watch", "patch"},
     ("inference.ascendfleet.io", "ascendinferences/status"): {"patch"},
     # blockOwnerDeletion on the children (checked at admission, see tests/realapi/test_rbac_admission.py)
     ("inference.ascendfleet.io", "ascendinferences/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("policy", "poddisruptionbudgets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "services"): WATCHED_AND_OWNED,
+    ("policy", "poddisruptionbudgets"): WATCHED_AND_OWNED,
     ("", "events"): {"create", "patch"},
     # spec.routing.mode inferencePool: listed per pass, created, patched back, collected
-    ("inference.networking.k8s.io", "inferencepools"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("inference.networking.x-k8s.io", "inferenceobjectives"): {
-        "get",
-        "list",
-        "watch",
-        "create",
-        "patch",
-        "delete",
-    },
+    ("inference.networking.k8s.io", "inferencepools"): WATCHED_AND_OWNED,
+    ("inference.networking.x-k8s.io", "inferenceobjectives"): WATCHED_AND_OWNED,
     # the split between spec.variants
-    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): {
-        "get",
-        "list",
-        "watch",
-        "create",
-        "patch",
-        "delete",
-    },
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): WATCHED_AND_OWNED,
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},  # the picker's leader Lease, likewise
     ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "create", "patch", "delete"},
     ("apps", "deployments"): {"get", "list", "create", "patch", "delete"},

@@ -211,7 +211,7 @@ def test_each_target_group_has_a_file_of_its_own_and_the_job_reads_them_all(tmp_
     assert json.loads((targets / "real-engines.json").read_text()) == [
         {"targets": ["127.10.0.6:9410"], "labels": {"pod": "real"}}
     ]
-    (job,) = server._config["scrape_configs"]
+    (job,) = server.config["scrape_configs"]
     assert job["file_sd_configs"][0]["files"] == [str(targets / "*.json")]
     with pytest.raises(ValueError, match="lower-case word .* not '../x'"):
         server.set_targets([], group="../x")

@@ -40,7 +40,7 @@ def test_operator_survives_an_api_server_outage_and_a_410_on_resume(fleet, opera
     wait_for(lambda: fleet.scale("qwen-1-5b", 2), 30, "the scale subresource answering")
     fleet.wait_ready("qwen-1-5b", 2, timeout=90)
     assert operator.thread is not None and operator.thread.error is None
-    assert operator.thread._thread.is_alive(), "the operator exited during the outage"
+    assert operator.thread.is_alive(), "the operator exited during the outage"
     # The outage was real (requests failed and were retried) and the resumed watches met 410 Gone.
     messages = [record.getMessage() for record in caplog.records]
     assert any("will retry" in m or "Restarting the watch-stream" in m for m in messages)

@@ -59,8 +59,8 @@ def test_windows_are_answered_like_prometheus_subqueries():
         store.add(Scrape(15.0 * i, {0: (u0, 0.1 * i), 1: (u1, 0.2)}))
     spec = load_spec()
     policy = RulesPolicy(spec)
-    observations = policy._observe(store, 45.0)
-    by_stat = {(q.window.scope, q.window.seconds, q.stat): observations.series[q] for q in policy._queries}
+    observations = policy.observe(store, 45.0)
+    by_stat = {(q.window.scope, q.window.seconds, q.stat): observations.series[q] for q in policy.queries}
     fleet_min = by_stat[("fleet", 300.0, "min")][("simulated", "simulated", None)]
     assert fleet_min == pytest.approx(min((0.9 + 0.95) / 2, (0.8 + 0.99) / 2, (0.92 + 0.88) / 2))
     assert by_stat[("fleet", 300.0, "count")][("simulated", "simulated", None)] == 3

@@ -62,7 +62,7 @@ def test_the_rules_shift_to_int8_under_load_and_back_when_it_clears():
     back = [d for d in shifts if dict(d.traffic_to)["fp16"] > dict(d.traffic_from)["fp16"]]
     assert to_int8 and back, [d.result() for d in shifts]
     # Each shift waits the cooldown after the one before, in either direction.
-    times = sorted(a.time for a in policy._actions if a.action == "shift_traffic")
+    times = sorted(a.time for a in policy.actions if a.action == "shift_traffic")
     assert all(b - a >= spec.autoscaling.shift_cooldown for a, b in zip(times, times[1:], strict=False))
     summary = summarize(result)
     assert summary.precision_share["int8"] > 0.5  # the busy half ran mostly on int8

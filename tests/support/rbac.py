@@ -46,7 +46,7 @@ def rbac_triple(method: str, url: str) -> tuple[str, str, str] | None:
 def record_operator_requests(cluster, suite: str) -> None:
     """Add the operator's requests served by ``cluster`` (a DevCluster) to OBSERVED."""
     SUITES.add(suite)
-    for request in list(cluster.emulator._requests):
+    for request in cluster.emulator.served_requests():
         agent = {k.lower(): v for k, v in (request.headers or {}).items()}.get("user-agent", "")
         if agent.startswith(OPERATOR_AGENTS):
             triple = rbac_triple(str(request.method.value), str(request.url))

@@ -327,6 +327,10 @@ class OperatorThread:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def is_alive(self) -> bool:
+        """Whether the operator's thread still runs (it ends only when stopped or on an error)."""
+        return self._thread.is_alive()
+
     def stop(self, timeout: float = 30) -> None:
         self._stop.set()
         self._thread.join(timeout)

@@ -44,7 +44,8 @@ class RulesPolicy:
     settings: ControlSettings = field(default_factory=ControlSettings)
     inference: str = "simulated"
     decisions: list[evaluate.ControlDecision] = field(default_factory=list, init=False, repr=False)
-    _actions: list[evaluate.PastAction] = field(default_factory=list, init=False, repr=False)
+    # What the fleet's status.actions would list, newest first (see _remember).
+    actions: list[evaluate.PastAction] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.evaluation = evaluate.EvaluationSettings.from_settings(self.settings)
@@ -52,9 +53,10 @@ class RulesPolicy:
         self.rules: tuple[Rule, ...] = tuple(
             r for r in self.spec.rules if self.restarts or r.action != "restart_service"
         )
-        self._queries = evaluate.queries_for([self._fleet_state(0, {})], self.evaluation)
+        # The queries the operator would send for this spec; observe() answers them from the scrapes.
+        self.queries = evaluate.queries_for([self._fleet_state(0, {})], self.evaluation)
         names = {expression: metric for metric, expression in self.evaluation.catalog.entries.items()}
-        self._metric_of = {q: names.get(q.window.expression) for q in self._queries}
+        self._metric_of = {q: names.get(q.window.expression) for q in self.queries}
         # Keep each recorded action as long as any cooldown or notify spacing could still read it.
         bounds = self.spec.autoscaling
         self._memory = (
@@ -80,7 +82,7 @@ class RulesPolicy:
             for r in view.replicas
         }
         fleet = self._fleet_state(view.desired, states, dict(view.traffic))
-        observations = self._observe(view.metrics, view.now)
+        observations = self.observe(view.metrics, view.now)
         decisions = evaluate.decide([fleet], observations, view.now, self.evaluation)
         self.decisions.extend(decisions)
         self._remember(decisions, view.now)
@@ -111,19 +113,19 @@ class RulesPolicy:
             autoscaling=self.spec.autoscaling,
             max_unavailable=self.spec.disruption.max_unavailable,
             replica_states=states,
-            actions=tuple(self._actions),
+            actions=tuple(self.actions),
             traffic=traffic or {},
         )
 
     def _remember(self, decisions: list[evaluate.ControlDecision], now: float) -> None:
         """Newest first, as status.actions; old entries go once no cooldown can need them."""
         new = [evaluate.PastAction(now, d.rule, d.action, d.target, d.dry_run) for d in decisions]
-        self._actions = [*new, *(a for a in self._actions if now - a.time <= self._memory)]
+        self.actions = [*new, *(a for a in self.actions if now - a.time <= self._memory)]
 
-    def _observe(self, store: MetricStore, now: float) -> Observations:
+    def observe(self, store: MetricStore, now: float) -> Observations:
         """Answer the operator's queries from the simulated scrapes, as Prometheus would."""
         observations = Observations()
-        for query in self._queries:
+        for query in self.queries:
             metric = self._metric_of[query]
             if metric not in METRICS:
                 observations.record(query, [])  # a metric the simulator does not export: no series

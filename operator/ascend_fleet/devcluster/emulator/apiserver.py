@@ -99,6 +99,10 @@ class LocalKubernetes(kmock.KubernetesEmulator):
         )
         self.store.bootstrap()
 
+    def served_requests(self) -> list[kmock.Request]:
+        """The requests served so far, oldest first (the newest ``request_log_limit`` when it is set)."""
+        return list(self._requests)
+
     def close_watches(self) -> None:
         """End every open watch (and any later one) so that the server can shut down at once."""
         self.store.close_watches()

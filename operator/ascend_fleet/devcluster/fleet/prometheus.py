@@ -147,7 +147,7 @@ class PrometheusServer:
         self.data_dir = self.directory / "data"
         self.log_file = self.directory / "prometheus.log"
         self.startup_timeout = startup_timeout
-        self._config = render_config(
+        self.config = render_config(  # what start() writes to config_file
             self.targets_file.parent / "*.json",  # every group's file
             scrape_interval=scrape_interval,
             evaluation_interval=evaluation_interval,
@@ -182,7 +182,7 @@ class PrometheusServer:
         """Start the process and wait until it is ready; does nothing if it already runs."""
         if self.running:
             return self
-        write_atomically(self.config_file, yaml.safe_dump(self._config, sort_keys=False))
+        write_atomically(self.config_file, yaml.safe_dump(self.config, sort_keys=False))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._process = LocalProcess(
             "prometheus",
