@@ -70,8 +70,7 @@ class ObservedPod:
 
 def pod_condition(pod: dict, type_: str) -> dict | None:
     """The pod's condition of ``type_`` (``Ready``, ``PodScheduled``, ...), None if it has none."""
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == type_), None)
+    return get_condition((pod.get("status") or {}).get("conditions") or [], type_)
 
 
 def pod_ready(pod: dict) -> bool:
