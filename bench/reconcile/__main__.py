@@ -156,26 +156,26 @@ def converge(real: bool, args: argparse.Namespace) -> Run:
     )
 
 
-def parser() -> argparse.ArgumentParser:
-    found = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    found.add_argument("--objects", type=int, default=100)
-    found.add_argument("--replicas", type=int, default=2)
-    found.add_argument("--idle", type=float, default=60.0, help="seconds to watch after convergence")
-    found.add_argument("--real", action="store_true", help="the real control plane too, rows side by side")
-    found.add_argument(
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=100)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds to watch after convergence")
+    parser.add_argument("--real", action="store_true", help="the real control plane too, rows side by side")
+    parser.add_argument(
         "--start-seconds",
         type=float,
         default=0.2,
         help="how long a simulated engine takes to start (default 0.2; real engines take minutes)",
     )
-    found.add_argument(
+    parser.add_argument(
         "--skip-emulator",
         action="store_true",
         help="the real control plane only (with --save, for --table to print beside an emulator run)",
     )
-    found.add_argument("--verbose", action="store_true", help="print progress while converging")
-    found.add_argument("--save", type=Path, help="write this run's results to a JSON file")
-    found.add_argument(
+    parser.add_argument("--verbose", action="store_true", help="print progress while converging")
+    parser.add_argument("--save", type=Path, help="write this run's results to a JSON file")
+    parser.add_argument(
         "--table",
         type=Path,
         action="append",
@@ -183,7 +183,7 @@ def parser() -> argparse.ArgumentParser:
         help="run nothing: print the runs saved in these files side by side (a 10,000-object run of both "
         "backends takes about half an hour, so each may be run on its own with --save)",
     )
-    return found
+    return parser
 
 
 def saved_runs(args: argparse.Namespace, fail: Callable[[str], NoReturn]) -> list[Run]:
@@ -256,10 +256,10 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
 
 
 def main() -> None:
-    command = parser()
-    args = command.parse_args()
+    parser = argument_parser()
+    args = parser.parse_args()
     if args.table:
-        runs = saved_runs(args, command.error)
+        runs = saved_runs(args, parser.error)
     else:
         backends = [False, True] if args.real else [False]
         if args.skip_emulator:
