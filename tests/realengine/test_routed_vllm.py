@@ -36,6 +36,7 @@ from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable, ensure_
 from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
 from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.devcluster.real.realengines import RealEngines
+from ascend_fleet.devcluster.real.tinymodel import BYTE_TOKEN_IDS
 from ascend_fleet.exporter import metrics
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
@@ -61,9 +62,6 @@ FLOOD = SLOTS + SATURATION_QUEUE_DEPTH + 4
 # instead starve the API server on two shared cores, and the engine runs empty (docs/real-cluster.md).
 FLOOD_PROMPT_TOKENS = 3000  # within the tiny model's 4096 positions
 FLOOD_TOKENS = 16
-BYTE_TOKENS = range(
-    4, 260
-)  # the byte-level alphabet after the 4 special tokens: in every tiny-model vocabulary
 ROUTED = 20  # sequential requests through the picker while one engine is saturated
 ROUTED_TOKENS = 4
 RETRIES = 4  # sends of one routed request at most
@@ -204,7 +202,7 @@ def unique_prompt() -> str:
 
 def unique_token_prompt() -> list[int]:
     # Random token ids: no two flood prompts share a prefix block, so none is served from the prefix cache.
-    return [random.choice(BYTE_TOKENS) for _ in range(FLOOD_PROMPT_TOKENS)]
+    return [random.choice(BYTE_TOKEN_IDS) for _ in range(FLOOD_PROMPT_TOKENS)]
 
 
 def test_both_engine_pods_are_real_vllm_serves_and_ready(routed):

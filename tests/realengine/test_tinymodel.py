@@ -43,3 +43,14 @@ def test_the_model_is_a_small_llama_with_a_head_size_vllms_cpu_attention_takes()
     assert names["model.layers.1.self_attn.q_proj.weight"] == (256, 256)
     assert "model.layers.2.input_layernorm.weight" not in names
     assert sum(1 for name in names if name.endswith("norm.weight")) == 2 * tinymodel.LAYERS + 1
+
+
+def test_the_byte_token_ids_are_the_tokenizers_one_token_per_byte():
+    """A prompt of token ids drawn from ``BYTE_TOKEN_IDS`` (the routed test's flood) is one the built tokenizer
+    holds: the special tokens first, then the 256 single-character byte tokens, then the merges."""
+    vocabulary = json.loads((vllm_cpu_or_skip().model / "tokenizer.json").read_text())["model"]["vocab"]
+    token_of = {number: token for token, number in vocabulary.items()}
+    assert [token_of[n] for n in range(len(tinymodel.SPECIAL_TOKENS))] == list(tinymodel.SPECIAL_TOKENS)
+    byte_tokens = {token_of[n] for n in tinymodel.BYTE_TOKEN_IDS}
+    assert len(byte_tokens) == tinymodel.BYTE_ALPHABET and all(len(token) == 1 for token in byte_tokens)
+    assert len(token_of[tinymodel.BYTE_TOKEN_IDS.stop]) > 1  # the first merge

@@ -38,6 +38,10 @@ TOKENIZER_VOCABULARY = 1024
 WEIGHT_STD = 0.02
 
 BOS, EOS, UNK, PAD = "<s>", "</s>", "<unk>", "<pad>"
+SPECIAL_TOKENS = (BOS, EOS, UNK, PAD)  # ids 0 to 3, in this order
+BYTE_ALPHABET = 256  # a byte-level BPE starts from one token per byte, numbered after the special tokens
+# The byte tokens' ids: a prompt of token ids drawn from these is valid for every tokenizer this module trains.
+BYTE_TOKEN_IDS = range(len(SPECIAL_TOKENS), len(SPECIAL_TOKENS) + BYTE_ALPHABET)
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
     "{{ message['content'] }}{{ eos_token }}\n{% endfor %}"
@@ -82,7 +86,7 @@ def train_tokenizer(seed: int = SEED) -> Any:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=TOKENIZER_VOCABULARY,
-        special_tokens=[BOS, EOS, UNK, PAD],
+        special_tokens=list(SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
