@@ -21,7 +21,7 @@ RELEASES = {
     "everything": "all-options",
     "restricted": "restricted",
 }
-# Kinds no bundled schema covers: the Prometheus Operator's (their shape is checked below) and kopf's peering.
+# Kinds no bundled schema covers: the Prometheus Operator's (test_install.py checks their shape) and kopf's peering.
 NOT_BUILT_IN = {"monitoring.coreos.com/v1", "kopf.dev/v1"}
 MONITORING_KINDS = {
     "ServiceMonitor": "servicemonitors",
