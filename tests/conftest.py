@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def prometheus_binary() -> str:
     """The binary, or a skip on a developer machine without it; CI installs it, so there it must exist."""
-    from ascend_fleet.devcluster.fleet.prometheus import PrometheusNotFound, find_prometheus_binary
+    from ascend_fleet_dev.fleet.prometheus import PrometheusNotFound, find_prometheus_binary
 
     try:
         return find_prometheus_binary()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.kube import Kube, wait_for
+from ascend_fleet_dev.real.realcluster import provide_model_claim
 
 NAME = "qwen-1-5b"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang-small.yaml"

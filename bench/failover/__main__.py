@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ascend_fleet.api.crd import crd
-from ascend_fleet.devcluster.real.nodefailure import NodeFailure, kill_serving_node, serving_leaders
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.real.nodefailure import NodeFailure, kill_serving_node, serving_leaders
+from ascend_fleet_dev.stack import stack
 from bench.failover import NAME, example, seconds
 from bench.failover.npu import NpuRun, npu_report, run_npu
 from bench.failover.operator import OperatorRun, operator_report, run_operator_takeover

@@ -24,11 +24,11 @@ from ascend_fleet.api.crd import crd
 from ascend_fleet.api.policy import Disruption, default_rules
 from ascend_fleet.api.settings import ControlSettings, OperatorSettings, PrometheusSettings
 from ascend_fleet.control.loop import ControlLoop
-from ascend_fleet.devcluster.real.nodefailure import serving_leaders
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
+from ascend_fleet_dev.real.nodefailure import serving_leaders
+from ascend_fleet_dev.stack import stack
 from bench.failover import NAME, example, prepare_namespace, seconds
 
 NAMESPACE = "npu-health"

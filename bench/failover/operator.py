@@ -21,11 +21,11 @@ from pathlib import Path
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.times import parse_rfc3339
-from ascend_fleet.devcluster.local.ports import free_port
-from ascend_fleet.devcluster.real.localpods import OperatorProcess
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.kube import Kube, NotFound, wait_for
 from ascend_fleet.kube.lease import LeaseTiming
+from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.real.localpods import OperatorProcess
+from ascend_fleet_dev.stack import stack
 from bench.failover import NAME, example, prepare_namespace, seconds
 
 NAMESPACE = "operator-ha"

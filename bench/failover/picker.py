@@ -27,14 +27,14 @@ from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.api.times import rfc3339_ms
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
-from ascend_fleet.devcluster.real.pickerfailover import PickerFailover, kill_serving_picker
-from ascend_fleet.devcluster.stack import Stack, stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
 from ascend_fleet.render import drain_patch
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.real.localpods import LocalPods, install_inference_extension, is_picker_pod
+from ascend_fleet_dev.real.pickerfailover import PickerFailover, kill_serving_picker
+from ascend_fleet_dev.stack import Stack, stack
 from bench.failover import NAME, example, prepare_namespace
 
 NAMESPACE = "picker-failover"

@@ -48,14 +48,14 @@ from pathlib import Path
 import yaml
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.dataplane import Envoy
-from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.kube import wait_for
 from ascend_fleet.render import render_all, validate
 from ascend_fleet.simulate.curve import BatchCurve
 from ascend_fleet.simulate.routing import service_time
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.real.dataplane import Envoy
+from ascend_fleet_dev.real.realcluster import RealCluster
 
 from .figures import (
     REPLICAS,

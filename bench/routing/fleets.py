@@ -17,10 +17,6 @@ import aiohttp
 from ascend_fleet.api import names
 from ascend_fleet.api.policy import default_classes
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.local.ports import free_port
-from ascend_fleet.devcluster.real.dataplane import Classifier, Envoy, Picker, ensure_classifier, ensure_picker
-from ascend_fleet.devcluster.real.poolendpoints import PoolRef
-from ascend_fleet.devcluster.real.realcluster import RealCluster
 from ascend_fleet.render import Owner, validate
 from ascend_fleet.render.routing import (
     OBJECTIVE_HEADER,
@@ -31,6 +27,10 @@ from ascend_fleet.render.routing import (
     picker_name,
 )
 from ascend_fleet.simulate.flow import seed_order
+from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.real.dataplane import Classifier, Envoy, Picker, ensure_classifier, ensure_picker
+from ascend_fleet_dev.real.poolendpoints import PoolRef
+from ascend_fleet_dev.real.realcluster import RealCluster
 
 from .figures import REPLICAS, SLOTS, Outcome, Request, completion_body
 

@@ -2,7 +2,7 @@
 
 The real control plane runs one fleet of two vllm-ascend replicas (4 batch slots each, ``--max-num-seqs 4``);
 the node agent runs each engine pod as vLLM's CPU build serving the tiny model
-(:class:`~ascend_fleet.devcluster.real.realengines.RealEngines`). A real engine takes 1 to 4 minutes to start
+(:class:`~ascend_fleet_dev.real.realengines.RealEngines`). A real engine takes 1 to 4 minutes to start
 here, so the fleets share the two engine pods: the fleet's objects are those of ``pool+classes`` plus the
 one-class pool's objective, and each fleet is its own data plane (Envoy straight to the engines, or a fresh
 picker, with the classifier for classed fleets, behind a fresh Envoy) started for one trace and stopped after
@@ -30,14 +30,14 @@ import aiohttp
 import yaml
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.real.dataplane import Envoy
-from ascend_fleet.devcluster.real.realcluster import RealCluster
-from ascend_fleet.devcluster.real.realengines import RealEngines
-from ascend_fleet.devcluster.real.vllm_env import expected_environment, find_environment
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.kube import Kube, wait_for
 from ascend_fleet.render import render_all, validate
 from ascend_fleet.status import pod_ready
+from ascend_fleet_dev.real.dataplane import Envoy
+from ascend_fleet_dev.real.realcluster import RealCluster
+from ascend_fleet_dev.real.realengines import RealEngines
+from ascend_fleet_dev.real.vllm_env import expected_environment, find_environment
+from ascend_fleet_dev.stack import stack
 
 from .figures import (
     REPLICAS,

@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.fleet.serving import DEFAULT_MAX_RUNNING
 from ascend_fleet.tune.choice import Goal
 from ascend_fleet.tune.client import Load
 from ascend_fleet.tune.ladder import Rung, parse_ladder, rungs
 from ascend_fleet.tune.run import Outcome, Plan, run
 from ascend_fleet.tune.table import Row, format_table
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.fleet.serving import DEFAULT_MAX_RUNNING
 
 ENGINE_KINDS = ("simulated", "vllm")
 

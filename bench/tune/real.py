@@ -16,14 +16,14 @@ from pathlib import Path
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
-from ascend_fleet.devcluster.real.vllm_env import expected_environment, find_environment
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.tune.choice import Goal
 from ascend_fleet.tune.client import Load
 from ascend_fleet.tune.fleet import Fleet
 from ascend_fleet.tune.ladder import Rung
 from ascend_fleet.tune.run import Outcome, Plan, Progress, run
+from ascend_fleet_dev.real.vllm_env import expected_environment, find_environment
+from ascend_fleet_dev.stack import stack
 from bench.failover import prepare_namespace
 
 NAMESPACE = "bench"

@@ -16,7 +16,7 @@ from tests.chart.installs import MONITORING_KINDS, NAMESPACE, REAL, WATCHED, sta
 def cluster(tmp_path_factory) -> Iterator[Path]:
     """A cluster of this module's own (the releases' cluster-wide objects would meet the e2e suite's)."""
     kubeconfig = tmp_path_factory.mktemp("kube") / "kubeconfig"
-    from ascend_fleet.devcluster.stack import stack
+    from ascend_fleet_dev.stack import stack
 
     if REAL:
         from tests.support.realcluster import control_plane_or_skip

@@ -16,7 +16,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from ascend_fleet import telemetry
 
-# The engine exporter's names as fixed by the team; ascend_fleet.exporter.metrics is the one place that knows
+# The engine exporter's names as fixed by the team; ascend_fleet_exporter.metrics is the one place that knows
 # them, and is read instead when it is importable.
 _EXPORTER_CONTRACT = (
     "ascend_fleet_npu_utilization_ratio",
@@ -60,9 +60,9 @@ _HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 
 def exporter_metric_names() -> set[str]:
-    """Series names of the engine exporter (ascend_fleet.exporter.metrics when present)."""
+    """Series names of the engine exporter (ascend_fleet_exporter.metrics when present)."""
     try:
-        from ascend_fleet.exporter import metrics
+        from ascend_fleet_exporter import metrics
     except ImportError:
         return set(_EXPORTER_CONTRACT)
     return {spec.name for spec in metrics.DEVICE_METRICS} | {metrics.EXPORTER_SCRAPE_ERRORS_TOTAL}

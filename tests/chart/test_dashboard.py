@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ascend_fleet.exporter import metrics as exporter
+from ascend_fleet_exporter import metrics as exporter
 from tests.chart.helm import CHART
 from tests.chart.promql import (
     check_expressions,

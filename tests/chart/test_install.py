@@ -1,7 +1,7 @@
 """`helm install` of the chart into a real Kubernetes API server, and what it creates.
 
 Every install uses the real Helm library with its normal release storage (Secrets) against the real control
-plane (``ascend_fleet.devcluster.real.realcluster``; the local emulator, with release records in memory, when
+plane (``ascend_fleet_dev.real.realcluster``; the local emulator, with release records in memory, when
 ``ASCEND_FLEET_E2E_BACKEND=emulator``), so the API server validates every object Helm creates;
 the assertions read objects back through the Kubernetes API only. Built-in objects are validated strictly
 with kubernetes-validate; the operator's config file with the operator's own settings model; the RBAC rules

@@ -8,9 +8,9 @@ import pytest
 
 from ascend_fleet.api.catalog import PRESETS, Catalog
 from ascend_fleet.api.settings import ControlSettings
-from ascend_fleet.exporter import metrics
 from ascend_fleet.reconcile.apply import known_metrics
 from ascend_fleet.render import InvalidSpec, validate
+from ascend_fleet_exporter import metrics
 from tests.support.documents import inference
 
 BRIEF_METRICS = {"npu_utilization", "mem_fragmentation", "queue_depth", "kv_cache_usage"}

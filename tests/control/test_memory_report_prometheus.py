@@ -8,10 +8,10 @@ import time
 import pytest
 
 from ascend_fleet.cli.main import main
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.kube import scaled
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.prometheus import PrometheusServer
+from ascend_fleet_dev.fleet.scenario import Scenario
 
 from .helpers import NAME, NS
 from .test_prometheus_queries import engine_pod

@@ -20,15 +20,15 @@ import yaml
 from ascend_fleet.api import names
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.control.loop import ControlLoop
-from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, scaled, wait_for
 from ascend_fleet.status import pod_ready
+from ascend_fleet_dev.cluster import DevCluster
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.prometheus import PrometheusServer
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.testing import api_client
 from tests.support.documents import inference as inference_document
 from tests.support.paths import CRD_FILE
 from tests.support.rbac import HARNESS, record_operator_requests

@@ -25,7 +25,7 @@ import yaml
 from ascend_fleet.api.settings import PrometheusSettings
 from ascend_fleet.control.prometheus import Prometheus
 from ascend_fleet.control.queries import Observations, Query, QueryWindow
-from ascend_fleet.devcluster.local.ports import free_port
+from ascend_fleet_dev.local.ports import free_port
 
 pytestmark = pytest.mark.prometheus
 USER, PASSWORD, TENANT, TOKEN = "fleet", "s3cret-password", "team-a", "token-of-the-operator"

@@ -14,11 +14,11 @@ from ascend_fleet.api.v1alpha1 import Rule
 from ascend_fleet.control.evaluate import EvaluationSettings
 from ascend_fleet.control.prometheus import Prometheus
 from ascend_fleet.control.queries import Observations, Query, QueryWindow, rule_queries
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.local.ports import free_port
 from ascend_fleet.kube import scaled, wait_for
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.prometheus import PrometheusServer
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.local.ports import free_port
 
 from .helpers import NAME, NS
 

@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 
 from ascend_fleet.api.catalog import Catalog
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.fleet.serving import dialect_of
 from ascend_fleet.kube import scaled
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.prometheus import PrometheusServer
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.fleet.serving import dialect_of
 
 from .helpers import NAME, NS
 

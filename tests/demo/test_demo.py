@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.demo import view
+from ascend_fleet_dev.demo import view
 from tests.support.paths import ROOT
 from tests.support.realcluster import control_plane_or_skip
 
@@ -38,7 +38,7 @@ def processes_with(marker: str) -> list[int]:
 
 def data_plane_or_skip() -> None:
     """Skip (fail under CI) where the control plane or the endpoint picker cannot be built here."""
-    from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable, ensure_picker, envoy_binary
+    from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable, ensure_picker, envoy_binary
 
     control_plane_or_skip()
     try:
@@ -132,7 +132,7 @@ def test_the_variants_demo_shifts_traffic_to_int8_under_the_peak_and_back_after(
 
 
 def test_packaged_demo_is_the_example():
-    from ascend_fleet.demo.runner import DEMO_FILE
+    from ascend_fleet_dev.demo.runner import DEMO_FILE
 
     assert DEMO_FILE.read_text() == (ROOT / "examples" / "demo.yaml").read_text()
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from ascend_fleet.cli.main import main as cli
-from ascend_fleet.demo.realengines import TooFewEngines, fit_story
-from ascend_fleet.demo.runner import DEMO_FILE, EXIT_SETUP, DemoOptions, run_demo
-from ascend_fleet.devcluster.fleet.scenario import Scenario
+from ascend_fleet_dev.demo.realengines import TooFewEngines, fit_story
+from ascend_fleet_dev.demo.runner import DEMO_FILE, EXIT_SETUP, DemoOptions, run_demo
+from ascend_fleet_dev.fleet.scenario import Scenario
 
 
 def demo() -> dict:

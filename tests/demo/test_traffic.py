@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ascend_fleet.api.v1alpha1 import Routing
-from ascend_fleet.demo import view
-from ascend_fleet.demo.traffic import Record, window
+from ascend_fleet_dev.demo import view
+from ascend_fleet_dev.demo.traffic import Record, window
 
 SEEDS = Routing.model_validate({"mode": "inferencePool"})  # the seeds' three classes
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import kubernetes.client
 import pytest
 
-from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.testing import api_client
+from ascend_fleet_dev.cluster import DevCluster
+from ascend_fleet_dev.testing import api_client
 from tests.devcluster.helpers import widget_crd
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import kubernetes.client
 import pytest
 
-from ascend_fleet.devcluster.testing import KUBECTL
+from ascend_fleet_dev.testing import KUBECTL
 
 TEST_GROUP = "test.ascendfleet.io"
 MERGE = "application/merge-patch+json"

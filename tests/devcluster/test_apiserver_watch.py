@@ -11,7 +11,7 @@ import urllib.request
 import kmock
 import kubernetes.watch
 
-from ascend_fleet.devcluster.emulator.apiserver import LocalKubernetes
+from ascend_fleet_dev.emulator.apiserver import LocalKubernetes
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -17,10 +17,10 @@ import time
 import aiohttp
 import pytest
 
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.fleet.scenario import Scenario
 from ascend_fleet.kube import scaled, wait_for
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.prometheus import PrometheusServer
+from ascend_fleet_dev.fleet.scenario import Scenario
 from tests.chart.helm import CHART
 from tests.chart.promql import grafana_to_promql
 from tests.devcluster.helpers import leader_pod

@@ -11,15 +11,15 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.devcluster.fleet.engines import (
+from ascend_fleet_dev.fleet.engines import (
     SimulatedEngines,
     engine_pod,
     render_metrics,
     with_real_traffic,
 )
-from ascend_fleet.devcluster.fleet.prometheus import Target
-from ascend_fleet.devcluster.fleet.scenario import FragmentationModel, Scenario
-from ascend_fleet.exporter import metrics as exporter_metrics
+from ascend_fleet_dev.fleet.prometheus import Target
+from ascend_fleet_dev.fleet.scenario import FragmentationModel, Scenario
+from ascend_fleet_exporter import metrics as exporter_metrics
 
 NS = "team-a"
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -142,7 +142,7 @@ def test_engine_pod_reads_identity_devices_port_and_engine():
     ("command", "engine"),
     [
         (["python3", "-m", "sglang.launch_server", "--model-path", "/m"], "sglang"),
-        (["python3", "-m", "ascend_fleet.exporter.sglang", "--tp-size", "8"], "sglang"),
+        (["python3", "-m", "ascend_fleet_exporter.sglang", "--tp-size", "8"], "sglang"),
         (
             ["/bin/bash", "-c", "ray start --head --port=6379 && exec vllm serve /m --served-model-name=q"],
             "vllm",

@@ -6,8 +6,8 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from ascend_fleet.devcluster.testing import kopf_operator
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.testing import kopf_operator
 from tests.devcluster.helpers import TEST_GROUP, create_widget
 
 

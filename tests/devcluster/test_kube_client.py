@@ -10,9 +10,9 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
-from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.kube import AlreadyExists, Kube, NotFound, Request
+from ascend_fleet_dev.cluster import DevCluster
+from ascend_fleet_dev.testing import api_client
 from tests.support.corpus import cr
 
 

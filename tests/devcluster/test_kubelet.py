@@ -13,10 +13,10 @@ import kubernetes.watch
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from ascend_fleet.devcluster.cluster import DevCluster
-from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.kube import wait_for
 from ascend_fleet.status import pod_ready
+from ascend_fleet_dev.cluster import DevCluster
+from ascend_fleet_dev.testing import api_client
 
 
 class Recorder:

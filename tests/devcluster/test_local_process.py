@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.devcluster.local.ports import free_port
-from ascend_fleet.devcluster.local.process import LocalProcess, ProcessFailed
+from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.local.process import LocalProcess, ProcessFailed
 
 
 def _listening(port: int) -> bool:

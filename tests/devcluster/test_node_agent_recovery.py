@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 
-from ascend_fleet.devcluster.fleet.kubelet import run_pod, set_ready
-from ascend_fleet.devcluster.real.nodeagent import Backoff, status_signature
+from ascend_fleet_dev.fleet.kubelet import run_pod, set_ready
+from ascend_fleet_dev.real.nodeagent import Backoff, status_signature
 
 
 def test_backoff_doubles_to_its_cap_and_resets_after_a_success() -> None:

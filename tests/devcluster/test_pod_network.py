@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_fleet.devcluster.local import ports
-from ascend_fleet.devcluster.local.ports import PodNetwork
+from ascend_fleet_dev.local import ports
+from ascend_fleet_dev.local.ports import PodNetwork
 
 
 def test_two_clusters_get_different_blocks_and_a_released_block_is_taken_again(tmp_path) -> None:

@@ -11,9 +11,9 @@ import kubernetes.client
 import pytest
 import yaml
 
-from ascend_fleet.devcluster.emulator import tables
-from ascend_fleet.devcluster.testing import kubectl
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.emulator import tables
+from ascend_fleet_dev.testing import kubectl
 from tests.devcluster.helpers import TEST_GROUP, create_widget, requires_kubectl, widget_crd
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 import ascend_fleet
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.prometheus import (
+from ascend_fleet.kube import scaled, wait_for
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.prometheus import (
     ENGINES_JOB,
     PrometheusError,
     PrometheusNotFound,
@@ -25,8 +26,7 @@ from ascend_fleet.devcluster.fleet.prometheus import (
     render_config,
     write_atomically,
 )
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.kube import scaled, wait_for
+from ascend_fleet_dev.fleet.scenario import Scenario
 from tests.devcluster.helpers import leader_pod
 
 NS = "team-a"
@@ -186,7 +186,7 @@ def test_close_leaves_no_process_and_no_directory(prometheus_binary):
 @pytest.mark.prometheus
 def test_a_forgotten_server_ends_with_the_interpreter(prometheus_binary):
     script = (
-        "from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer\n"
+        "from ascend_fleet_dev.fleet.prometheus import PrometheusServer\n"
         f"server = PrometheusServer(binary={prometheus_binary!r}).start()\n"
         "print(server.pid, server.directory)\n"
     )

@@ -7,7 +7,7 @@ import time
 
 import kmock
 
-from ascend_fleet.devcluster.emulator.apiserver import LocalKubernetes
+from ascend_fleet_dev.emulator.apiserver import LocalKubernetes
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.local.ports import free_port
-from ascend_fleet.devcluster.real.realengines import (
+from ascend_fleet.render import render_all, validate
+from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.real.realengines import (
     RealEngines,
     RealEnginesUnavailable,
     readiness_path,
     start_metrics_relay,
 )
-from ascend_fleet.devcluster.real.vllm_env import VllmCpu
-from ascend_fleet.devcluster.stack import stack
-from ascend_fleet.render import render_all, validate
+from ascend_fleet_dev.real.vllm_env import VllmCpu
+from ascend_fleet_dev.stack import stack
 from tests.support.documents import example, inference
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ascend_fleet.devcluster.fleet.scenario import (
+from ascend_fleet_dev.fleet.scenario import (
     Curve,
     FragmentationModel,
     Profile,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_fleet.devcluster.emulator.patches import (
+from ascend_fleet_dev.emulator.patches import (
     PatchError,
     apply_patch,
     merge_patch,
     strategic_merge_patch,
 )
-from ascend_fleet.devcluster.emulator.request import parse_api_path
-from ascend_fleet.devcluster.emulator.resources import preferred_version
-from ascend_fleet.devcluster.emulator.selectors import FieldSelector, LabelSelector, SelectorError
+from ascend_fleet_dev.emulator.request import parse_api_path
+from ascend_fleet_dev.emulator.resources import preferred_version
+from ascend_fleet_dev.emulator.selectors import FieldSelector, LabelSelector, SelectorError
 
 
 def test_label_selectors_round_trip_and_compare_numbers():
@@ -120,7 +120,7 @@ def test_api_paths_including_the_namespaces_kmock_cannot_parse(path, expected):
 
 
 def test_custom_resources_get_their_schema_defaults_like_on_an_api_server():
-    from ascend_fleet.devcluster.emulator.resources import apply_schema_defaults
+    from ascend_fleet_dev.emulator.resources import apply_schema_defaults
 
     schema = {
         "type": "object",

@@ -16,10 +16,10 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.fleet.serving import ShortRequestFirst, engine_config
 from ascend_fleet.simulate.curve import BatchCurve
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.fleet.serving import ShortRequestFirst, engine_config
 from tests.devcluster.helpers import leader_pod
 
 NS = "serve"
@@ -392,7 +392,7 @@ def test_queue_limit_answers_503_as_sglang_does(serve):
 
 
 def test_the_endpoint_pickers_pods_run_no_engine():
-    from ascend_fleet.devcluster.fleet.engines import engine_pod as read_pod
+    from ascend_fleet_dev.fleet.engines import engine_pod as read_pod
 
     pod = engine_pod("llm-epp-abc", "127.0.0.9", ["/epp", "--pool-name", "llm"])
     assert read_pod(pod, now=0.0) is not None

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.devcluster.local.process import LocalProcess
-from ascend_fleet.devcluster.local.supervisor import (
+from ascend_fleet.kube import WaitTimeout, wait_for
+from ascend_fleet_dev.local.process import LocalProcess
+from ascend_fleet_dev.local.supervisor import (
     FIRST_BACKOFF_SECONDS,
     MAX_BACKOFF_SECONDS,
     STABLE_SECONDS,
     Supervisor,
     restart_delay,
 )
-from ascend_fleet.kube import WaitTimeout, wait_for
 from tests.support.procfs import process_state
 
 

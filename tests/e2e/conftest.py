@@ -20,9 +20,9 @@ import pytest
 
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
-from ascend_fleet.devcluster.real.realcluster import provide_model_claim
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube
+from ascend_fleet_dev.real.realcluster import provide_model_claim
 from tests.e2e.fleet import Fleet
 from tests.support.rbac import HARNESS, SUITES, record_operator_requests
 from tests.support.realcluster import wait_for_service_account
@@ -58,7 +58,7 @@ def cluster(request):
     if not on_emulator(request):
         yield request.getfixturevalue("real_cluster")
         return
-    from ascend_fleet.devcluster.stack import stack
+    from ascend_fleet_dev.stack import stack
 
     with stack(start_seconds=0.2, ready_seconds=0.3) as local:
         yield local.cluster
@@ -87,7 +87,7 @@ def kube(cluster) -> Kube:
     if cluster is None:
         return Kube.connect(REAL_CLUSTER)
     if hasattr(cluster, "emulator"):
-        from ascend_fleet.devcluster.testing import api_client
+        from ascend_fleet_dev.testing import api_client
 
         client = Kube(api_client(cluster.url), user_agent=HARNESS)
         client.create(crd(), exist_ok=False)
@@ -118,7 +118,7 @@ def operator_client(request: pytest.FixtureRequest, cluster) -> Kube:
     if cluster is None:
         return Kube.connect(REAL_CLUSTER)
     if hasattr(cluster, "emulator"):
-        from ascend_fleet.devcluster.testing import api_client
+        from ascend_fleet_dev.testing import api_client
 
         return Kube(api_client(cluster.url))
     SUITES.add("e2e")  # the API server's audit log records what the operator asked for

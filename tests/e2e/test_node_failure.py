@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_fleet.devcluster.real.nodefailure import kill_serving_node, serving_leaders
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.real.nodefailure import kill_serving_node, serving_leaders
 from tests.e2e.conftest import BACKEND, REAL_CLUSTER, on_emulator
 from tests.e2e.fleet import example
 from tests.support.realcluster import chart_operator_kubeconfig, running_cluster

@@ -56,9 +56,9 @@ def granted(cluster_role: dict) -> set[tuple[str, str, str]]:
 
 @pytest.fixture(scope="module")
 def cluster_role(tmp_path_factory):
-    from ascend_fleet.devcluster.cluster import DevCluster
-    from ascend_fleet.devcluster.testing import api_client
     from ascend_fleet.kube import Kube
+    from ascend_fleet_dev.cluster import DevCluster
+    from ascend_fleet_dev.testing import api_client
     from tests.chart.helm import install
 
     with DevCluster() as cluster:

@@ -14,10 +14,10 @@ import uuid
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.localpods import LocalPods, operator_container
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.real.localpods import LocalPods, operator_container
 from tests.chart import helm
 from tests.e2e.fleet import example
 from tests.support.rbac import audit_events

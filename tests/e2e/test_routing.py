@@ -16,12 +16,12 @@ import uuid
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.real.localpods import is_picker_pod
-from ascend_fleet.devcluster.real.pickerfailover import kill_serving_picker
 from ascend_fleet.kube import NotFound, wait_for
 from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
 from ascend_fleet.render.routing import OBJECTIVE_HEADER, picker_name, render_routing
+from ascend_fleet_dev.real.localpods import is_picker_pod
+from ascend_fleet_dev.real.pickerfailover import kill_serving_picker
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import example
 from tests.support.paths import ROOT
@@ -321,10 +321,10 @@ def test_foreign_objects_holding_routing_names_are_reported_and_left_alone(real,
 @pytest.fixture
 def picker_pods(real, kube):
     """The simulated nodes run engine pods as serving engines and picker pods as the upstream picker."""
-    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-    from ascend_fleet.devcluster.fleet.scenario import Scenario
-    from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable
-    from ascend_fleet.devcluster.real.localpods import LocalPods
+    from ascend_fleet_dev.fleet.engines import SimulatedEngines
+    from ascend_fleet_dev.fleet.scenario import Scenario
+    from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable
+    from ascend_fleet_dev.real.localpods import LocalPods
 
     try:
         pickers = LocalPods(kube, real.cluster.control_plane)

@@ -3,7 +3,7 @@
 One step past the parser (``test_engine_parsers.py``): a flag the parser accepts but the server refuses at
 start, or a combination that fails while the engine builds, shows here. The cases are the parser's (the
 examples plus the generated variants); each is translated by the dev cluster's one translation
-(``ascend_fleet.devcluster.real.vllm_engine.translate``), and each *distinct* translated argv boots once, one at
+(``ascend_fleet_dev.real.vllm_engine.translate``), and each *distinct* translated argv boots once, one at
 a time, with a time limit: the translation folds many cases into one (every tensor/pipeline size becomes 1,
 every precision float32), and each boot takes about a minute. Headless ranks start no server and are counted.
 """
@@ -15,7 +15,7 @@ import shlex
 
 import pytest
 
-from ascend_fleet.devcluster.real.vllm_engine import NotAnEngine, translate
+from ascend_fleet_dev.real.vllm_engine import NotAnEngine, translate
 from tests.exporter.support import free_port
 from tests.realengine.server import START_TIMEOUT, ServerFailed, VllmServer
 from tests.realengine.support import vllm_cpu_or_skip

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ascend_fleet.exporter.config import ExporterConfig
-from ascend_fleet.exporter.runtime import start_exporter
+from ascend_fleet_exporter.config import ExporterConfig
+from ascend_fleet_exporter.runtime import start_exporter
 
 
 class RecordedStats:

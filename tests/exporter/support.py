@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TypeVar
 
-import ascend_fleet
+import ascend_fleet_exporter
 
 HERE = Path(__file__).parent
 DATA = HERE / "data"
-# The import root of ascend_fleet, whether the project is installed or used from the source tree.
-SOURCE_ROOT = Path(ascend_fleet.__file__).resolve().parents[1]
+# The exporter distribution's folder (its import root and pyproject.toml), as the engine images build it.
+SOURCE_ROOT = Path(ascend_fleet_exporter.__file__).resolve().parents[1]
 
 T = TypeVar("T")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.exporter.allocator import (
+from ascend_fleet_exporter.allocator import (
     AllocatorStats,
     combine,
     combined_ratios,

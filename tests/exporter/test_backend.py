@@ -6,12 +6,12 @@ import subprocess
 import sys
 import textwrap
 
-from ascend_fleet.exporter import metrics, runtime
-from ascend_fleet.exporter.collectors import NpuSmi
-from ascend_fleet.exporter.config import ExporterConfig
-from ascend_fleet.exporter.metrics import DeviceSample, render_exposition
-from ascend_fleet.exporter.runtime import Exporter
 from ascend_fleet.kube import wait_for
+from ascend_fleet_exporter import metrics, runtime
+from ascend_fleet_exporter.collectors import NpuSmi
+from ascend_fleet_exporter.config import ExporterConfig
+from ascend_fleet_exporter.metrics import DeviceSample, render_exposition
+from ascend_fleet_exporter.runtime import Exporter
 
 from .scrape import parse, scrape
 from .support import child_env, free_port
@@ -53,7 +53,7 @@ def test_without_torch_npu_every_process_races_and_the_winner_says_so_once(tmp_p
     port = free_port()
     script = textwrap.dedent("""
         import threading
-        from ascend_fleet.exporter import vllm_plugin
+        from ascend_fleet_exporter import vllm_plugin
         vllm_plugin.register()
         threading.Event().wait()
     """)
@@ -73,7 +73,7 @@ def test_without_torch_npu_every_process_races_and_the_winner_says_so_once(tmp_p
             engine.kill()
     said = "".join(engine.communicate(timeout=10)[1] for engine in engines)
     assert said.count(NO_NPU_LINE) == 1, said
-    assert "ascend_fleet.exporter" in said and 'ascend_fleet_exporter_info{backend="none"}' in said
+    assert "ascend_fleet_exporter" in said and 'ascend_fleet_exporter_info{backend="none"}' in said
     assert metrics.NPU_UTILIZATION_RATIO not in body
 
 

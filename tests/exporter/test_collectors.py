@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ascend_fleet.exporter.allocator import AllocatorStats
-from ascend_fleet.exporter.collectors import CollectorUnavailable, NpuSmi, TorchNpuStats, read_allocator
-from ascend_fleet.exporter.npu_smi import MIB
+from ascend_fleet_exporter.allocator import AllocatorStats
+from ascend_fleet_exporter.collectors import CollectorUnavailable, NpuSmi, TorchNpuStats, read_allocator
+from ascend_fleet_exporter.npu_smi import MIB
 
 from .support import install_fake_npu_smi
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.exporter.config import (
+from ascend_fleet_exporter.config import (
     DEFAULT_INTERVAL_SECONDS,
     DEFAULT_PORT,
     ExporterConfig,

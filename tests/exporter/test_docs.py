@@ -1,10 +1,10 @@
 """docs/exporter.md documents every metric and every setting."""
 
-from ascend_fleet.exporter import config, metrics
+from ascend_fleet_exporter import config, metrics
 
 from .support import SOURCE_ROOT
 
-DOC = SOURCE_ROOT.parent / "docs" / "exporter.md"
+DOC = SOURCE_ROOT.parents[1] / "docs" / "exporter.md"
 
 
 def test_every_metric_is_documented_with_its_type():

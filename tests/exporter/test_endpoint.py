@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.exporter import metrics
 from ascend_fleet.kube import wait_for
+from ascend_fleet_exporter import metrics
 
 from .scrape import by_device, parse, scrape
 from .support import DATA, HERE, child_env, free_port, install_fake_npu_smi, port_free

@@ -7,18 +7,18 @@ import subprocess
 import sys
 import textwrap
 
-import ascend_fleet.exporter
+import ascend_fleet_exporter
 
 from .support import child_env
 
 HEAVY = ("torch", "torch_npu", "vllm", "sglang")
 MODULES = sorted(
-    f"ascend_fleet.exporter.{m.name}" for m in pkgutil.iter_modules(ascend_fleet.exporter.__path__)
+    f"ascend_fleet_exporter.{m.name}" for m in pkgutil.iter_modules(ascend_fleet_exporter.__path__)
 )
 
 
 def test_the_list_of_modules_is_complete():
-    assert "ascend_fleet.exporter.vllm_plugin" in MODULES and "ascend_fleet.exporter.allocator" in MODULES
+    assert "ascend_fleet_exporter.vllm_plugin" in MODULES and "ascend_fleet_exporter.allocator" in MODULES
 
 
 def test_importing_and_registering_touches_no_engine_package(tmp_path):
@@ -30,7 +30,7 @@ def test_importing_and_registering_touches_no_engine_package(tmp_path):
         import importlib
         for name in {MODULES!r}:
             importlib.import_module(name)
-        from ascend_fleet.exporter import vllm_plugin
+        from ascend_fleet_exporter import vllm_plugin
         vllm_plugin.register()
         print("clean")
     """)

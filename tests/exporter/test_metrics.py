@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from ascend_fleet.exporter import metrics
-from ascend_fleet.exporter.metrics import DeviceSample, render_exposition
+from ascend_fleet_exporter import metrics
+from ascend_fleet_exporter.metrics import DeviceSample, render_exposition
 
 from .scrape import by_device, parse
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.exporter.npu_smi import (
+from ascend_fleet_exporter.npu_smi import (
     MIB,
     ChipRow,
     NpuUsage,

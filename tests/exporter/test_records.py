@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from ascend_fleet.exporter.allocator import AllocatorStats
-from ascend_fleet.exporter.metrics import DeviceSample
-from ascend_fleet.exporter.npu_smi import NpuUsage
-from ascend_fleet.exporter.records import ProcessRecord, TimedUsage, decode, encode, merge, stale_after
+from ascend_fleet_exporter.allocator import AllocatorStats
+from ascend_fleet_exporter.metrics import DeviceSample
+from ascend_fleet_exporter.npu_smi import NpuUsage
+from ascend_fleet_exporter.records import ProcessRecord, TimedUsage, decode, encode, merge, stale_after
 
 GIB = 1024**3
 

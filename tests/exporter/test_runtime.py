@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from ascend_fleet.exporter import metrics, runtime
-from ascend_fleet.exporter.collectors import NpuSmi, TorchNpuStats
-from ascend_fleet.exporter.config import ExporterConfig
-from ascend_fleet.exporter.runtime import Exporter, ProblemLog, bound_torch_npu
-from ascend_fleet.exporter.spool import record_path
 from ascend_fleet.kube import wait_for
+from ascend_fleet_exporter import metrics, runtime
+from ascend_fleet_exporter.collectors import NpuSmi, TorchNpuStats
+from ascend_fleet_exporter.config import ExporterConfig
+from ascend_fleet_exporter.runtime import Exporter, ProblemLog, bound_torch_npu
+from ascend_fleet_exporter.spool import record_path
 
 from .scrape import by_device, parse, scrape
 from .support import child_env, free_port, install_fake_npu_smi, port_free
@@ -61,7 +61,7 @@ def test_without_torch_npu_it_says_so_and_reports_every_device_from_npu_smi(
     config, npu_smi, monkeypatch, caplog
 ):
     monkeypatch.setitem(sys.modules, "torch_npu", None)
-    caplog.set_level(logging.WARNING, "ascend_fleet.exporter")
+    caplog.set_level(logging.WARNING, "ascend_fleet_exporter")
     exporter = Exporter(config, TorchNpuStats(), npu_smi).start()
     try:
         series = wait_for(
@@ -86,7 +86,7 @@ def npu_smi_failed_once(port: int) -> dict | None:
 
 
 def test_without_npu_smi_allocator_metrics_still_flow(config, tmp_path, caplog):
-    caplog.set_level(logging.WARNING, "ascend_fleet.exporter")
+    caplog.set_level(logging.WARNING, "ascend_fleet_exporter")
     exporter = Exporter(config, Provider({0: GOOD}), NpuSmi(str(tmp_path / "absent-npu-smi"))).start()
     try:
         series = wait_for(lambda: npu_smi_failed_once(config.port))
@@ -136,9 +136,9 @@ def test_a_forked_child_lets_go_of_the_port_and_arms_itself(tmp_path):
     port = free_port()
     script = textwrap.dedent(f"""
         import os, sys, time
-        from ascend_fleet.exporter import runtime
-        from ascend_fleet.exporter.collectors import NpuSmi
-        from ascend_fleet.exporter.config import ExporterConfig
+        from ascend_fleet_exporter import runtime
+        from ascend_fleet_exporter.collectors import NpuSmi
+        from ascend_fleet_exporter.config import ExporterConfig
 
         class Provider:
             def device_count(self): return 1

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from ascend_fleet.exporter import server
-from ascend_fleet.exporter.metrics import CONTENT_TYPE
+from ascend_fleet_exporter import server
+from ascend_fleet_exporter.metrics import CONTENT_TYPE
 
 from .scrape import scrape
 from .support import free_port

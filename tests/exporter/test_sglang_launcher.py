@@ -10,7 +10,7 @@ import pytest
 
 from .support import child_env
 
-LAUNCHER = [sys.executable, "-m", "ascend_fleet.exporter.sglang"]
+LAUNCHER = [sys.executable, "-m", "ascend_fleet_exporter.sglang"]
 ARGS = [
     "--model-path",
     "/models/Qwen2.5-7B-Instruct",
@@ -32,7 +32,7 @@ import json, multiprocessing, sys
 from sglang.worker import report
 
 if __name__ == "__main__":
-    from ascend_fleet.exporter import runtime
+    from ascend_fleet_exporter import runtime
 
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
@@ -46,7 +46,7 @@ import sys
 
 
 def report(queue):
-    from ascend_fleet.exporter import runtime
+    from ascend_fleet_exporter import runtime
 
     queue.put({"armed": runtime.is_armed(), "main": sys.modules["__main__"].__spec__.name})
 """
@@ -77,7 +77,7 @@ def test_arguments_are_forwarded_and_spawned_workers_arm_the_exporter(fake_sglan
     on = enabled == "1"
     assert report["armed"] is on
     # The worker re-imported the launcher as its __mp_main__, and that import armed it.
-    assert report["worker"] == {"armed": on, "main": "ascend_fleet.exporter.sglang"}
+    assert report["worker"] == {"armed": on, "main": "ascend_fleet_exporter.sglang"}
 
 
 def test_without_sglang_a_clear_message_and_status_2():

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from ascend_fleet.exporter.collectors import TorchNpuStats
-from ascend_fleet.exporter.config import ExporterConfig
-from ascend_fleet.exporter.runtime import Exporter
-from ascend_fleet.exporter.snapshot import NO_TORCH_NPU, SnapshotTaker, request_snapshot, snapshot_dir
 from ascend_fleet.kube import wait_for
+from ascend_fleet_exporter.collectors import TorchNpuStats
+from ascend_fleet_exporter.config import ExporterConfig
+from ascend_fleet_exporter.runtime import Exporter
+from ascend_fleet_exporter.snapshot import NO_TORCH_NPU, SnapshotTaker, request_snapshot, snapshot_dir
 
 from .scrape import scrape
 from .support import free_port

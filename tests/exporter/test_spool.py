@@ -4,9 +4,9 @@ import os
 import subprocess
 import sys
 
-from ascend_fleet.exporter.allocator import AllocatorStats
-from ascend_fleet.exporter.records import ProcessRecord
-from ascend_fleet.exporter.spool import pid_alive, read_records, record_path, remove_record, write_record
+from ascend_fleet_exporter.allocator import AllocatorStats
+from ascend_fleet_exporter.records import ProcessRecord
+from ascend_fleet_exporter.spool import pid_alive, read_records, record_path, remove_record, write_record
 
 
 def record(pid: int, written_at: float = 100.0) -> ProcessRecord:

@@ -12,8 +12,8 @@ import tomllib
 
 import pytest
 
-from ascend_fleet.exporter import metrics
 from ascend_fleet.kube import wait_for
+from ascend_fleet_exporter import metrics
 
 from .scrape import by_device, parse, scrape
 from .support import DATA, SOURCE_ROOT, child_env, free_port, port_free
@@ -21,9 +21,9 @@ from .support import DATA, SOURCE_ROOT, child_env, free_port, port_free
 GROUP, NAME, TARGET = (
     "vllm.general_plugins",
     "ascend_fleet_exporter",
-    "ascend_fleet.exporter.vllm_plugin:register",
+    "ascend_fleet_exporter.vllm_plugin:register",
 )
-PYPROJECT = SOURCE_ROOT.parent / "pyproject.toml"
+PYPROJECT = SOURCE_ROOT / "pyproject.toml"
 
 FAKE_TORCH_NPU = '''
 """A stand-in for torch_npu with only what the exporter touches; set_device is the engine binding a device."""
@@ -70,7 +70,7 @@ def test_register_imports_neither_vllm_nor_torch(enabled, tmp_path):
     (tmp_path / "torch_npu" / "__init__.py").write_text("raise SystemExit('imported torch_npu')\n")
     script = textwrap.dedent("""
         import json, sys, threading
-        from ascend_fleet.exporter import vllm_plugin
+        from ascend_fleet_exporter import vllm_plugin
         vllm_plugin.register()
         vllm_plugin.register()
         heavy = [m for m in ("vllm", "torch", "torch_npu", "sglang") if m in sys.modules]
@@ -102,7 +102,7 @@ def test_the_exporter_starts_only_once_the_engine_binds_a_device(tmp_path):
     port = free_port()
     script = textwrap.dedent("""
         import sys, threading
-        from ascend_fleet.exporter import vllm_plugin
+        from ascend_fleet_exporter import vllm_plugin
         vllm_plugin.register()
         import torch_npu  # the engine imports it ...
         print("imported", flush=True)

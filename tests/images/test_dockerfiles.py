@@ -268,7 +268,7 @@ def test_engine_images_extend_the_operators_default_upstream_image(engine):
     assert "--no-deps" in runs, (
         "only this package goes into the engine image, not the operator's dependencies"
     )
-    module = {"vllm-ascend": "ascend_fleet.exporter.vllm_plugin", "sglang": "ascend_fleet.exporter.sglang"}[
+    module = {"vllm-ascend": "ascend_fleet_exporter.vllm_plugin", "sglang": "ascend_fleet_exporter.sglang"}[
         engine
     ]
     assert f"import {module}" in runs, "the build proves the exporter imports"

@@ -10,8 +10,8 @@ import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
-from ascend_fleet.devcluster.local.process import ProcessFailed
-from ascend_fleet.devcluster.real.vllm_engine import STOP_GRACE_SECONDS, health_probe, serve_process
+from ascend_fleet_dev.local.process import ProcessFailed
+from ascend_fleet_dev.real.vllm_engine import STOP_GRACE_SECONDS, health_probe, serve_process
 
 START_TIMEOUT = 300.0
 

@@ -14,10 +14,10 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.realcluster import RealCluster, provide_model_claim
-from ascend_fleet.devcluster.real.vllm_env import VllmCpu, expected_environment, find_environment
-from ascend_fleet.devcluster.stack import Stack, stack
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.real.realcluster import RealCluster, provide_model_claim
+from ascend_fleet_dev.real.vllm_env import VllmCpu, expected_environment, find_environment
+from ascend_fleet_dev.stack import Stack, stack
 from tests.support.paths import EXAMPLES, ROOT
 from tests.support.realcluster import control_plane_or_skip, wait_for_service_account
 

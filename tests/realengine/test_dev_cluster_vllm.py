@@ -1,7 +1,7 @@
 """A vllm-ascend fleet on the real control plane whose engine pod is a real ``vllm serve`` (``engines="vllm"``).
 
 The operator renders the pod; the real scheduler binds it; the node agent runs it through
-:class:`~ascend_fleet.devcluster.real.realengines.RealEngines`: translated from the pod's own command, on the
+:class:`~ascend_fleet_dev.real.realengines.RealEngines`: translated from the pod's own command, on the
 pod's IP and ports, Ready once vLLM's ``/health`` answers. Requests go to the Service's endpoint (its
 selector's Ready pod, its target port). The operator runs as an administrator here (its RBAC has
 tests of its own). Skipped without the control plane or ``make engine-vllm``; under ``CI=true`` that fails.
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.devcluster.real.realcluster import RealCluster
-from ascend_fleet.devcluster.real.realengines import RealEngines
-from ascend_fleet.exporter import metrics
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
+from ascend_fleet_dev.real.realcluster import RealCluster
+from ascend_fleet_dev.real.realengines import RealEngines
+from ascend_fleet_exporter import metrics
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet
 from tests.support.documents import inference

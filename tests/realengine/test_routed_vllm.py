@@ -4,8 +4,8 @@ Prometheus.
 
 ``kubectl apply`` of the AscendInference; the operator renders the pool, the picker's Deployment and the engine
 pods; the real scheduler binds them; the node agent runs each engine pod as a real ``vllm serve`` of the tiny
-model (:class:`~ascend_fleet.devcluster.real.realengines.RealEngines`) and the picker pod as the upstream
-picker behind an Envoy (:class:`~ascend_fleet.devcluster.real.localpods.LocalPods`). The picker reads vLLM's
+model (:class:`~ascend_fleet_dev.real.realengines.RealEngines`) and the picker pod as the upstream
+picker behind an Envoy (:class:`~ascend_fleet_dev.real.localpods.LocalPods`). The picker reads vLLM's
 own ``vllm:`` gauges from each pod; which engine answered is read from the engines' own counters, never from
 the picker. Skipped without the control plane, the picker, Prometheus or ``make engine-vllm``; under
 ``CI=true`` that fails.
@@ -31,16 +31,16 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.devcluster.fleet.prometheus import PrometheusServer
-from ascend_fleet.devcluster.real.dataplane import DataPlaneUnavailable, ensure_picker
-from ascend_fleet.devcluster.real.localpods import LocalPods, install_inference_extension, is_picker_pod
-from ascend_fleet.devcluster.real.realcluster import RealCluster
-from ascend_fleet.devcluster.real.realengines import RealEngines
-from ascend_fleet.devcluster.real.tinymodel import BYTE_TOKEN_IDS
-from ascend_fleet.exporter import metrics
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
 from ascend_fleet.render.routing import SATURATION_QUEUE_DEPTH
+from ascend_fleet_dev.fleet.prometheus import PrometheusServer
+from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable, ensure_picker
+from ascend_fleet_dev.real.localpods import LocalPods, install_inference_extension, is_picker_pod
+from ascend_fleet_dev.real.realcluster import RealCluster
+from ascend_fleet_dev.real.realengines import RealEngines
+from ascend_fleet_dev.real.tinymodel import BYTE_TOKEN_IDS
+from ascend_fleet_exporter import metrics
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet
 from tests.support.documents import inference

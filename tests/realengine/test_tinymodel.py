@@ -6,8 +6,8 @@ import json
 import struct
 import subprocess
 
-from ascend_fleet.devcluster.real import tinymodel
-from ascend_fleet.devcluster.real.tinymodel import FILES, safetensors_bytes, weight_shapes
+from ascend_fleet_dev.real import tinymodel
+from ascend_fleet_dev.real.tinymodel import FILES, safetensors_bytes, weight_shapes
 
 from .support import vllm_cpu_or_skip
 

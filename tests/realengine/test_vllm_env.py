@@ -9,8 +9,8 @@ import zipfile
 
 import pytest
 
-from ascend_fleet.devcluster.real import vllm_env
-from ascend_fleet.devcluster.real.vllm_env import (
+from ascend_fleet_dev.real import vllm_env
+from ascend_fleet_dev.real.vllm_env import (
     environment_key,
     pinned_version,
     shim_wheel_files,

@@ -1,7 +1,7 @@
 """A real vLLM (its CPU build) serving the tiny model from a rendered example pod, with the exporter plugin.
 
 The pod is the leader of ``examples/vllm-volcano-gang.yaml`` (this project's engine image, so the exporter is
-on), translated by :func:`ascend_fleet.devcluster.real.vllm_engine.translate`. Skipped when ``make
+on), translated by :func:`ascend_fleet_dev.real.vllm_engine.translate`. Skipped when ``make
 engine-vllm`` has not built the environment; under ``CI=true`` that is a failure.
 """
 
@@ -14,9 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.real.vllm_engine import translate
-from ascend_fleet.devcluster.real.vllm_env import install_plugin
-from ascend_fleet.exporter import metrics
+from ascend_fleet_dev.real.vllm_engine import translate
+from ascend_fleet_dev.real.vllm_env import install_plugin
+from ascend_fleet_exporter import metrics
 from tests.exporter.support import free_port
 
 from .server import VllmServer, http

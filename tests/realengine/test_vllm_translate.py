@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.real.realengines import downward_values
-from ascend_fleet.devcluster.real.tinymodel import MAX_POSITIONS
-from ascend_fleet.devcluster.real.vllm_engine import (
+from ascend_fleet_dev.real.realengines import downward_values
+from ascend_fleet_dev.real.tinymodel import MAX_POSITIONS
+from ascend_fleet_dev.real.vllm_engine import (
     DEFAULT_KV_CACHE_BYTES,
     DROPPED,
     ONE_PROCESS,

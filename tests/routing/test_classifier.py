@@ -21,19 +21,6 @@ import pytest
 import yaml
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.local.ports import free_port
-from ascend_fleet.devcluster.real.dataplane import (
-    Classifier,
-    DataPlaneUnavailable,
-    Envoy,
-    Picker,
-    ensure_classifier,
-    ensure_picker,
-    envoy_binary,
-)
-from ascend_fleet.devcluster.real.poolendpoints import PoolRef
 from ascend_fleet.kube import wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (
@@ -43,6 +30,19 @@ from ascend_fleet.render.routing import (
     picker_config,
     picker_name,
 )
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.real.dataplane import (
+    Classifier,
+    DataPlaneUnavailable,
+    Envoy,
+    Picker,
+    ensure_classifier,
+    ensure_picker,
+    envoy_binary,
+)
+from ascend_fleet_dev.real.poolendpoints import PoolRef
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.e2e

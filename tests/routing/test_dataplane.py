@@ -23,17 +23,6 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.dataplane import (
-    DataPlaneUnavailable,
-    Envoy,
-    Picker,
-    ensure_picker,
-    envoy_binary,
-    free_port,
-)
-from ascend_fleet.devcluster.real.poolendpoints import PoolRef
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import (
@@ -44,6 +33,17 @@ from ascend_fleet.render.routing import (
     picker_config,
     picker_name,
 )
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.real.dataplane import (
+    DataPlaneUnavailable,
+    Envoy,
+    Picker,
+    ensure_picker,
+    envoy_binary,
+    free_port,
+)
+from ascend_fleet_dev.real.poolendpoints import PoolRef
 from tests.support.documents import inference as inference_document
 from tests.support.paths import ROOT
 

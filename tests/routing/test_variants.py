@@ -19,13 +19,13 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-from ascend_fleet.devcluster.fleet.scenario import Scenario
-from ascend_fleet.devcluster.real.dataplane import Envoy, Picker, free_port
-from ascend_fleet.devcluster.real.poolendpoints import PoolRef
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all, validate
 from ascend_fleet.render.routing import VARIANT_FILTER, picker_args, picker_config, picker_name
+from ascend_fleet_dev.fleet.engines import SimulatedEngines
+from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port
+from ascend_fleet_dev.real.poolendpoints import PoolRef
 from tests.routing.test_dataplane import UPSTREAM_CRDS, binaries, session  # noqa: F401 (binaries: a fixture)
 from tests.support.documents import inference as inference_document
 

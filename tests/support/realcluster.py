@@ -1,6 +1,6 @@
 """The real control plane for tests: one per test session, with the project's CRD applied by kubectl.
 
-``real_cluster`` starts :class:`~ascend_fleet.devcluster.real.realcluster.RealCluster` (etcd, kube-apiserver,
+``real_cluster`` starts :class:`~ascend_fleet_dev.real.realcluster.RealCluster` (etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler built from the Kubernetes release's Go modules, plus the node agent's
 simulated NPU nodes). Without Go it skips on a developer's machine and fails under CI, which must have it.
 """
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.devcluster.real.controlplane import ControlPlaneUnavailable, ensure_binary
-from ascend_fleet.devcluster.real.realcluster import RealCluster
-from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.kube import Kube, wait_for
+from ascend_fleet_dev.real.controlplane import ControlPlaneUnavailable, ensure_binary
+from ascend_fleet_dev.real.realcluster import RealCluster
+from ascend_fleet_dev.stack import stack
 from tests.support.paths import CRD_FILE
 
 
@@ -76,7 +76,7 @@ STARTED: list[
 
 @contextlib.contextmanager
 def running_cluster(**options) -> Iterator[RealClusterHandle]:
-    """A real control plane of ``options`` (see :func:`~ascend_fleet.devcluster.stack.local_cluster`), with
+    """A real control plane of ``options`` (see :func:`~ascend_fleet_dev.stack.local_cluster`), with
     the project's CRD applied by kubectl."""
     control_plane_or_skip()
     with stack(real=True, start_seconds=0.2, ready_seconds=0.3, **options) as local:

@@ -62,8 +62,8 @@ class Recorder(Progress):
 @pytest.fixture
 def engine_url():
     """One simulated vLLM leader serving the OpenAI API on a loopback address, default batch slots (256)."""
-    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-    from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet_dev.fleet.engines import SimulatedEngines
+    from ascend_fleet_dev.fleet.scenario import Scenario
 
     engines = SimulatedEngines(Scenario.constant(0.0))
     ip = f"127.{100 + os.getpid() % 100}.{random.randrange(256)}.9"
@@ -126,8 +126,8 @@ def serving_engine(curve: BatchCurve):
     """One simulated vLLM engine on ``curve`` (default batch slots, 256), serving the OpenAI API on loopback."""
     from aiohttp import web
 
-    from ascend_fleet.devcluster.fleet.openai import openai_app
-    from ascend_fleet.devcluster.fleet.serving import BatchingEngine, engine_config, engine_metrics
+    from ascend_fleet_dev.fleet.openai import openai_app
+    from ascend_fleet_dev.fleet.serving import BatchingEngine, engine_config, engine_metrics
 
     config = dataclasses.replace(
         engine_config(["vllm", "serve", "/models/qwen", "--served-model-name", "qwen-7b"], engine="vllm",
@@ -187,8 +187,8 @@ SLOW = 3.0  # the fleet test's engines run the seeds' curve 3 times slower (toke
 @pytest.fixture
 def serving(local_cluster):
     """The local cluster's pods run as simulated engines that serve the OpenAI API, on the slowed curve."""
-    from ascend_fleet.devcluster.fleet.engines import SimulatedEngines
-    from ascend_fleet.devcluster.fleet.scenario import Scenario
+    from ascend_fleet_dev.fleet.engines import SimulatedEngines
+    from ascend_fleet_dev.fleet.scenario import Scenario
 
     curve = BatchCurve(SEED_BATCHES, tuple(t / SLOW for t in SEED_TOKENS_PER_SECOND),
                        tuple(f * SLOW for f in SEED_FIRST_TOKEN_SECONDS))  # fmt: skip
@@ -265,7 +265,7 @@ def finished_requests(engine) -> float:
     """vLLM's own success counter, read from the engine's exposition as Prometheus would."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from ascend_fleet.devcluster.fleet.serving import engine_metrics
+    from ascend_fleet_dev.fleet.serving import engine_metrics
 
     total = 0.0
     for family in text_string_to_metric_families(engine_metrics(engine).decode()):

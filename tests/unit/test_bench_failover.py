@@ -7,9 +7,9 @@ from bench.failover.npu import NpuRun, npu_report, policy_floor
 from bench.failover.operator import OperatorRun, operator_report
 from bench.failover.picker import STEADY, PickerRun, PlannedRun, Traffic, client_view, in_flight
 
-from ascend_fleet.devcluster.real.localpods import Route
-from ascend_fleet.devcluster.real.nodefailure import NodeFailure
-from ascend_fleet.devcluster.real.pickerfailover import PickerFailover
+from ascend_fleet_dev.real.localpods import Route
+from ascend_fleet_dev.real.nodefailure import NodeFailure
+from ascend_fleet_dev.real.pickerfailover import PickerFailover
 
 
 def test_served_again_is_the_first_of_a_steady_run_of_answers_after_the_kill():

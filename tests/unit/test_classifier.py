@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 from ascend_fleet.api import names
-from ascend_fleet.devcluster.real.dataplane import envoy_config, flag
 from ascend_fleet.render import Owner, validate
 from ascend_fleet.render.routing import (
     CLASSIFIER_PLUGIN,
@@ -18,6 +17,7 @@ from ascend_fleet.render.routing import (
     classifier_args,
     classifier_plugin,
 )
+from ascend_fleet_dev.real.dataplane import envoy_config, flag
 
 EDS = Path("/run/gateway/pool-endpoints.json")
 

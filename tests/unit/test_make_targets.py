@@ -34,11 +34,11 @@ def test_make_test_installs_every_tool_of_the_suite_before_running_it(tmp_path):
     steps = dry_run("test", tmp_path)
     wanted = [
         "actionlint .github/workflows/*.yml",  # lint first
-        "mypy operator/ascend_fleet",
+        ".venv/bin/mypy",
         "pip install -q --no-deps 'sglang==0.5.5'",  # SGLang's benchmark client for the tune tests
         "$package is not installed",  # lua5.1 for the Argo CD health check, or one line saying why not
         "apt-get install -y -qq --no-install-recommends prometheus",  # Prometheus and promtool, as root
-        "-m ascend_fleet.devcluster.real.controlplane --build",  # the real control plane
+        "-m ascend_fleet_dev.real.controlplane --build",  # the real control plane
         "ensure_picker",  # the endpoint picker
         ".venv/bin/pytest",
     ]

@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.devcluster.real.dataplane import Envoy, envoy_config, picker_fallbacks
-from ascend_fleet.devcluster.real.poolendpoints import (
+from ascend_fleet.kube import KubeError, wait_for
+from ascend_fleet.render import InvalidSpec, validate
+from ascend_fleet.render.routing import picker_config
+from ascend_fleet_dev.real.dataplane import Envoy, envoy_config, picker_fallbacks
+from ascend_fleet_dev.real.poolendpoints import (
     FollowedEndpoints,
     PoolEndpoints,
     PoolRef,
     eds_document,
     pool_endpoints,
 )
-from ascend_fleet.kube import KubeError, wait_for
-from ascend_fleet.render import InvalidSpec, validate
-from ascend_fleet.render.routing import picker_config
 from tests.support.documents import inference
 
 POOL = {

@@ -127,7 +127,7 @@ def test_sglang_flags_and_launcher():
     assert "ASCEND_FLEET_EXPORTER" not in {e["name"] for e in plain["spec"]["containers"][0]["env"]}
     # An SGLang without the plugin group starts through the project's wrapper, which arms the exporter.
     (older,) = pods(engine={"type": "sglang", "image": "registry.example.com/sglang:v0.5.10-cann8.5.0-910b"})
-    assert argv(older)[:3] == ["python3", "-m", "ascend_fleet.exporter.sglang"]
+    assert argv(older)[:3] == ["python3", "-m", "ascend_fleet_exporter.sglang"]
 
 
 def test_the_upstream_sglang_image_never_gets_the_exporter_launcher():

@@ -16,7 +16,6 @@ from kubernetes_validate import validate as k8s_validate
 
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
-from ascend_fleet.devcluster.fleet.serving import ShortRequestFirst, engine_config
 from ascend_fleet.render import InvalidSpec, Owner, render_all, render_services, validate
 from ascend_fleet.render.routing import (
     OBJECTIVE_HEADER,
@@ -25,6 +24,7 @@ from ascend_fleet.render.routing import (
     picker_config,
     render_routing,
 )
+from ascend_fleet_dev.fleet.serving import ShortRequestFirst, engine_config
 from tests.support.crdcheck import api_server_errors
 from tests.support.documents import inference
 from tests.support.paths import CRD_FILE, ROOT

@@ -1,5 +1,5 @@
-"""The runtime apart from tooling: without the development extras the operator's commands still work, and a
-development command says in one line which extra to install."""
+"""The runtime apart from tooling: without the development extras or the dev kit the operator's commands still
+work, and a development command says in one line what to install."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import tomllib
 import pytest
 
 from ascend_fleet.cli.extras import EXTRA_OF_MODULE
+from ascend_fleet.cli.plugins import DEV_KIT_COMMANDS
 from tests.support.paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "vllm-tp4-pp2-dp2.yaml"
-DEV_ONLY = ("kmock", "rich", "tokenizers", "matplotlib")
+DEV_ONLY = ("ascend_fleet_dev", "kmock", "rich", "tokenizers", "matplotlib")
 
 # Runs the CLI in a fresh interpreter where the development-only packages cannot be imported, as after a
 # plain `pip install ascend-fleet`.
@@ -57,7 +58,7 @@ def test_the_runtime_dependencies_carry_no_development_package() -> None:
     extras = project["optional-dependencies"]
     for module, extra in EXTRA_OF_MODULE.items():
         assert any(requirement.startswith(module) for requirement in extras[extra]), (module, extra)
-    assert "ascend-fleet[devcluster,tune,plot]" in extras["dev"]
+    assert "ascend-fleet[tune,plot]" in extras["dev"]
 
 
 @pytest.mark.parametrize(
@@ -77,16 +78,17 @@ def test_runtime_commands_work_without_the_extras(args: list[str]) -> None:
     assert result.stdout.strip()
 
 
-@pytest.mark.parametrize(
-    ("args", "extra"),
-    [(["dev-cluster"], "devcluster"), (["dev"], "devcluster")],
-    ids=["dev-cluster", "dev"],
-)
-def test_a_development_command_names_the_extra_it_needs(args: list[str], extra: str) -> None:
-    result = _cli(*args, blocked=("kmock",))
+@pytest.mark.parametrize("command", DEV_KIT_COMMANDS)
+def test_a_dev_kit_command_without_the_dev_kit_names_what_to_install(command: str) -> None:
+    result = _cli(command, "--real", blocked=("ascend_fleet_dev",))
     assert result.returncode == 3, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert lines == [
-        f"error: `ascend-fleet {args[0]}` needs kmock, which the '{extra}' extra installs: "
-        f"pip install 'ascend-fleet[{extra}]'"
+    assert result.stderr.strip().splitlines() == [
+        f"error: `ascend-fleet {command}` comes with the dev kit: pip install ascend-fleet-dev"
     ]
+
+
+@pytest.mark.parametrize("command", DEV_KIT_COMMANDS)
+def test_the_dev_kit_adds_its_commands_through_entry_points(command: str) -> None:
+    result = _cli(command, "--help", blocked=("kmock",))
+    assert result.returncode == 0, result.stderr
+    assert "--engines" in result.stdout and "dev kit" not in result.stdout

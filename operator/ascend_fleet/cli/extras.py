@@ -4,8 +4,6 @@ from __future__ import annotations
 
 # The top-level modules only the development commands import, and the extra that installs each.
 EXTRA_OF_MODULE = {
-    "kmock": "devcluster",
-    "aiohttp": "devcluster",
     "rich": "tune",
     "tokenizers": "tune",
     "matplotlib": "plot",

@@ -178,21 +178,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_runtime_commands(sub: argparse._SubParsersAction) -> None:
-    """Commands that run the operator, the local cluster or the simulator; heavy imports load only when used."""
+    """Commands that run the operator or the simulator, then the dev kit's; heavy imports load only when used."""
     from ..simulate.cli import register as register_simulate
     from ..tune.cli import register as register_tune
     from . import memory_report, runtime
+    from .plugins import register_plugins
 
     runtime.register(sub)
     memory_report.register(sub)
     register_simulate(sub)
     register_tune(sub)
+    register_plugins(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; input errors are one line on stderr and exit 2."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "takes_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.handler(args)
     except DocumentError as error:

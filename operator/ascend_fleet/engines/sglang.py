@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 DIST_PORT = 5000  # torch.distributed rendezvous on the leader of a multi-pod replica
 LAUNCHER = "sglang.launch_server"
 # The project's wrapper that arms the exporter where the image's SGLang cannot load it as a plugin.
-EXPORTER_LAUNCHER = "ascend_fleet.exporter.sglang"
+EXPORTER_LAUNCHER = "ascend_fleet_exporter.sglang"
 
 SGLANG_TAG = "v0.5.14-cann9.0.0"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).

