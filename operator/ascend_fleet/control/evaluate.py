@@ -5,7 +5,8 @@ and restart spacing come from the object's recorded actions (``status.actions``)
 Prometheus. So an operator restarted in the middle of a window decides exactly as it would have,
 and a simulator can drive :func:`decide` with plain values.
 
-The rules of the game:
+This module checks each rule's window and groups the rules that held by action; each action (its class in
+:mod:`.actions`) then decides in turn, in the registry's order. The rules of the game:
 
 - A rule *holds* when its comparison held at every sample of its window and the window has at
   least ``minSamplesFraction`` of its samples; a gap is never a breach.
