@@ -22,7 +22,7 @@ def test_the_action_enum_is_the_table():
 
 @pytest.mark.parametrize("kind", ACTIONS, ids=lambda kind: kind.name)
 def test_a_rule_gets_the_default_scope_and_refuses_another_where_bound(kind):
-    to = {"to": "int8"} if kind.name == "shift_traffic" else {}
+    to = {"to": "int8"} if kind.takes_variant else {}
     rule = Rule(metric="npu_utilization", threshold=0.5, for_="1m", action=kind.name, **to)
     assert rule.scope == kind.scope
     other = "fleet" if kind.scope == "replica" else "replica"

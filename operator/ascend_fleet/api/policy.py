@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict
 
-from .actions import ACTION_LIST, ACTIONS, Scope, action_kind
+from .actions import ACTION_LIST, ACTIONS, VARIANT_ACTIONS, Scope, action_kind, variant_sentence
 from .checks import MAX_WINDOW_SECONDS, window_sentence
 from .fields import (
     Action,
@@ -263,6 +263,11 @@ _SCOPE_RULES: list[JsonDict] = [
     for kind in ACTIONS
     if kind.scope_only
 ]
+# Only the actions that move traffic to a variant take ``to``, and they need it.
+_VARIANT_RULE: JsonDict = {
+    "rule": "(" + " || ".join(f"self.action == '{name}'" for name in VARIANT_ACTIONS) + ") == has(self.to)",
+    "message": variant_sentence(),
+}
 
 
 class Rule(Model):
@@ -276,11 +281,7 @@ class Rule(Model):
                     "message": "a rule needs exactly one of metric (a catalog name) or query (raw PromQL)",
                 },
                 *_SCOPE_RULES,
-                {
-                    "rule": "(self.action == 'shift_traffic') == has(self.to)",
-                    "message": "shift_traffic needs to (the variant to move traffic to), and only shift_traffic "
-                    "takes to",
-                },
+                _VARIANT_RULE,
             ]
         }
     )
@@ -327,10 +328,8 @@ class Rule(Model):
             raise ValueError(kind.scope_sentence())
         if self.for_ > MAX_WINDOW_SECONDS:
             raise ValueError(window_sentence())
-        if (self.action == "shift_traffic") != (self.to is not None):
-            raise ValueError(
-                "shift_traffic needs to (the variant to move traffic to), and only shift_traffic takes to"
-            )
+        if kind.takes_variant != (self.to is not None):
+            raise ValueError(variant_sentence())
         return self
 
     def describe(self) -> str:

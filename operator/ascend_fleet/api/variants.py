@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from .actions import action_kind
 from .fields import Model, Precision
 
 if TYPE_CHECKING:
@@ -151,10 +152,10 @@ def variant_problems(spec: AscendInferenceSpec) -> list[str]:
                 "on the same volume"
             )
     for index, rule in enumerate(spec.rules):
-        if rule.action == "shift_traffic" and rule.to not in names:
+        if action_kind(rule.action).takes_variant and rule.to not in names:
             have = f"one of {', '.join(names)}" if names else "a variant, and spec.variants lists none"
             problems.append(
-                f"spec.rules[{index}].to: shift_traffic moves traffic to a variant; {rule.to!r} is not one "
+                f"spec.rules[{index}].to: {rule.action} moves traffic to a variant; {rule.to!r} is not one "
                 f"(spec.variants names {have})"
             )
     return problems

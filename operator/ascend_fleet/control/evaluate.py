@@ -5,7 +5,8 @@ and restart spacing come from the object's recorded actions (``status.actions``)
 Prometheus. So an operator restarted in the middle of a window decides exactly as it would have,
 and a simulator can drive :func:`decide` with plain values.
 
-The rules of the game:
+This module checks each rule's window and groups the rules that held by action; each action (its class in
+:mod:`.actions`) then decides in turn, in the registry's order. The rules of the game:
 
 - A rule *holds* when its comparison held at every sample of its window and the window has at
   least ``minSamplesFraction`` of its samples; a gap is never a breach.
@@ -34,17 +35,15 @@ The rules of the game:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..api.availability import Availability
 from ..api.catalog import Catalog, format_value
 from ..api.settings import ControlSettings
 from ..api.units import format_duration
 from ..api.v1alpha1 import Action, Autoscaling, Rule
-from ..api.variants import describe_weights, shifted
-from .queries import Observations, Query, extreme_stat, plan_queries, required_samples, rule_queries
-
-FLEET = "fleet"
+from .actions import FLEET, action_for, deciding
+from .queries import Observations, Query, plan_queries, required_samples, rule_queries
 
 # Reasons of the MetricsAvailable condition, most important first (the condition shows the first found).
 REASON_OK = "Evaluated"
@@ -226,17 +225,7 @@ class ControlDecision:
 
     def result(self) -> str:
         """What happened, in the words of status.actions."""
-        if self.action in ("scale_up", "scale_down"):
-            text = f"replicas {self.replicas_from} -> {self.replicas_to}"
-        elif self.action == "restart_service":
-            text = f"draining replica {self.replica} to recreate it"
-        elif self.action == "replace":
-            away = f" away from {self.detail}" if self.detail else " on healthy NPUs"
-            text = f"draining replica {self.replica} to recreate it{away}"
-        elif self.action == "shift_traffic":
-            text = f"traffic {describe_weights(dict(self.traffic_from))} -> {describe_weights(dict(self.traffic_to))}"
-        else:
-            text = "notified"
+        text = action_for(self.action).describe(self)
         return f"would have done: {text}" if self.dry_run else text
 
     def message(self) -> str:
@@ -265,7 +254,7 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
-class _Held:
+class Held:
     """A rule that held for a target."""
 
     rule: Rule
@@ -273,6 +262,45 @@ class _Held:
     replica: int | None
     value: float
     detail: str | None = None
+
+
+@dataclass
+class Cycle:
+    """One object's cycle while its actions decide: what held, and what they decided so far."""
+
+    fleet: FleetState
+    now: float
+    step: float  # subquery resolution: the shortest spacing of a notification
+    held: Mapping[str, list[Held]]  # the rules that held, by action, in spec order
+    result: Evaluation
+    budget: int  # replicas the disruption budget still lets go out of service in this cycle
+    taken: list[int] = field(default_factory=list)  # replicas drained in this cycle
+
+    def holding(self, action: str) -> list[Held]:
+        """The rules of ``action`` that held, in spec order."""
+        return self.held.get(action, [])
+
+    def decide(self, held: Held, action: Action, **extra) -> None:
+        """Add the decision to carry ``action`` out for a rule that held."""
+        fleet = self.fleet
+        self.result.decisions.append(
+            ControlDecision(
+                fleet.namespace,
+                fleet.name,
+                held.rule.display_name(),
+                held.rule.metric,
+                held.value,
+                action,
+                held.target,
+                fleet.dry_run,
+                detail=held.detail,
+                **extra,
+            )
+        )
+
+    def note(self, text: str) -> None:
+        """Add why a rule that held did not act."""
+        self.result.notes.append(text)
 
 
 # ----- evaluation -----
@@ -313,14 +341,17 @@ def evaluate(
         return result
 
     problems: list[tuple[str, str]] = []
-    held: list[_Held] = []
+    held: list[Held] = []
     for rule in fleet.rules:
         held += _check_rule(fleet, rule, observations, now, policy, problems)
     result.metrics = _metrics_status(fleet, problems)
-    _scale(fleet, held, now, result)
-    _recycle(fleet, held, now, result)
-    _shift(fleet, held, now, result)
-    _notify(fleet, held, now, policy, result)
+    by_action: dict[str, list[Held]] = {}
+    for h in held:
+        by_action.setdefault(h.rule.action, []).append(h)
+    budget = fleet.max_unavailable - fleet.unavailable()
+    cycle = Cycle(fleet, now, policy.step, by_action, result, budget)
+    for action in deciding():
+        action.decide(cycle, cycle.holding(action.name))
     return result
 
 
@@ -331,7 +362,7 @@ def _check_rule(
     now: float,
     policy: EvaluationSettings,
     problems: list[tuple[str, str]],
-) -> list[_Held]:
+) -> list[Held]:
     queries = rule_queries(rule, policy.catalog, policy.step)
     assert queries is not None  # unknown metrics were handled by the caller
     extreme, count = queries
@@ -372,10 +403,8 @@ def _check_rule(
                 )
             continue
         if _compare(value, rule.comparison, rule.threshold):
-            held.append(_Held(rule, target, replica, value, observations.detail(extreme.window, key)))
-    if rule.scope == "replica" and rule.action == "scale_down" and len(held) < len(_targets(fleet, rule)):
-        return []  # scaling in on a replica-scoped rule needs every ready replica to agree
-    return held
+            held.append(Held(rule, target, replica, value, observations.detail(extreme.window, key)))
+    return action_for(rule.action).holding(rule, held, len(_targets(fleet, rule)))
 
 
 def _targets(fleet: FleetState, rule: Rule) -> list[tuple[str, int | None, float | None]]:
@@ -413,152 +442,6 @@ def _metrics_status(fleet: FleetState, problems: list[tuple[str, str]]) -> Metri
     more = len(messages) - _MAX_MESSAGES
     text = "; ".join(messages[:_MAX_MESSAGES]) + (f"; and {more} more" if more > 0 else "")
     return MetricsStatus(False, reason, text + "; rules without data do not act")
-
-
-def _decision(fleet: FleetState, held: _Held, action: Action, **extra) -> ControlDecision:
-    return ControlDecision(
-        fleet.namespace,
-        fleet.name,
-        held.rule.display_name(),
-        held.rule.metric,
-        held.value,
-        action,
-        held.target,
-        fleet.dry_run,
-        detail=held.detail,
-        **extra,
-    )
-
-
-def _scale(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
-    bounds = fleet.autoscaling
-    ups = [h for h in held if h.rule.action == "scale_up"]
-    downs = [h for h in held if h.rule.action == "scale_down"]
-    if ups:
-        first = ups[0]
-        last = fleet.last("scale_up", FLEET)
-        if fleet.replicas >= bounds.max_replicas:
-            result.notes.append(f"{first.rule.display_name()}: at maxReplicas ({bounds.max_replicas})")
-        elif last is not None and now - last < bounds.scale_up_cooldown:
-            result.notes.append(
-                f"{first.rule.display_name()}: scale-up cooldown, "
-                f"{bounds.scale_up_cooldown - (now - last):.0f}s left"
-            )
-        else:
-            result.decisions.append(
-                _decision(
-                    fleet, first, "scale_up", replicas_from=fleet.replicas, replicas_to=fleet.replicas + 1
-                )
-            )
-        return  # a scale-up signal, acted on or not, vetoes scaling down
-    if downs:
-        first = downs[0]
-        last = max(
-            (t for t in (fleet.last("scale_up", FLEET), fleet.last("scale_down", FLEET)) if t is not None),
-            default=None,
-        )
-        if fleet.replicas <= bounds.min_replicas:
-            result.notes.append(f"{first.rule.display_name()}: at minReplicas ({bounds.min_replicas})")
-        elif (keeper := fleet.domain_keeper(fleet.replicas - 1)) is not None:
-            result.notes.append(f"{first.rule.display_name()}: no scale-down, {keeper}")
-        elif last is not None and now - last < bounds.scale_down_cooldown:
-            result.notes.append(
-                f"{first.rule.display_name()}: scale-down cooldown, "
-                f"{bounds.scale_down_cooldown - (now - last):.0f}s left"
-            )
-        else:
-            result.decisions.append(
-                _decision(
-                    fleet, first, "scale_down", replicas_from=fleet.replicas, replicas_to=fleet.replicas - 1
-                )
-            )
-
-
-def _recycle(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
-    """``replace`` and ``restart_service``: drain a replica to recreate it, within one disruption budget.
-
-    Replacements go first (a faulty NPU outranks a fragmented allocator), and a replica taken by one
-    is not taken again by the other in the same cycle. ``replace`` does not ask the domain guard: a
-    replica on a faulty NPU is not one the fleet can count on to keep its domain serving.
-    """
-    budget = fleet.max_unavailable - fleet.unavailable()
-    cooldown = fleet.autoscaling.restart_cooldown
-    taken: list[int] = []  # drained in this cycle: out of service for the next one's domain check
-    for action in ("replace", "restart_service"):
-        by_replica: dict[int, _Held] = {}
-        for h in held:
-            if h.rule.action == action and h.replica is not None and h.replica not in taken:
-                by_replica.setdefault(h.replica, h)  # the first rule (in spec order) names the reason
-        # Worst first: furthest beyond its threshold, relative to it; then the lowest index.
-        for replica, h in sorted(by_replica.items(), key=lambda item: (-_severity(item[1]), item[0])):
-            last = fleet.last(action, h.target)
-            if last is not None and now - last < cooldown:
-                result.notes.append(
-                    f"{h.rule.display_name()}: replica {replica} drained by {action} "
-                    f"{now - last:.0f}s ago (restartCooldown {format_duration(cooldown)})"
-                )
-            elif budget <= 0:
-                result.notes.append(
-                    f"{h.rule.display_name()}: replica {replica} waits for the disruption budget "
-                    f"(maxUnavailable {fleet.max_unavailable})"
-                )
-            elif action == "restart_service" and (keeper := _keeper_after(fleet, taken, replica)) is not None:
-                result.notes.append(f"{h.rule.display_name()}: no restart, {keeper}")
-            else:
-                leader = fleet.replica_states[replica].leader
-                result.decisions.append(_decision(fleet, h, action, replica=replica, leader=leader))
-                budget -= 1
-                taken.append(replica)
-
-
-def _keeper_after(fleet: FleetState, taken: list[int], replica: int) -> str | None:
-    """:meth:`FleetState.domain_keeper` once this cycle's earlier restarts have drained ``taken``."""
-    if not taken:
-        return fleet.domain_keeper(replica)
-    states = {
-        i: (replace(info, draining=True) if i in taken else info) for i, info in fleet.replica_states.items()
-    }
-    return replace(fleet, replica_states=states).domain_keeper(replica)
-
-
-def _severity(h: _Held) -> float:
-    threshold = h.rule.threshold or 1e-9
-    distance = h.value - threshold if extreme_stat(h.rule) == "min" else threshold - h.value
-    return distance / abs(threshold)
-
-
-def _shift(fleet: FleetState, held: list[_Held], now: float, result: Evaluation) -> None:
-    """``shift_traffic``: the first holding rule moves its step, once per shift cooldown in either direction."""
-    shifts = [h for h in held if h.rule.action == "shift_traffic" and h.rule.to is not None]
-    if not shifts:
-        return
-    first, to = shifts[0], str(shifts[0].rule.to)
-    cooldown, last = fleet.autoscaling.shift_cooldown, fleet.last("shift_traffic", FLEET)
-    after = shifted(fleet.traffic, to, first.rule.step)
-    if to not in fleet.traffic or after == dict(fleet.traffic):
-        result.notes.append(f"{first.rule.display_name()}: {to} has all the traffic already")
-    elif last is not None and now - last < cooldown:
-        result.notes.append(
-            f"{first.rule.display_name()}: shift cooldown, {cooldown - (now - last):.0f}s left"
-        )
-    else:
-        before = tuple(fleet.traffic.items())
-        result.decisions.append(
-            _decision(fleet, first, "shift_traffic", traffic_from=before, traffic_to=tuple(after.items()))
-        )
-
-
-def _notify(
-    fleet: FleetState, held: list[_Held], now: float, policy: EvaluationSettings, result: Evaluation
-) -> None:
-    for h in held:
-        if h.rule.action != "notify":
-            continue
-        # Each notification is about a fresh window, so one breach is not reported every cycle.
-        spacing = max(float(h.rule.for_), policy.step)
-        last = fleet.last("notify", h.target, h.rule.display_name())
-        if last is None or now - last >= spacing:
-            result.decisions.append(_decision(fleet, h, "notify"))
 
 
 def queries_for(fleets: Sequence[FleetState], policy: EvaluationSettings) -> list[Query]:

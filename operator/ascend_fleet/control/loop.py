@@ -3,12 +3,14 @@
 A cycle reads every AscendInference and its engine pods from a :class:`Source`: in the operator, the
 watch cache kopf already keeps (no API call at all); :class:`ListSource`, two list calls per
 namespace, stays as the baseline the benchmark compares with. It then asks Prometheus the distinct window queries of all rules (bounded by distinct windows, not objects),
-lets :mod:`.evaluate` decide, and acts through the same paths as everything else:
+lets :mod:`.evaluate` decide, and sends the writes each decision's action (:mod:`.actions`) returns, through
+the same paths as everything else:
 
 - scale: a merge patch of ``spec.parallelism.data``, as HPA does through the scale subresource; the
   reconciler then creates or drains replicas;
-- restart: :func:`~ascend_fleet.render.drain_patch` on the replica's leader; the reconciler deletes
-  the replica after ``drainSeconds`` and recreates it;
+- restart and replace: :func:`~ascend_fleet.render.drain_patch` on the replica's leader; the reconciler
+  deletes the replica after ``drainSeconds`` and recreates it;
+- shift: the traffic annotation, from which the reconciler renders the picker's rewrite;
 - every decision is recorded first, in ``status.actions`` (with the object's resourceVersion as a
   precondition, so a concurrent writer makes us re-read instead of overwriting), then carried out,
   then announced as an Event. Recording first means a crash between the two errs on the side of
@@ -28,18 +30,17 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..api import names
-from ..api.actions import ACTIONS, action_kind
+from ..api.actions import ACTIONS
 from ..api.catalog import operator_signal
 from ..api.settings import OperatorSettings
-from ..api.times import rfc3339_ms
-from ..api.variants import weights_text
 from ..kube import Conflict, Kube, KubeError, NotFound
-from ..render import InvalidSpec, drain_patch, validate
+from ..render import InvalidSpec, validate
 from ..status import set_condition
 from ..status.conditions import get_condition
 from ..status.fleet import slim_pod
 from ..telemetry import DECISIONS, RULE_EVALUATION, UNHEALTHY_NPUS
 from . import npu_health
+from .actions import Write, action_for
 from .evaluate import (
     REASON_QUERY_FAILED,
     ControlDecision,
@@ -58,10 +59,9 @@ _log = logging.getLogger(__name__)
 
 CONDITION = "MetricsAvailable"
 ENGINE_PODS = {names.LABEL_APP_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP_COMPONENT: "engine"}
-DRAIN_REASONS = {"restart_service": "rule restart", "replace": "npu replace"}
 WRITE_ATTEMPTS = 3
 PARALLEL_WRITES = 4
-EVENT_REASONS = {kind.name: kind.event_reason for kind in ACTIONS}
+EVENT_REASONS: dict[str, str] = {kind.name: kind.event_reason for kind in ACTIONS}
 
 
 @dataclass
@@ -378,49 +378,30 @@ class ControlLoop:
     def _act(self, fresh: dict, written: dict, decision: ControlDecision, now: float) -> bool:
         """Carry out one recorded decision; False (with a Warning Event) when it could not be done."""
         DECISIONS.labels(decision.action, str(decision.dry_run).lower()).inc()
+        action = action_for(decision.action)
         reason = EVENT_REASONS[decision.action]
         try:
-            if decision.dry_run or decision.action == "notify":
-                pass
-            elif decision.action in ("scale_up", "scale_down"):
-                # The precondition is our own status write: nobody changed the object since we recorded this.
-                self.kube.patch(
-                    names.KIND,
-                    decision.namespace,
-                    decision.name,
-                    {
-                        "metadata": {"resourceVersion": written["metadata"]["resourceVersion"]},
-                        "spec": {"parallelism": {"data": decision.replicas_to}},
-                    },
-                )
-            elif decision.action == "shift_traffic":
-                # The same precondition; the reconciler renders the picker's rewrite from this annotation.
-                self.kube.patch(
-                    names.KIND,
-                    decision.namespace,
-                    decision.name,
-                    {
-                        "metadata": {
-                            "resourceVersion": written["metadata"]["resourceVersion"],
-                            "annotations": {
-                                names.ANNOTATION_TRAFFIC: weights_text(dict(decision.traffic_to))
-                            },
-                        }
-                    },
-                )
-            elif decision.leader:
-                why = DRAIN_REASONS[decision.action]
-                self.kube.patch("Pod", decision.namespace, decision.leader, drain_patch(rfc3339_ms(now), why))
+            for write in () if decision.dry_run else action.writes(decision, now):
+                self._write(decision.namespace, write, written)
         except KubeError as error:
             self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
             _log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
             return False
-        event_type = "Warning" if action_kind(decision.action).warning else "Normal"
+        event_type = "Warning" if action.kind.warning else "Normal"
         self.kube.event(
             fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message()
         )
         _log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
         return True
+
+    def _write(self, namespace: str, write: Write, written: dict) -> None:
+        """Send one of an action's writes."""
+        patch = write.patch
+        if write.guarded:
+            # The precondition is our own status write: nobody changed the object since we recorded this.
+            version = written["metadata"]["resourceVersion"]
+            patch = {**patch, "metadata": {"resourceVersion": version, **(patch.get("metadata") or {})}}
+        self.kube.patch(write.kind, namespace, write.name, patch)
 
 
 def _owned_by(pod: dict, uid: str | None) -> bool:

@@ -16,7 +16,8 @@ from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..api.variants import fleet_weights
 from ..render import Valid
 from ..status import ObservedReplica, observed_replicas, pod_condition
-from .evaluate import FLEET, ControlDecision, FleetState, PastAction, ReplicaInfo
+from .actions import FLEET, action_for
+from .evaluate import ControlDecision, FleetState, PastAction, ReplicaInfo
 from .npu_health import placement
 
 
@@ -144,7 +145,7 @@ def _key(record: dict) -> tuple:
         record.get("action"),
         record.get("target"),
         bool(record.get("dryRun")),
-        (record.get("rule") if record.get("action") == "notify" else None),
+        (record.get("rule") if action_for(str(record.get("action"))).paced_per_rule else None),
     )
 
 

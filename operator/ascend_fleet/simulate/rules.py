@@ -7,8 +7,8 @@ Nothing of the rule semantics is re-implemented here: every control tick this ad
 2. answers the very queries the operator would send to Prometheus
    (:func:`~ascend_fleet.control.evaluate.queries_for`), computing each subquery's extreme and sample
    count from the simulated scrapes, and hands them over as Prometheus vectors;
-3. calls :func:`~ascend_fleet.control.evaluate.decide` and turns its decisions into a replica count and
-   restarts, remembering them as ``status.actions`` would, for the cooldowns.
+3. calls :func:`~ascend_fleet.control.evaluate.decide` and lets each decision's action apply it to the tick
+   (a replica count, restarts, a traffic split), remembering them as ``status.actions`` would, for the cooldowns.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from ..api.settings import ControlSettings
 from ..api.v1alpha1 import AscendInferenceSpec, Rule
 from ..control import evaluate
+from ..control.actions import Effect, action_for
 from ..control.queries import Observations, Query
 from .metrics import METRICS, MetricStore
 from .model import DRAINING, SERVING, FleetView, TickDecision
@@ -36,7 +37,7 @@ _STATS: dict[str, Callable[[list[float]], float]] = {
 
 @dataclass
 class RulesPolicy:
-    """The spec's rules (optionally without ``restart_service``), steered like the operator steers."""
+    """The spec's rules (optionally without the restarts of healthy replicas), steered like the operator steers."""
 
     spec: AscendInferenceSpec
     name: str = "rules"
@@ -51,7 +52,7 @@ class RulesPolicy:
         self.evaluation = evaluate.EvaluationSettings.from_settings(self.settings)
         self.interval = float(self.evaluation.interval)
         self.rules: tuple[Rule, ...] = tuple(
-            r for r in self.spec.rules if self.restarts or r.action != "restart_service"
+            r for r in self.spec.rules if self.restarts or not action_for(r.action).restarts_healthy
         )
         # The queries the operator would send for this spec; observe() answers them from the scrapes.
         self.queries = evaluate.queries_for([self._fleet_state(0, {})], self.evaluation)
@@ -88,17 +89,10 @@ class RulesPolicy:
         self._remember(decisions, view.now)
         if self.spec.autoscaling.dry_run:
             return TickDecision()
-        replicas = None
-        restart = []
-        traffic = None
+        effect = Effect()
         for d in decisions:
-            if d.action in ("scale_up", "scale_down") and d.replicas_to is not None:
-                replicas = d.replicas_to
-            elif d.action == "shift_traffic":
-                traffic = d.traffic_to
-            elif d.action == "restart_service" and d.replica is not None:
-                restart.append(d.replica)
-        return TickDecision(replicas=replicas, restart=tuple(restart), traffic=traffic)
+            effect = action_for(d.action).simulate(d, effect)
+        return TickDecision(replicas=effect.replicas, restart=effect.restart, traffic=effect.traffic)
 
     # ----- what the operator would read -----
 

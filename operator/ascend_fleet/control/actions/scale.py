@@ -1,0 +1,90 @@
+"""``scale_up`` and ``scale_down``: one replica more or fewer, within the autoscaling bounds.
+
+A scale-up waits ``scaleUpCooldown`` after the previous scale-up; a scale-down waits ``scaleDownCooldown``
+after any scale. When both hold, scaling up wins (availability first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ...api import names
+from ...api.actions import action_kind
+from .base import FLEET, Effect, RuleAction, Write
+
+if TYPE_CHECKING:
+    from ...api.v1alpha1 import Rule
+    from ..evaluate import ControlDecision, Cycle, Held
+
+
+class _Scale(RuleAction):
+    """What both directions share: how they read and what they write."""
+
+    def describe(self, decision: ControlDecision) -> str:
+        """The replica count before and after."""
+        return f"replicas {decision.replicas_from} -> {decision.replicas_to}"
+
+    def writes(self, decision: ControlDecision, now: float) -> tuple[Write, ...]:
+        """The new count in ``spec.parallelism.data``, as HPA does through the scale subresource."""
+        patch = {"spec": {"parallelism": {"data": decision.replicas_to}}}
+        return (Write(names.KIND, decision.name, patch, guarded=True),)
+
+    def simulate(self, decision: ControlDecision, effect: Effect) -> Effect:
+        """The simulated fleet takes the new count."""
+        return effect if decision.replicas_to is None else replace(effect, replicas=decision.replicas_to)
+
+
+class ScaleUp(_Scale):
+    """One more replica, up to maxReplicas."""
+
+    kind = action_kind("scale_up")
+
+    def decide(self, cycle: Cycle, held: Sequence[Held]) -> None:
+        """The first rule that held adds a replica, unless at the bound or in the scale-up cooldown."""
+        if not held:
+            return
+        fleet, bounds, first = cycle.fleet, cycle.fleet.autoscaling, held[0]
+        last = fleet.last(self.name, FLEET)
+        if fleet.replicas >= bounds.max_replicas:
+            cycle.note(f"{first.rule.display_name()}: at maxReplicas ({bounds.max_replicas})")
+        elif last is not None and cycle.now - last < bounds.scale_up_cooldown:
+            cycle.note(
+                f"{first.rule.display_name()}: scale-up cooldown, "
+                f"{bounds.scale_up_cooldown - (cycle.now - last):.0f}s left"
+            )
+        else:
+            cycle.decide(first, self.name, replicas_from=fleet.replicas, replicas_to=fleet.replicas + 1)
+
+
+class ScaleDown(_Scale):
+    """One replica fewer, down to minReplicas."""
+
+    kind = action_kind("scale_down")
+
+    def holding(self, rule: Rule, held: list[Held], checked: int) -> list[Held]:
+        """Scaling in on a replica-scoped rule needs every ready replica to agree."""
+        return [] if rule.scope == "replica" and len(held) < checked else held
+
+    def decide(self, cycle: Cycle, held: Sequence[Held]) -> None:
+        """The first rule that held drops a replica, unless a scale-up signal, a bound, a domain or a cooldown
+        stops it."""
+        if not held or cycle.holding("scale_up"):
+            return  # a scale-up signal, acted on or not, vetoes scaling down
+        fleet, bounds, first = cycle.fleet, cycle.fleet.autoscaling, held[0]
+        last = max(
+            (t for t in (fleet.last("scale_up", FLEET), fleet.last(self.name, FLEET)) if t is not None),
+            default=None,
+        )
+        if fleet.replicas <= bounds.min_replicas:
+            cycle.note(f"{first.rule.display_name()}: at minReplicas ({bounds.min_replicas})")
+        elif (keeper := fleet.domain_keeper(fleet.replicas - 1)) is not None:
+            cycle.note(f"{first.rule.display_name()}: no scale-down, {keeper}")
+        elif last is not None and cycle.now - last < bounds.scale_down_cooldown:
+            cycle.note(
+                f"{first.rule.display_name()}: scale-down cooldown, "
+                f"{bounds.scale_down_cooldown - (cycle.now - last):.0f}s left"
+            )
+        else:
+            cycle.decide(first, self.name, replicas_from=fleet.replicas, replicas_to=fleet.replicas - 1)
