@@ -8,7 +8,13 @@ from pydantic import Field
 
 from .actions import ACTION_LIST
 from .fields import Action, Model
-from .variants import TrafficShare
+
+
+class TrafficShare(Model):
+    """One variant's share of the requests for the base model name."""
+
+    variant: str = Field(description="The variant (spec.variants[].name).")
+    weight: int = Field(description="Percent of the requests the endpoint picker sends to it.")
 
 
 class Condition(Model):

@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_camel
 
 from ..engines.base import PREFILL_DELAYER, SHORT_REQUEST_FIRST
 from ..engines.registry import builtin_facts, facts_of
-from .actions import Scope
+from .actions import Scope, action_kind
 from .availability import Availability
 from .checks import ENGINE_TYPE, engine_chip_problem
 from .fields import (
@@ -53,12 +53,13 @@ from .status_types import (
     Condition,
     GroupRestart,
     LayoutStatus,
+    TrafficShare,
     TuningRecord,
     TuningRung,
 )
-from .variants import MAX_VARIANTS, PrecisionVariant, TrafficShare, variant_problems
 from .workload import (
     CRD_DEFAULT,
+    MAX_VARIANTS,
     Batching,
     Engine,
     EnvVar,
@@ -67,6 +68,7 @@ from .workload import (
     ModelSource,
     Parallelism,
     PodTemplate,
+    PrecisionVariant,
     PrefillDelayer,
     TemplateMetadata,
 )
@@ -83,6 +85,37 @@ def _cel_engine_is_one_of(types: list[str]) -> str:
 
 def _has_feature(engine_type: str, feature: str) -> bool:
     return feature in facts_of(engine_type).features
+
+
+def variant_problems(spec: AscendInferenceSpec) -> list[str]:
+    """Why the spec's variants, or its shift_traffic rules, cannot run as written (each a sentence)."""
+    names = [v.name for v in spec.variants]
+    problems = []
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        problems.append(f"spec.variants: names must be distinct, repeated: {', '.join(repeated)}")
+    if spec.variants and spec.routing.mode != "inferencePool":
+        problems.append(
+            "spec.variants needs spec.routing.mode inferencePool: the endpoint picker's InferenceModelRewrite "
+            "splits the requests between the variants, and a plain Service cannot; set routing.mode: "
+            "inferencePool, or remove spec.variants"
+        )
+    mount = spec.model.mount_path.rstrip("/") + "/"
+    for index, variant in enumerate(spec.variants):
+        if variant.model and spec.model.volume is not None and not variant.model.startswith(mount):
+            problems.append(
+                f"spec.variants[{index}].model {variant.model!r} is not under model.mountPath "
+                f"{spec.model.mount_path!r}, where the weights volume is mounted; put the variant's weights "
+                "on the same volume"
+            )
+    for index, rule in enumerate(spec.rules):
+        if action_kind(rule.action).takes_variant and rule.to not in names:
+            have = f"one of {', '.join(names)}" if names else "a variant, and spec.variants lists none"
+            problems.append(
+                f"spec.rules[{index}].to: {rule.action} moves traffic to a variant; {rule.to!r} is not one "
+                f"(spec.variants names {have})"
+            )
+    return problems
 
 
 class AscendInferenceSpec(Model):

@@ -6,49 +6,20 @@ model under ``<model>-<variant>``. The endpoint picker's InferenceModelRewrite s
 model name between those names by weight. The weights are whole percents summing to 100; they live in the
 ``ascendfleet.io/traffic`` annotation, which the control loop's ``shift_traffic`` writes, and show in
 ``status.traffic``; without it the split is even, as the replicas are. The functions here are pure: they read and move weights, never write them.
+The variant and its share are fields of the spec and the status (``workload``, ``status_types``), so this module
+sits above the spec and reads it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
-from pydantic import Field
+from .status_types import TrafficShare
+from .v1alpha1 import AscendInferenceSpec
+from .workload import PrecisionVariant
 
-from .actions import action_kind
-from .fields import Model, Precision
-
-if TYPE_CHECKING:
-    from .v1alpha1 import AscendInferenceSpec
-
-MAX_VARIANTS = 4
 FULL = 100  # weights are whole percents
-
-
-class PrecisionVariant(Model):
-    """One precision the fleet serves, on replicas of its own."""
-
-    name: str = Field(
-        min_length=1,
-        max_length=20,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        description="PrecisionVariant name, e.g. fp16 or int8; its engines serve the model as <model.name>-<name>.",
-    )
-    precision: Precision = Field(description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
-    model: str | None = Field(
-        default=None,
-        pattern=r"^/",
-        description="Weights path of this variant inside the engine container (e.g. W8A8 weights for int8); "
-        "default: spec.model.path.",
-    )
-
-
-class TrafficShare(Model):
-    """One variant's share of the requests for the base model name."""
-
-    variant: str = Field(description="The variant (spec.variants[].name).")
-    weight: int = Field(description="Percent of the requests the endpoint picker sends to it.")
 
 
 def variant_of(variants: Sequence[PrecisionVariant], replica: int) -> PrecisionVariant | None:
@@ -128,37 +99,6 @@ def describe_weights(weights: Mapping[str, int]) -> str:
 def traffic_shares(weights: Mapping[str, int]) -> list[TrafficShare]:
     """status.traffic: one entry per variant, in the spec's order."""
     return [TrafficShare(variant=name, weight=weight) for name, weight in weights.items()]
-
-
-def variant_problems(spec: AscendInferenceSpec) -> list[str]:
-    """Why the spec's variants, or its shift_traffic rules, cannot run as written (each a sentence)."""
-    names = [v.name for v in spec.variants]
-    problems = []
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        problems.append(f"spec.variants: names must be distinct, repeated: {', '.join(repeated)}")
-    if spec.variants and spec.routing.mode != "inferencePool":
-        problems.append(
-            "spec.variants needs spec.routing.mode inferencePool: the endpoint picker's InferenceModelRewrite "
-            "splits the requests between the variants, and a plain Service cannot; set routing.mode: "
-            "inferencePool, or remove spec.variants"
-        )
-    mount = spec.model.mount_path.rstrip("/") + "/"
-    for index, variant in enumerate(spec.variants):
-        if variant.model and spec.model.volume is not None and not variant.model.startswith(mount):
-            problems.append(
-                f"spec.variants[{index}].model {variant.model!r} is not under model.mountPath "
-                f"{spec.model.mount_path!r}, where the weights volume is mounted; put the variant's weights "
-                "on the same volume"
-            )
-    for index, rule in enumerate(spec.rules):
-        if action_kind(rule.action).takes_variant and rule.to not in names:
-            have = f"one of {', '.join(names)}" if names else "a variant, and spec.variants lists none"
-            problems.append(
-                f"spec.rules[{index}].to: {rule.action} moves traffic to a variant; {rule.to!r} is not one "
-                f"(spec.variants names {have})"
-            )
-    return problems
 
 
 def variant_spec(spec: AscendInferenceSpec, variant: PrecisionVariant | None) -> AscendInferenceSpec:

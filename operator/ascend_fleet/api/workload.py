@@ -12,7 +12,7 @@ from pydantic.json_schema import JsonDict
 
 from ..engines.registry import facts_of
 from .checks import DEFAULT_NPUS_PER_NODE, MAX_MODEL_DIMENSION
-from .fields import Chip, Duration, Model, MultiNode, RegisteredEngineType, cel_or_default
+from .fields import Chip, Duration, Model, MultiNode, Precision, RegisteredEngineType, cel_or_default
 from .k8s import EnvVarSource, ResourceRequirements, Size, VolumeSource, env_name_problem
 
 
@@ -285,6 +285,27 @@ class TemplateMetadata(Model):
     )
     annotations: dict[str, str] = Field(
         default_factory=dict, description="Annotations added to every engine pod."
+    )
+
+
+MAX_VARIANTS = 4
+
+
+class PrecisionVariant(Model):
+    """One precision the fleet serves, on replicas of its own."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=20,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="PrecisionVariant name, e.g. fp16 or int8; its engines serve the model as <model.name>-<name>.",
+    )
+    precision: Precision = Field(description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
+    model: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="Weights path of this variant inside the engine container (e.g. W8A8 weights for int8); "
+        "default: spec.model.path.",
     )
 
 

@@ -7,7 +7,7 @@ image's engine version cannot run. Everything else about a pod is the same for e
 ``render``.
 
 This package sits below ``api`` (the API reads the facts to default ports and images and to state its
-checks); the spec and layout types appear here in annotations only.
+checks), so the interface takes the spec and the layout as the protocols in ``inputs``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,9 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from ..api.v1alpha1 import AscendInferenceSpec
-    from ..layout import Layout
+from .inputs import EngineLayout, EngineSpec
 
 EngineType = Literal["vllm-ascend", "sglang"]
 Version = tuple[int, int, int]
@@ -192,34 +190,34 @@ class EngineRenderer(ABC):
     facts: EngineFacts
 
     @abstractmethod
-    def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+    def flags(self, spec: EngineSpec, layout: EngineLayout, at: Rank) -> list[Flag]:
         """The flags the engine gets for this pod, before the user's own args."""
 
     @abstractmethod
-    def command(self, spec: AscendInferenceSpec, layout: Layout, at: Rank, exporter: bool) -> list[str]:
+    def command(self, spec: EngineSpec, layout: EngineLayout, at: Rank, exporter: bool) -> list[str]:
         """The container command (argv) for one pod; ``exporter`` says whether the exporter runs in it."""
 
     @abstractmethod
-    def env(self, spec: AscendInferenceSpec, layout: Layout) -> list[dict]:
+    def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
         """The engine's own environment, after the variables every engine pod gets."""
 
     @abstractmethod
-    def leader_ports(self, spec: AscendInferenceSpec) -> list[dict]:
+    def leader_ports(self, spec: EngineSpec) -> list[dict]:
         """Container ports the leader of a multi-pod replica opens for its workers."""
 
     @abstractmethod
-    def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
+    def version_problems(self, spec: EngineSpec, layout: EngineLayout, image: str) -> list[str]:
         """Settings the image's engine version cannot run, each with what would fit."""
 
-    def version_warnings(self, spec: AscendInferenceSpec, image: str) -> list[str]:
+    def version_warnings(self, spec: EngineSpec, image: str) -> list[str]:
         """Settings the image's engine starts with but does not act on, each with what to do instead."""
         return []
 
-    def argv(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[str]:
+    def argv(self, spec: EngineSpec, layout: EngineLayout, at: Rank) -> list[str]:
         """Generated flags as tokens, then the user's args."""
         return [t for flag in self.flags(spec, layout, at) for t in flag.tokens()] + list(spec.engine.args)
 
-    def arg_conflicts(self, spec: AscendInferenceSpec, layout: Layout) -> list[str]:
+    def arg_conflicts(self, spec: EngineSpec, layout: EngineLayout) -> list[str]:
         """User args that repeat a generated flag, in any spelling the engine accepts: reported, never overridden."""
         generated: dict[str, Flag] = {}
         for rank in range(layout.pods_per_replica):  # workers may get flags the leader does not (--headless)
@@ -266,7 +264,7 @@ class EngineRenderer(ABC):
         return None
 
 
-def shared_flags(spec: AscendInferenceSpec, spelling: Spelling) -> list[Flag]:
+def shared_flags(spec: EngineSpec, spelling: Spelling) -> list[Flag]:
     """Precision, batching limits and context length, in one engine's spelling."""
     if spec.precision == "int8":
         flags = [Flag("--quantization", spelling.quantization, "spec.precision")]

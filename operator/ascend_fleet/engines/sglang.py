@@ -6,8 +6,6 @@ and ``check_server_args`` at the default images' version.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .base import (
     PREFILL_DELAYER,
     Dialect,
@@ -23,10 +21,7 @@ from .base import (
     fraction,
     shared_flags,
 )
-
-if TYPE_CHECKING:
-    from ..api.v1alpha1 import AscendInferenceSpec
-    from ..layout import Layout
+from .inputs import EngineLayout, EngineSpec
 
 DIST_PORT = 5000  # torch.distributed rendezvous on the leader of a multi-pod replica
 LAUNCHER = "sglang.launch_server"
@@ -145,14 +140,14 @@ SGLANG_FACTS = EngineFacts(
 )
 
 
-def launcher(spec: AscendInferenceSpec, exporter: bool) -> str:
+def launcher(spec: EngineSpec, exporter: bool) -> str:
     """SGLang's own launcher, unless the exporter is on and the image's SGLang has no plugin group to load it."""
     if not exporter:
         return LAUNCHER
     return LAUNCHER if SGLANG_FACTS.image_version(spec.image() or "") >= PLUGINS else EXPORTER_LAUNCHER
 
 
-def adaptive_flags(spec: AscendInferenceSpec) -> list[Flag]:
+def adaptive_flags(spec: EngineSpec) -> list[Flag]:
     """SGLang's own adaptive batching knobs: chunked prefill off, and the prefill delayer."""
     flags = []
     if spec.batching.chunked_prefill is False:  # on by default; -1 is SGLang's spelling of off
@@ -173,7 +168,7 @@ class SGLang(EngineRenderer):
 
     facts = SGLANG_FACTS
 
-    def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+    def flags(self, spec: EngineSpec, layout: EngineLayout, at: Rank) -> list[Flag]:
         """SGLang's flags for this pod, before the user's own args."""
         flags = [
             Flag("--model-path", spec.model.path, "spec.model.path"),
@@ -207,19 +202,19 @@ class SGLang(EngineRenderer):
             ]
         return flags
 
-    def command(self, spec: AscendInferenceSpec, layout: Layout, at: Rank, exporter: bool) -> list[str]:
+    def command(self, spec: EngineSpec, layout: EngineLayout, at: Rank, exporter: bool) -> list[str]:
         """``python3 -m sglang.launch_server ...`` (or the exporter's wrapper on an older image)."""
         return ["python3", "-m", launcher(spec, exporter), *self.argv(spec, layout, at)]
 
-    def env(self, spec: AscendInferenceSpec, layout: Layout) -> list[dict]:
+    def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
         """SGLang pins its scheduler processes to the NPU's CPU cores."""
         return [{"name": "SGLANG_SET_CPU_AFFINITY", "value": "1"}]
 
-    def leader_ports(self, spec: AscendInferenceSpec) -> list[dict]:
+    def leader_ports(self, spec: EngineSpec) -> list[dict]:
         """torch.distributed's rendezvous."""
         return [{"name": "dist-init", "containerPort": DIST_PORT, "protocol": "TCP"}]
 
-    def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
+    def version_problems(self, spec: EngineSpec, layout: EngineLayout, image: str) -> list[str]:
         """int8 or the prefill delayer on an image whose SGLang predates them (its parser refuses the flag)."""
         version = SGLANG_FACTS.image_version(image)
         problems = []

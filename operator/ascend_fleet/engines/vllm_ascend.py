@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING
 
 from .base import (
     SHORT_REQUEST_FIRST,
@@ -25,10 +24,7 @@ from .base import (
     fraction,
     shared_flags,
 )
-
-if TYPE_CHECKING:
-    from ..api.v1alpha1 import AscendInferenceSpec
-    from ..layout import Layout
+from .inputs import EngineLayout, EngineSpec
 
 RAY_PORT = 6379  # Ray GCS on the leader of a multi-pod vLLM replica
 MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod replica
@@ -117,7 +113,7 @@ VLLM_ASCEND_FACTS = EngineFacts(
 )
 
 
-def multi_node_mode(spec: AscendInferenceSpec) -> str:
+def multi_node_mode(spec: EngineSpec) -> str:
     """How a multi-pod replica starts: ``engine.multiNode``, else native where the image's vLLM has it."""
     if spec.engine.multi_node:
         return spec.engine.multi_node
@@ -125,7 +121,7 @@ def multi_node_mode(spec: AscendInferenceSpec) -> str:
     return "native" if version >= NATIVE_MULTI_NODE else "ray"
 
 
-def short_request_first_config(spec: AscendInferenceSpec) -> str:
+def short_request_first_config(spec: EngineSpec) -> str:
     """vllm-ascend's ``--additional-config`` for its short-request-first scheduler (threshold in prompt tokens)."""
     scheduling = spec.scheduling
     config = {
@@ -145,7 +141,7 @@ class VllmAscend(EngineRenderer):
 
     facts = VLLM_ASCEND_FACTS
 
-    def flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+    def flags(self, spec: EngineSpec, layout: EngineLayout, at: Rank) -> list[Flag]:
         """vLLM's flags for this pod, before the user's own args."""
         memory = spec.memory
         flags = [
@@ -178,7 +174,7 @@ class VllmAscend(EngineRenderer):
             flags += self._multi_pod_flags(spec, layout, at)
         return flags
 
-    def _multi_pod_flags(self, spec: AscendInferenceSpec, layout: Layout, at: Rank) -> list[Flag]:
+    def _multi_pod_flags(self, spec: EngineSpec, layout: EngineLayout, at: Rank) -> list[Flag]:
         if multi_node_mode(spec) == "ray":
             return [Flag("--distributed-executor-backend", "ray", "spec.parallelism (replica spans nodes)")]
         source = "spec.engine.multiNode: native"
@@ -192,7 +188,7 @@ class VllmAscend(EngineRenderer):
             flags.append(Flag("--headless", None, "the pod's rank"))
         return flags
 
-    def command(self, spec: AscendInferenceSpec, layout: Layout, at: Rank, exporter: bool) -> list[str]:
+    def command(self, spec: EngineSpec, layout: EngineLayout, at: Rank, exporter: bool) -> list[str]:
         """``vllm serve <path> ...``; under Ray, the leader starts the head first and workers join it."""
         serve = ["vllm", "serve", spec.model.path, *self.argv(spec, layout, at)]
         if not layout.multi_pod or multi_node_mode(spec) == "native":
@@ -203,19 +199,19 @@ class VllmAscend(EngineRenderer):
             script = f"exec ray start --address=$(LEADER_ADDRESS):{RAY_PORT} --block"
         return ["/bin/bash", "-c", script]
 
-    def env(self, spec: AscendInferenceSpec, layout: Layout) -> list[dict]:
+    def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
         """Ray must leave ASCEND_RT_VISIBLE_DEVICES as the device plugin set it."""
         if layout.multi_pod and multi_node_mode(spec) == "ray":
             return [{"name": "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "value": "1"}]
         return []
 
-    def leader_ports(self, spec: AscendInferenceSpec) -> list[dict]:
+    def leader_ports(self, spec: EngineSpec) -> list[dict]:
         """Ray's GCS, or torch.distributed's rendezvous for a native launch."""
         if multi_node_mode(spec) == "ray":
             return [{"name": "ray-gcs", "containerPort": RAY_PORT, "protocol": "TCP"}]
         return [{"name": "dist-init", "containerPort": MASTER_PORT, "protocol": "TCP"}]
 
-    def version_warnings(self, spec: AscendInferenceSpec, image: str) -> list[str]:
+    def version_warnings(self, spec: EngineSpec, image: str) -> list[str]:
         """Short-request-first: rendered, but no vllm-ascend release reads the key (checked up to 0.23.0)."""
         if (
             spec.scheduling.policy != "short-request-first"
@@ -229,7 +225,7 @@ class VllmAscend(EngineRenderer):
             "first come, first served; use the routing classes (spec.routing) to order requests by length"
         ]
 
-    def version_problems(self, spec: AscendInferenceSpec, layout: Layout, image: str) -> list[str]:
+    def version_problems(self, spec: EngineSpec, layout: EngineLayout, image: str) -> list[str]:
         """A native multi-pod launch on an image whose vLLM predates it."""
         version = VLLM_ASCEND_FACTS.image_version(image)
         if layout.multi_pod and spec.engine.multi_node == "native" and version < NATIVE_MULTI_NODE:
