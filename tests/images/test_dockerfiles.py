@@ -258,6 +258,82 @@ def test_operator_image():
     assert "65532" in " ".join(i.args for i in instructions if i.keyword == "USER"), "the chart's runAsUser"
 
 
+# The operator's own modules that `ascend-fleet run` loads; the image imports them after cutting its dependencies.
+RUNTIME_MODULES = (
+    "ascend_fleet.cli.main",
+    "ascend_fleet.cli.runtime",
+    "ascend_fleet.handlers.operator",
+    "ascend_fleet.handlers.control",
+    "ascend_fleet.handlers.leader",
+    "ascend_fleet.control.loop",
+    "ascend_fleet.kube",
+    "ascend_fleet.reconcile",
+    "ascend_fleet.status",
+)
+# Parts of the kubernetes client the operator never imports (the image deletes them): the asyncio half and the
+# generated per-group API classes.
+UNUSED_CLIENT_PARTS = ("kubernetes/aio", "kubernetes/client/api")
+
+
+def operator_install() -> str:
+    """The final stage's RUN that installs the package."""
+    _, all_stages = stages(parse(DOCKERFILES["operator"].read_text()))
+    (run,) = [i.args for i in all_stages[-1] if i.keyword == "RUN" and "pip install" in i.args]
+    return run
+
+
+def test_operator_image_drops_what_it_never_imports():
+    """The install removes the client's unused half and the test folders, then proves the runtime still imports."""
+    run = operator_install()
+    steps = [step.strip() for step in run.split("&&")]
+    install = next(n for n, step in enumerate(steps) if "pip install" in step)
+    removals = [n for n, step in enumerate(steps) if step.startswith(("rm ", "find "))]
+    for part in UNUSED_CLIENT_PARTS:
+        assert any(f'"$site/{part}"' in steps[n] for n in removals), f"the image keeps {part}"
+    assert any("-name tests" in steps[n] for n in removals), "the dependencies' test folders stay"
+    (check,) = [n for n, step in enumerate(steps) if step.startswith("python -c")]
+    imported = set(re.findall(r"ascend_fleet[\w.]*", steps[check]))
+    assert imported == set(RUNTIME_MODULES), "the image's import check names the runtime modules"
+    help_check = next(n for n, step in enumerate(steps) if step.startswith("ascend-fleet --help"))
+    assert install < min(removals) and max(removals) < check and max(removals) < help_check, (
+        "the checks run after the cut, so a cut that breaks the runtime fails the build"
+    )
+
+
+@pytest.mark.parametrize("module", RUNTIME_MODULES)
+def test_the_image_imports_real_modules(module):
+    relative = Path("operator", *module.split("."))
+    assert (ROOT / relative).is_dir() or (ROOT / relative).with_suffix(".py").is_file(), module
+
+
+# A use of what the operator image deletes: a generated API class, the client's api package or its asyncio half.
+UNUSED_CLIENT_USE = re.compile(
+    r"\bclient\.[A-Z]\w*Api\b|from kubernetes\.client import [^#]*Api\b|kubernetes\.client\.api\b|kubernetes\.aio\b"
+)
+
+
+def unused_client_uses(paths) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in paths
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if UNUSED_CLIENT_USE.search(line)
+    ]
+
+
+def test_runtime_code_sends_requests_through_the_api_client():
+    """The image has no kubernetes/client/api: code outside the dev cluster (which needs an extra the image lacks)
+    uses the client's ApiClient, never its generated classes such as CoreV1Api."""
+    package = ROOT / "operator" / "ascend_fleet"
+    runtime = [p for p in sorted(package.rglob("*.py")) if "devcluster" not in p.relative_to(package).parts]
+    assert not unused_client_uses(runtime), (
+        "these use a part of the kubernetes client the operator image deletes; send the request with Kube "
+        "(ApiClient.call_api) or keep the part in images/operator/Dockerfile"
+    )
+    # The check can fail: the dev cluster does use the generated classes.
+    assert unused_client_uses(sorted((package / "devcluster").rglob("*.py")))
+
+
 @pytest.mark.parametrize("engine", ["vllm-ascend", "sglang"])
 def test_engine_images_extend_the_operators_default_upstream_image(engine):
     images = base_images(DOCKERFILES[engine])
