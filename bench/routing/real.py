@@ -36,8 +36,8 @@ from ascend_fleet.devcluster.real.realengines import RealEngines
 from ascend_fleet.devcluster.real.vllm_env import expected_environment, find_environment
 from ascend_fleet.devcluster.stack import stack
 from ascend_fleet.kube import Kube, wait_for
+from ascend_fleet.observed import pod_ready
 from ascend_fleet.render import render_all, validate
-from ascend_fleet.status import pod_ready
 
 from .figures import (
     REPLICAS,

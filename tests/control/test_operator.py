@@ -28,7 +28,7 @@ from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, scaled, wait_for
-from ascend_fleet.status import pod_ready
+from ascend_fleet.observed import pod_ready
 from tests.support.documents import inference as inference_document
 from tests.support.paths import CRD_FILE
 from tests.support.rbac import HARNESS, record_operator_requests

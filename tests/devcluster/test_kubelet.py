@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from ascend_fleet.devcluster.cluster import DevCluster
 from ascend_fleet.devcluster.testing import api_client
 from ascend_fleet.kube import wait_for
-from ascend_fleet.status import pod_ready
+from ascend_fleet.observed import pod_ready
 
 
 class Recorder:

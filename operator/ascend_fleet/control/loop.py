@@ -34,10 +34,9 @@ from ..api.settings import OperatorSettings
 from ..api.times import rfc3339_ms
 from ..api.variants import weights_text
 from ..kube import Conflict, Kube, KubeError, NotFound
+from ..observed import get_condition, slim_pod
 from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
-from ..status.conditions import get_condition
-from ..status.fleet import slim_pod
 from ..telemetry import DECISIONS, RULE_EVALUATION, UNHEALTHY_NPUS
 from . import npu_health
 from .evaluate import (

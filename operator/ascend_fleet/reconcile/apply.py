@@ -11,9 +11,9 @@ from ..api import names
 from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
+from ..observed import observed_replicas
 from ..render import InvalidSpec, validate
 from ..render.routing import PickerSettings
-from ..status import observed_replicas
 from ..status.conditions import sort_conditions
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation

@@ -12,8 +12,9 @@ from typing import Any
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition, GroupRestart, LayoutStatus
 from ..api.variants import traffic_shares
 from ..layout import Layout
+from ..observed import ObservedReplica
 from ..render import leader_selector
-from ..status import ObservedReplica, set_condition
+from ..status import set_condition
 from .refusals import NAME_CONFLICT, Refusal
 from .routing import ROUTING_UNAVAILABLE, split_in_force
 

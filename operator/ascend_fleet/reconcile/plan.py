@@ -16,6 +16,7 @@ from ..api.settings import ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition
 from ..layout import Layout
+from ..observed import ObservedReplica, get_condition, observed_replicas
 from ..render import (
     Owner,
     drain_patch,
@@ -27,8 +28,7 @@ from ..render import (
     uses_volcano,
 )
 from ..render.routing import PickerSettings
-from ..status import ObservedReplica, observed_replicas, set_condition
-from ..status.conditions import get_condition
+from ..status import set_condition
 from .drift import drifted, managed_spec
 from .fleet_status import derive_status, kept_fields, stored_status, wire_status
 from .placement import (

@@ -13,9 +13,9 @@ from ..api.settings import ReconcileSettings
 from ..api.v1alpha1 import AscendInference
 from ..api.variants import fleet_weights, serving_split, variant_of
 from ..layout import plan
+from ..observed import ObservedReplica, observed_replicas
 from ..render import Owner
 from ..render.routing import PickerSettings, picker_name, render_routing
-from ..status import ObservedReplica, observed_replicas
 from .drift import drifted, managed_spec, routing_drifted, routing_patch
 from .timing import REQUEUE_AFTER_WRITE_SECONDS
 from .writes import Delete, Event, Observed, PassPlan, Patch

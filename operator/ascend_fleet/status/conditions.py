@@ -46,7 +46,3 @@ def sort_conditions(conditions: list[dict]) -> list[dict]:
 def _order(condition: dict) -> tuple[int, str]:
     kind = condition.get("type", "")
     return (CONDITION_TYPES.index(kind) if kind in CONDITION_TYPES else len(CONDITION_TYPES), kind)
-
-
-def get_condition(conditions: list[dict], type_: str) -> dict | None:
-    return next((c for c in conditions if c.get("type") == type_), None)
