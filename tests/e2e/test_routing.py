@@ -19,9 +19,9 @@ from ascend_fleet.api import names
 from ascend_fleet.devcluster.real.localpods import is_picker_pod
 from ascend_fleet.devcluster.real.pickerfailover import kill_serving_picker
 from ascend_fleet.kube import NotFound, wait_for
-from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.render import Owner, validate
 from ascend_fleet.render.routing import OBJECTIVE_HEADER, picker_name, render_routing
+from ascend_fleet.status.conditions import ROUTING_UNAVAILABLE
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import example
 from tests.support.paths import ROOT

@@ -8,6 +8,10 @@ from ..api.times import rfc3339
 from ..api.v1alpha1 import Condition
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "MetricsAvailable")
+# Ready=False reasons the reconciler finds (reconcile/refusals.py, reconcile/routing.py) and status derivation words.
+CHILD_REJECTED = "ChildRejected"
+NAME_CONFLICT = "NameConflict"
+ROUTING_UNAVAILABLE = "RoutingUnavailable"
 
 
 def set_condition(

@@ -6,17 +6,19 @@ fields, so a misspelt one fails here instead of being dropped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition, GroupRestart, LayoutStatus
-from ..api.variants import traffic_shares
+from ..api.variants import fleet_weights, serving_split, traffic_shares, variant_of
 from ..layout import Layout
 from ..observed import ObservedReplica
 from ..render import leader_selector
-from ..status import set_condition
-from .refusals import NAME_CONFLICT, Refusal
-from .routing import ROUTING_UNAVAILABLE, split_in_force
+from .conditions import NAME_CONFLICT, ROUTING_UNAVAILABLE, set_condition
+
+if TYPE_CHECKING:  # the reconciler's record of a refused child; derivation only reads it
+    from ..reconcile.refusals import Refusal
 
 
 def stored_status(obj: AscendInference) -> dict:
@@ -166,6 +168,22 @@ def _conditions(
         now,
         generation,
     )
+
+
+def split_in_force(
+    obj: AscendInference, groups: Mapping[int, ObservedReplica], pods_per_replica: int
+) -> dict[str, int]:
+    """The traffic split the rewrite carries and status.traffic shows: the annotation's, with the share of a
+    variant that has no serving replica (its last one restarting or rolling) on a variant that serves."""
+    variants = obj.spec.variants
+    serving = {
+        variant.name
+        for index, group in groups.items()
+        if index < obj.spec.parallelism.data
+        and group.ready(pods_per_replica)
+        and (variant := variant_of(variants, index)) is not None
+    }
+    return serving_split(fleet_weights(obj.spec, obj.metadata), serving)
 
 
 def wire_status(status: AscendInferenceStatus) -> dict:
