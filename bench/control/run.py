@@ -36,8 +36,8 @@ import kubernetes.client
 
 from ascend_fleet.api import names
 from ascend_fleet.kube import Kube
+from ascend_fleet.observed import pod_ready
 from ascend_fleet.render import Owner, render_replica, validate
-from ascend_fleet.status import pod_ready
 from ascend_fleet_dev.fleet.prometheus import PrometheusServer
 
 from ..backends import backend

@@ -31,8 +31,8 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.kube import Kube, wait_for
+from ascend_fleet.observed import pod_ready
 from ascend_fleet.render import render_all, validate
-from ascend_fleet.status import pod_ready
 from ascend_fleet_dev.real.dataplane import Envoy
 from ascend_fleet_dev.real.realcluster import RealCluster
 from ascend_fleet_dev.real.realengines import RealEngines

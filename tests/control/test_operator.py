@@ -23,7 +23,7 @@ from ascend_fleet.control.loop import ControlLoop
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, scaled, wait_for
-from ascend_fleet.status import pod_ready
+from ascend_fleet.observed import pod_ready
 from ascend_fleet_dev.cluster import DevCluster
 from ascend_fleet_dev.fleet.engines import SimulatedEngines
 from ascend_fleet_dev.fleet.prometheus import PrometheusServer

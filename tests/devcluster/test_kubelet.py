@@ -14,7 +14,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from ascend_fleet.kube import wait_for
-from ascend_fleet.status import pod_ready
+from ascend_fleet.observed import pod_ready
 from ascend_fleet_dev.cluster import DevCluster
 from ascend_fleet_dev.testing import api_client
 

@@ -10,7 +10,7 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.kube import wait_for
-from ascend_fleet.status import pod_ready
+from ascend_fleet.observed import pod_ready
 from tests.e2e.fleet import example
 
 pytestmark = pytest.mark.e2e

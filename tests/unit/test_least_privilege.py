@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ascend_fleet.cli.main import build_parser
 from ascend_fleet.cli.runtime import watch_namespaces
-from ascend_fleet.reconcile.plan import ROUTING_UNAVAILABLE, Observed, plan_pass
+from ascend_fleet.reconcile.plan import Observed, plan_pass
+from ascend_fleet.status.conditions import ROUTING_UNAVAILABLE
 from tests.unit.test_reconcile_routing import CLASSES, NOW, SETTINGS, kinds, make, ready
 
 

@@ -15,9 +15,10 @@ from ascend_fleet.reconcile.expectations import (
     Expectations,
     children_by_name,
 )
-from ascend_fleet.reconcile.fleet_status import canonical_status
 from ascend_fleet.reconcile.plan import creation_event
-from ascend_fleet.reconcile.refusals import CHILD_REJECTED, NAME_CONFLICT, Refusal, current, refused_again
+from ascend_fleet.reconcile.refusals import Refusal, current, refused_again
+from ascend_fleet.status.conditions import CHILD_REJECTED, NAME_CONFLICT
+from ascend_fleet.status.derive import canonical_status
 
 KEY = ("default", "llm")
 

@@ -6,10 +6,10 @@ import copy
 
 from ascend_fleet.api.settings import ReconcileSettings
 from ascend_fleet.api.times import rfc3339, rfc3339_ms
+from ascend_fleet.observed import slim_pod
 from ascend_fleet.reconcile.plan import plan_pass
 from ascend_fleet.reconcile.writes import Observed
 from ascend_fleet.render import Owner, render_pdb, render_replica, render_services
-from ascend_fleet.status.fleet import slim_pod
 from tests.unit.test_reconcile_plan import make
 
 NOW = 1_800_000_000.0

@@ -6,10 +6,10 @@ import copy
 
 from ascend_fleet.api.settings import ReconcileSettings
 from ascend_fleet.reconcile.plan import plan_pass
-from ascend_fleet.reconcile.routing import ROUTING_UNAVAILABLE
 from ascend_fleet.reconcile.writes import Observed
 from ascend_fleet.render import Owner, render_pdb, render_services, validate
 from ascend_fleet.render.routing import PickerSettings, picker_name, render_routing
+from ascend_fleet.status.conditions import ROUTING_UNAVAILABLE
 from tests.support.documents import inference
 
 NOW = 1_800_000_000.0

@@ -5,8 +5,8 @@ import pydantic
 import pytest
 
 from ascend_fleet.api.v1alpha1 import AscendInferenceStatus, LayoutStatus
-from ascend_fleet.reconcile.fleet_status import OTHER_WRITERS_FIELDS, kept_fields
 from ascend_fleet.status import fleet_serving
+from ascend_fleet.status.derive import OTHER_WRITERS_FIELDS, kept_fields
 
 
 def test_a_misspelt_status_field_fails_instead_of_being_dropped():

@@ -34,10 +34,9 @@ from ..api.actions import ACTIONS
 from ..api.catalog import operator_signal
 from ..api.settings import OperatorSettings
 from ..kube import Conflict, Kube, KubeError, NotFound
+from ..observed import get_condition, slim_pod
 from ..render import InvalidSpec, validate
 from ..status import set_condition
-from ..status.conditions import get_condition
-from ..status.fleet import slim_pod
 from ..telemetry import DECISIONS, RULE_EVALUATION, UNHEALTHY_NPUS
 from . import npu_health
 from .actions import Write, action_for

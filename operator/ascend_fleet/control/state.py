@@ -14,8 +14,8 @@ from ..api.availability import TOPOLOGY_KEYS
 from ..api.times import parse_rfc3339, rfc3339
 from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..api.variants import fleet_weights
+from ..observed import ObservedReplica, observed_replicas, pod_condition
 from ..render import Valid
-from ..status import ObservedReplica, observed_replicas, pod_condition
 from .actions import FLEET, action_for
 from .evaluate import ControlDecision, FleetState, PastAction, ReplicaInfo
 from .npu_health import placement

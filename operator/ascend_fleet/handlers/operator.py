@@ -22,10 +22,10 @@ import kopf
 from ..api import names
 from ..api.settings import OperatorSettings
 from ..kube import Kube
+from ..observed import slim_pod
 from ..reconcile.expectations import Expectations
 from ..reconcile.object_loop import ObjectLoop
 from ..reconcile.timing import API_RETRY_DELAYS, RESTART_BACKOFF
-from ..status.fleet import slim_pod
 from . import kopf_compat
 from .wakeups import Wakeups
 

@@ -11,16 +11,15 @@ from ..api import names
 from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
+from ..observed import observed_replicas
 from ..render import InvalidSpec, validate
 from ..render.routing import PickerSettings
-from ..status import observed_replicas
-from ..status.conditions import sort_conditions
+from ..status.conditions import CHILD_REJECTED, NAME_CONFLICT, sort_conditions
+from ..status.derive import OTHER_WRITERS_KEYS, canonical_status
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation
-from .fleet_status import OTHER_WRITERS_KEYS, canonical_status
 from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, is_picker_object, owned_by
 from .plan import creation_event, plan_invalid, plan_pass
-from .refusals import CHILD_REJECTED, NAME_CONFLICT
 from .timing import SETTLE_AFTER_CONFLICT
 from .writes import Event, Observed, PassPlan
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from ..api.availability import TOPOLOGY_KEYS, Availability
 from ..api.settings import ReconcileSettings
-from ..status import ObservedReplica
-from ..status.fleet import ObservedPod
+from ..observed import ObservedPod, ObservedReplica
 
 REASON_UNSCHEDULABLE = "Unschedulable"  # the scheduler answered: no node fits
 REASON_NO_SCHEDULER = "NoScheduler"  # nothing answered the pod's schedulerName

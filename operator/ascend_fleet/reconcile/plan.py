@@ -16,6 +16,7 @@ from ..api.settings import ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition
 from ..layout import Layout
+from ..observed import ObservedReplica, get_condition, observed_replicas
 from ..render import (
     Owner,
     drain_patch,
@@ -27,10 +28,10 @@ from ..render import (
     uses_volcano,
 )
 from ..render.routing import PickerSettings
-from ..status import ObservedReplica, observed_replicas, set_condition
-from ..status.conditions import get_condition
+from ..status import set_condition
+from ..status.conditions import ROUTING_UNAVAILABLE
+from ..status.derive import derive_status, kept_fields, stored_status, wire_status
 from .drift import drifted, managed_spec
-from .fleet_status import derive_status, kept_fields, stored_status, wire_status
 from .placement import (
     REASON_GANG_RELEASED,
     REASON_NO_SCHEDULER,
@@ -42,7 +43,7 @@ from .placement import (
     release_sentence,
     unplaced,
 )
-from .routing import ROUTING_UNAVAILABLE, plan_routing
+from .routing import plan_routing
 from .timing import REQUEUE_AFTER_WRITE_SECONDS, ROLLOUT_BLOCKED_SECONDS
 from .writes import Delete, Event, Observed, PassPlan, Patch
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-CHILD_REJECTED = "ChildRejected"
-NAME_CONFLICT = "NameConflict"
+from ..status.conditions import NAME_CONFLICT
 
 
 @dataclass(frozen=True)

@@ -7,20 +7,17 @@ last: it is in the watch cache and tells a fleet that routing objects may be lef
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..api.settings import ReconcileSettings
 from ..api.v1alpha1 import AscendInference
-from ..api.variants import fleet_weights, serving_split, variant_of
 from ..layout import plan
+from ..observed import observed_replicas
 from ..render import Owner
 from ..render.routing import PickerSettings, picker_name, render_routing
-from ..status import ObservedReplica, observed_replicas
+from ..status.derive import split_in_force
 from .drift import drifted, managed_spec, routing_drifted, routing_patch
 from .timing import REQUEUE_AFTER_WRITE_SECONDS
 from .writes import Delete, Event, Observed, PassPlan, Patch
 
-ROUTING_UNAVAILABLE = "RoutingUnavailable"
 # The CRD each routing kind comes from, and what installs it (the sentence in Ready=False/RoutingUnavailable).
 ROUTING_CRDS = {
     "InferencePool": (
@@ -64,22 +61,6 @@ def _routing_off(obj: AscendInference) -> str | None:
         "false (the chart's rbac.routing: false) and holds no permissions for routing objects; use mode service, "
         "or reinstall with rbac.routing: true"
     )
-
-
-def split_in_force(
-    obj: AscendInference, groups: Mapping[int, ObservedReplica], pods_per_replica: int
-) -> dict[str, int]:
-    """The traffic split the rewrite carries and status.traffic shows: the annotation's, with the share of a
-    variant that has no serving replica (its last one restarting or rolling) on a variant that serves."""
-    variants = obj.spec.variants
-    serving = {
-        variant.name
-        for index, group in groups.items()
-        if index < obj.spec.parallelism.data
-        and group.ready(pods_per_replica)
-        and (variant := variant_of(variants, index)) is not None
-    }
-    return serving_split(fleet_weights(obj.spec, obj.metadata), serving)
 
 
 def plan_routing(

@@ -1,22 +1,10 @@
-"""Pure status derivation: conditions in the standard shape and the fleet's counts."""
+"""Pure status derivation: an AscendInference's ``.status``, its conditions in the standard shape."""
 
 from .conditions import CONDITION_TYPES, set_condition
-from .fleet import (
-    ObservedPod,
-    ObservedReplica,
-    fleet_serving,
-    observed_replicas,
-    pod_condition,
-    pod_ready,
-)
+from .serving import fleet_serving
 
 __all__ = [
     "CONDITION_TYPES",
-    "ObservedPod",
-    "ObservedReplica",
     "fleet_serving",
-    "observed_replicas",
-    "pod_condition",
-    "pod_ready",
     "set_condition",
 ]

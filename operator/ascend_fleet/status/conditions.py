@@ -8,6 +8,10 @@ from ..api.times import rfc3339
 from ..api.v1alpha1 import Condition
 
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "MetricsAvailable")
+# Ready=False reasons the reconciler finds (reconcile/refusals.py, reconcile/routing.py) and status derivation words.
+CHILD_REJECTED = "ChildRejected"
+NAME_CONFLICT = "NameConflict"
+ROUTING_UNAVAILABLE = "RoutingUnavailable"
 
 
 def set_condition(
@@ -46,7 +50,3 @@ def sort_conditions(conditions: list[dict]) -> list[dict]:
 def _order(condition: dict) -> tuple[int, str]:
     kind = condition.get("type", "")
     return (CONDITION_TYPES.index(kind) if kind in CONDITION_TYPES else len(CONDITION_TYPES), kind)
-
-
-def get_condition(conditions: list[dict], type_: str) -> dict | None:
-    return next((c for c in conditions if c.get("type") == type_), None)

@@ -19,7 +19,7 @@ from ..api import names
 from ..api.v1alpha1 import AscendInference, TuningRecord
 from ..kube import Kube
 from ..kube.client import NotFound
-from ..status import ObservedPod
+from ..observed import ObservedPod
 from .patch import status_patch
 
 

@@ -31,8 +31,9 @@ from ascend_fleet.control.loop import ControlLoop
 from ascend_fleet.handlers.control import control_loop_hook
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread
 from ascend_fleet.kube import Kube, KubeError
+from ascend_fleet.observed import pod_ready
 from ascend_fleet.render import InvalidSpec, validate
-from ascend_fleet.status import fleet_serving, pod_ready
+from ascend_fleet.status import fleet_serving
 from ascend_fleet_dev.demo import view
 from ascend_fleet_dev.demo.realengines import TooFewEngines, fit_story
 from ascend_fleet_dev.demo.traffic import Traffic

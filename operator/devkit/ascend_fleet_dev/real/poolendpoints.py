@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from ascend_fleet.kube import Kube, KubeError, NotFound
-from ascend_fleet.status.fleet import pod_ready
+from ascend_fleet.observed import pod_ready
 
 _log = logging.getLogger(__name__)
 EDS_TYPE = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"

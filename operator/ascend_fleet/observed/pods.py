@@ -1,4 +1,5 @@
-"""What the observed pods say about each replica: complete, ready, failed, draining, which revision."""
+"""What the pods read back from the cluster say about each replica: complete, ready, failed, draining, which
+revision."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from dataclasses import dataclass, field
 
 from ..api import names
 from ..api.times import parse_rfc3339
-from .conditions import get_condition
 
 # The scheduler a pod without spec.schedulerName gets (the API server's default).
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -68,6 +68,11 @@ class ObservedPod:
         )
 
 
+def get_condition(conditions: list[dict], type_: str) -> dict | None:
+    """The condition of ``type_`` in an object's conditions (a pod's or an AscendInference's), None if none."""
+    return next((c for c in conditions if c.get("type") == type_), None)
+
+
 def pod_condition(pod: dict, type_: str) -> dict | None:
     """The pod's condition of ``type_`` (``Ready``, ``PodScheduled``, ...), None if it has none."""
     return get_condition((pod.get("status") or {}).get("conditions") or [], type_)
@@ -76,15 +81,6 @@ def pod_condition(pod: dict, type_: str) -> dict | None:
 def pod_ready(pod: dict) -> bool:
     """Whether the pod's Ready condition is True: the kubelet's verdict that it serves."""
     return (pod_condition(pod, "Ready") or {}).get("status") == "True"
-
-
-def fleet_serving(obj: dict) -> bool:
-    """Whether an AscendInference serves in full: its ``Ready`` condition is True and every replica its spec asks
-    for is ready (``kubectl wait --for=condition=Ready`` returns, and no replica is still starting)."""
-    status = obj.get("status") or {}
-    ready = get_condition(status.get("conditions") or [], "Ready") or {}
-    desired = int(((obj.get("spec") or {}).get("parallelism") or {}).get("data") or 0)
-    return ready.get("status") == "True" and int(status.get("readyReplicas") or 0) >= desired > 0
 
 
 def _unschedulable(scheduled: dict | None) -> str | None:

@@ -6,16 +6,28 @@ fields, so a misspelt one fails here instead of being dropped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition, GroupRestart, LayoutStatus
-from ..api.variants import traffic_shares
+from ..api.variants import fleet_weights, serving_split, traffic_shares, variant_of
 from ..layout import Layout
+from ..observed import ObservedReplica
 from ..render import leader_selector
-from ..status import ObservedReplica, set_condition
-from .refusals import NAME_CONFLICT, Refusal
-from .routing import ROUTING_UNAVAILABLE, split_in_force
+from .conditions import NAME_CONFLICT, ROUTING_UNAVAILABLE, set_condition
+
+
+class Refusal(Protocol):
+    """What derivation reads of the reconciler's record of a refused child (``reconcile.refusals.Refusal``)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    def sentence(self) -> str: ...
 
 
 def stored_status(obj: AscendInference) -> dict:
@@ -32,7 +44,7 @@ def derive_status(
     rev: str,
     restarts: list[dict],
     now: float,
-    refused: dict[tuple[str, str], Refusal] | None = None,
+    refused: Mapping[tuple[str, str], Refusal] | None = None,
     routing_problem: str | None = None,
     placement_problem: tuple[str, str] | None = None,
 ) -> dict:
@@ -122,7 +134,7 @@ def _conditions(
     restarts: list[dict],
     now: float,
     generation: int | None,
-    refused: dict[tuple[str, str], Refusal] | None,
+    refused: Mapping[tuple[str, str], Refusal] | None,
     routing_problem: str | None,
     placement_problem: tuple[str, str] | None = None,
 ) -> list[dict]:
@@ -165,6 +177,22 @@ def _conditions(
         now,
         generation,
     )
+
+
+def split_in_force(
+    obj: AscendInference, groups: Mapping[int, ObservedReplica], pods_per_replica: int
+) -> dict[str, int]:
+    """The traffic split the rewrite carries and status.traffic shows: the annotation's, with the share of a
+    variant that has no serving replica (its last one restarting or rolling) on a variant that serves."""
+    variants = obj.spec.variants
+    serving = {
+        variant.name
+        for index, group in groups.items()
+        if index < obj.spec.parallelism.data
+        and group.ready(pods_per_replica)
+        and (variant := variant_of(variants, index)) is not None
+    }
+    return serving_split(fleet_weights(obj.spec, obj.metadata), serving)
 
 
 def wire_status(status: AscendInferenceStatus) -> dict:

@@ -1,1 +1,0 @@
-"""``ascend-fleet dev``: the whole system on one machine, with a load story told live in the terminal."""
