@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp tune-client engine-vllm
+.PHONY: setup test test-unit test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp tune-client engine-vllm
 
 setup: $(STAMP)
 
@@ -64,6 +64,12 @@ test: lint tune-client test-packages engine-vllm
 	$(BIN)/pytest --ignore=tests/engines
 	# The engines' own parsers, the CPU boot of every generated vLLM command line and checkov, in their environments.
 	@$(MAKE) --no-print-directory test-engines
+
+# The pure tests only: no server, no binaries, no network; under two minutes on 2 cores. tests/README.md maps
+# every test folder to what it needs.
+test-unit: setup
+	$(BIN)/pytest tests/unit tests/control tests/simulate tests/exporter tests/images tests/tune -q \
+	  -m "not e2e and not prometheus"
 
 # Debian packages of the test tools besides Prometheus, by the command each provides: lua5.1 runs the Argo CD
 # health check of docs/gitops.md as Argo CD does (Lua 5.1).
