@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
+from .bounds import MAX_PATH_LENGTH
 from .fields import Model, Precision
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class PrecisionVariant(Model):
     precision: Precision = Field(description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
     model: str | None = Field(
         default=None,
+        max_length=MAX_PATH_LENGTH,
         pattern=r"^/",
         description="Weights path of this variant inside the engine container (e.g. W8A8 weights for int8); "
         "default: spec.model.path.",
