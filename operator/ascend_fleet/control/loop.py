@@ -34,6 +34,7 @@ from ..api.settings import OperatorSettings
 from ..api.times import rfc3339_ms
 from ..api.variants import weights_text
 from ..kube import Conflict, Kube, KubeError, NotFound
+from ..promql.guarded import parse_guarded
 from ..render import InvalidSpec, drain_patch, validate
 from ..status import set_condition
 from ..status.conditions import get_condition
@@ -264,7 +265,7 @@ class ControlLoop:
     def _parse(self, body: dict) -> tuple[FleetState, int] | None:
         body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **body}  # list items lack them
         try:
-            valid = validate(body, max_window=self.settings.control.max_window)
+            valid = validate(body, max_window=self.settings.control.max_window, parse_query=parse_guarded)
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
         return object_state(valid), valid.layout.pods_per_replica

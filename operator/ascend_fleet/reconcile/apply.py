@@ -11,6 +11,7 @@ from ..api import names
 from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
+from ..promql.guarded import parse_guarded
 from ..render import InvalidSpec, validate
 from ..render.routing import PickerSettings
 from ..status import observed_replicas
@@ -90,6 +91,7 @@ def reconcile_once(
             known_metrics=known_metrics(settings.control),
             max_window=settings.control.max_window,
             allow_host_path=settings.allow_host_path_models,
+            parse_query=parse_guarded,
         )
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
