@@ -16,6 +16,8 @@ from typing import Annotated, Any
 from kubernetes.utils.quantity import parse_quantity as kubernetes_quantity
 from pydantic import AfterValidator, WithJsonSchema
 
+from .bounds import MAX_QUANTITY_LENGTH, MAX_RESOURCES
+
 # resource.Quantity's grammar: a signed decimal number, then a binary (Ki..Ei), decimal (n, u, m, k, M..E)
 # or exponent suffix.
 _NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -102,8 +104,15 @@ def check_resources(value: dict[str, Any]) -> dict[str, Any]:
         table = value.get(part) or {}
         if not isinstance(table, dict):
             raise ValueError(f"{part} must be a map of resource name to quantity, e.g. {{memory: 64Gi}}")
+        if len(table) > MAX_RESOURCES:
+            raise ValueError(f"{part}: {len(table)} resources, over the {MAX_RESOURCES} the CRD allows")
         parsed[part] = {}
         for name, quantity in table.items():
+            if len(str(quantity)) > MAX_QUANTITY_LENGTH:
+                raise ValueError(
+                    f"{part}.{name}: {len(str(quantity))} characters, over the {MAX_QUANTITY_LENGTH} a quantity "
+                    "may have; write it with a suffix, e.g. 64Gi"
+                )
             problem = _resource_name_problem(str(name))
             if problem:
                 raise ValueError(f"{part}: {problem}")
@@ -123,7 +132,11 @@ def check_resources(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-_QUANTITY_NODE = {"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}
+_QUANTITY_NODE = {
+    "x-kubernetes-int-or-string": True,
+    "pattern": QUANTITY_PATTERN,
+    "maxLength": MAX_QUANTITY_LENGTH,
+}
 RESOURCES_SCHEMA = {
     "type": "object",
     "description": "CPU/memory requests and limits (the NPU resource is set from the layout).",
@@ -131,11 +144,13 @@ RESOURCES_SCHEMA = {
         "requests": {
             "type": "object",
             "additionalProperties": _QUANTITY_NODE,
+            "maxProperties": MAX_RESOURCES,
             "description": "What the scheduler reserves, by resource (cpu, memory).",
         },
         "limits": {
             "type": "object",
             "additionalProperties": _QUANTITY_NODE,
+            "maxProperties": MAX_RESOURCES,
             "description": "The most the engine may use, by resource (cpu, memory).",
         },
     },

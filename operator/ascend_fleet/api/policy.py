@@ -5,12 +5,21 @@ Request scheduling and priority classes, routing, autoscaling, the control loop'
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
 from .actions import ACTION_LIST, ACTIONS, VARIANT_ACTIONS, Scope, action_kind, variant_sentence
+from .bounds import (
+    MAX_DNS_LABEL_LENGTH,
+    MAX_DNS_SUBDOMAIN_LENGTH,
+    MAX_LABEL_VALUE_LENGTH,
+    MAX_METRIC_LENGTH,
+    MAX_NODE_SELECTOR,
+    MAX_QUERY_LENGTH,
+    MAX_RULE_NAME_LENGTH,
+)
 from .checks import MAX_WINDOW_SECONDS, window_sentence
 from .fields import (
     Action,
@@ -47,17 +56,23 @@ class Scheduling(Model):
     max_wait: Duration = Field(
         default=2.0, description="How long short-request-first lets a long prompt wait before it goes first."
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Node labels every engine pod requires (the pod's nodeSelector)."
+    node_selector: dict[str, Annotated[str, Field(max_length=MAX_LABEL_VALUE_LENGTH)]] = Field(
+        default_factory=dict,
+        max_length=MAX_NODE_SELECTOR,
+        description="Node labels every engine pod requires (the pod's nodeSelector).",
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,
         max_length=64,
         description="Taints the engine pods tolerate (the pod's tolerations).",
     )
-    scheduler_name: str | None = Field(default=None, description="e.g. volcano.")
+    scheduler_name: str | None = Field(
+        default=None, max_length=MAX_DNS_SUBDOMAIN_LENGTH, description="e.g. volcano."
+    )
     priority_class_name: str | None = Field(
-        default=None, description="PriorityClass of the engine pods (preemption order under pressure)."
+        default=None,
+        max_length=MAX_DNS_SUBDOMAIN_LENGTH,
+        description="PriorityClass of the engine pods (preemption order under pressure).",
     )
 
 
@@ -120,8 +135,12 @@ class GatewayRef(Model):
     """The Gateway an HTTPRoute attaches the InferencePool to."""
 
     name: str = Field(min_length=1, max_length=253, description="Name of the Gateway (in this namespace).")
-    namespace: str | None = Field(default=None, description="Default: the inference's namespace.")
-    section_name: str | None = Field(default=None, description="A listener of the Gateway.")
+    namespace: str | None = Field(
+        default=None, max_length=MAX_DNS_LABEL_LENGTH, description="Default: the inference's namespace."
+    )
+    section_name: str | None = Field(
+        default=None, max_length=MAX_DNS_SUBDOMAIN_LENGTH, description="A listener of the Gateway."
+    )
 
 
 class PickerSpec(Model):
@@ -286,12 +305,20 @@ class Rule(Model):
         }
     )
 
-    name: str | None = Field(default=None, description="Shown in events; defaults to the rule's text.")
-    metric: str | None = Field(
-        default=None, description="A metric name from the operator's catalog (e.g. npu_utilization)."
+    name: str | None = Field(
+        default=None,
+        max_length=MAX_RULE_NAME_LENGTH,
+        description="Shown in events; defaults to the rule's text.",
     )
+    metric: str | None = Field(
+        default=None,
+        max_length=MAX_METRIC_LENGTH,
+        description="A metric name from the operator's catalog (e.g. npu_utilization).",
+    )
+    # The bound is in the schema, and the validator below words the refusal with what would fit.
     query: str | None = Field(
         default=None,
+        json_schema_extra={"maxLength": MAX_QUERY_LENGTH},
         description="Raw PromQL instead of a catalog metric; its series must carry namespace and inference "
         "labels (and replica for replica scope).",
     )
@@ -316,6 +343,17 @@ class Rule(Model):
         description="shift_traffic only: percent of the requests moved per firing (at most one per "
         "autoscaling.shiftCooldown).",
     )
+
+    @field_validator("query")
+    @classmethod
+    def _query_fits(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > MAX_QUERY_LENGTH:
+            raise ValueError(
+                f"{len(value)} characters, over the {MAX_QUERY_LENGTH} a rule's query may have (the operator "
+                "parses every query on every pass); name the long part with a Prometheus recording rule and "
+                "query the recorded series, or use a catalog metric"
+            )
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> Rule:

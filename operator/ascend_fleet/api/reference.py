@@ -22,6 +22,9 @@ Generated from the operator's models by `python -m ascend_fleet.api.reference > 
 hand. `kubectl explain {names.SINGULAR}.spec` shows the same descriptions. Durations are written `30s`, `5m`,
 `1h30m` or as a number of seconds; quantities as Kubernetes writes them (`16Gi`, `500m`). A field marked
 **required** must be set; every other field has the default its description gives, or is off when unset.
+Every string, list and map of the spec has a bound, so the API server refuses an oversized object before the
+operator reads it; the free-form objects (a volume, a valueFrom, the template's pod spec) are Kubernetes' own
+types.
 """
 
 
@@ -76,9 +79,20 @@ def constraints(node: dict[str, Any]) -> str:
         said.append(f"at least {node['minLength']} characters")
     if "maxLength" in node:
         said.append(f"at most {node['maxLength']} characters")
-    for key, words in (("minItems", "at least {} items"), ("maxItems", "at most {} items")):
+    for key, words in (
+        ("minItems", "at least {} items"),
+        ("maxItems", "at most {} items"),
+        ("maxProperties", "at most {} entries"),
+    ):
         if key in node:
-            said.append(words.format(node[key]))
+            said.append(words.format(node[key]).replace("1 items", "1 item").replace("1 entries", "1 entry"))
+    for key, words in (
+        ("items", "each at most {} characters"),
+        ("additionalProperties", "values at most {} characters"),
+    ):
+        inner = node.get(key)
+        if isinstance(inner, dict) and "maxLength" in inner and not inner.get("properties"):
+            said.append(words.format(inner["maxLength"]))
     return "; ".join(said)
 
 

@@ -10,14 +10,42 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from typing import Literal
 
-import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from . import strict_yaml
 from .checks import MAX_WINDOW_SECONDS
 from .units import format_duration
 from .v1alpha1 import Duration, Model
+
+# RFC 9110's token: the characters an HTTP field name may have.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def above_zero(value: float, info: ValidationInfo, model: type[Model]) -> float:
+    """A duration the operator waits or repeats by: at zero it would repeat without a pause, keeping a core busy."""
+    if value > 0:
+        return value
+    default = model.model_fields[info.field_name or ""].default
+    raise ValueError(
+        f"{format_duration(value) if value == 0 else value} is not above zero, and the operator would repeat "
+        f"without a pause, keeping a core busy; use a positive duration such as the default "
+        f"{format_duration(default)}"
+    )
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """A header that would split the HTTP request: a line break lets it write headers of its own."""
+    if not _HEADER_NAME.fullmatch(name):
+        return (
+            f"the header name {name!r} is not an HTTP field name (letters, digits and !#$%&'*+-.^_`|~, no spaces, "
+            "colons or line breaks)"
+        )
+    if any(c in value for c in "\r\n\0"):
+        return f"the value of {name} holds a line break or NUL, which would end the header early; keep it on one line"
+    return None
 
 
 class BasicAuthSettings(Model):
@@ -52,6 +80,20 @@ class PrometheusSettings(Model):
         default_factory=dict,
         description="Extra HTTP headers on every query, e.g. `X-Scope-OrgID` for a Mimir or Cortex tenant.",
     )
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_above_zero(cls, value: float, info: ValidationInfo) -> float:
+        return above_zero(value, info, cls)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers_one_line(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            problem = header_problem(name, text)
+            if problem:
+                raise ValueError(problem)
+        return value
 
     @field_validator("bearer_token_file", "ca_file", "basic_auth", mode="before")
     @classmethod
@@ -109,6 +151,11 @@ class ControlSettings(Model):
         "Each window makes Prometheus evaluate that many samples per object and cycle.",
     )
 
+    @field_validator("interval", "step")
+    @classmethod
+    def _above_zero(cls, value: float, info: ValidationInfo) -> float:
+        return above_zero(value, info, cls)
+
     @field_validator("max_window")
     @classmethod
     def _window_within_crd(cls, value: float) -> float:
@@ -122,6 +169,11 @@ class ControlSettings(Model):
 
 
 class ReconcileSettings(Model):
+    @field_validator("backoff_initial", "backoff_max", "resync_interval", "watch_timeout")
+    @classmethod
+    def _above_zero(cls, value: float, info: ValidationInfo) -> float:
+        return above_zero(value, info, cls)
+
     backoff_initial: Duration = Field(
         default=30.0, description="First delay before recreating a failed replica."
     )
@@ -207,13 +259,20 @@ class OperatorSettings(Model):
         path = path or environ.get("ASCEND_FLEET_CONFIG")
         data: dict = {}
         if path:
-            with open(path, encoding="utf-8") as handle:
-                data = yaml.safe_load(handle) or {}
+            with open(path, "rb") as handle:
+                raw = handle.read(strict_yaml.MAX_INPUT_BYTES + 1)
+            if len(raw) > strict_yaml.MAX_INPUT_BYTES:
+                raise ValueError(
+                    f"over {strict_yaml.MAX_INPUT_BYTES // 2**20} MiB; a configuration is a few KiB"
+                )
+            data = strict_yaml.load_document(raw.decode("utf-8")) or {}
+            if not isinstance(data, dict):
+                raise ValueError(f"the file holds a {type(data).__name__}, not a mapping of settings")
+        interval = environ.get("ASCEND_FLEET_CONTROL_INTERVAL")
+        if interval and isinstance(data.get("control", {}), dict):
+            # validated with the rest, so a refusal names control.interval as the file's would
+            data = {**data, "control": {**data.get("control", {}), "interval": interval}}
         settings = cls.model_validate(data)
         if environ.get("ASCEND_FLEET_PROMETHEUS_URL"):
             settings.prometheus.url = environ["ASCEND_FLEET_PROMETHEUS_URL"]
-        if environ.get("ASCEND_FLEET_CONTROL_INTERVAL"):
-            settings.control = ControlSettings.model_validate(
-                {**settings.control.wire(), "interval": environ["ASCEND_FLEET_CONTROL_INTERVAL"]}
-            )
         return settings

@@ -5,15 +5,31 @@ The model, the engine, the parallel layout, the hardware, batching, memory and t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.json_schema import JsonDict
 
 from ..engines.registry import facts_of
+from .bounds import (
+    MAX_ANNOTATION_LENGTH,
+    MAX_ANNOTATIONS,
+    MAX_ARG_LENGTH,
+    MAX_ARGS,
+    MAX_ENV,
+    MAX_IMAGE_LENGTH,
+    MAX_INTERFACE_LENGTH,
+    MAX_LABEL_VALUE_LENGTH,
+    MAX_LABELS,
+    MAX_PATH_LENGTH,
+    MAX_QUALIFIED_NAME_LENGTH,
+)
 from .checks import DEFAULT_NPUS_PER_NODE, MAX_MODEL_DIMENSION
 from .fields import Chip, Duration, Model, MultiNode, Precision, RegisteredEngineType, cel_or_default
 from .k8s import EnvVarSource, ResourceRequirements, Size, VolumeSource, env_name_problem
+
+# The CRD bounds an argument by Linux's own limit; render/agreement.py refuses a longer one with the reason.
+_ARGUMENT_SCHEMA: JsonDict = {"type": "string", "maxLength": MAX_ARG_LENGTH}
 
 
 class ModelSource(Model):
@@ -26,6 +42,7 @@ class ModelSource(Model):
     )
     path: str = Field(
         min_length=1,
+        max_length=MAX_PATH_LENGTH,
         pattern=r"^/",
         description="Absolute path of the weights inside the engine container.",
     )
@@ -37,6 +54,7 @@ class ModelSource(Model):
     )
     mount_path: str = Field(
         default="/models",
+        max_length=MAX_PATH_LENGTH,
         pattern=r"^/",
         description="Where the volume is mounted; path must lie under it when a volume is given.",
     )
@@ -83,7 +101,9 @@ class EnvVar(Model):
         min_length=1, max_length=256, description="Variable name (a C identifier or a dotted name)."
     )
     value: str | None = Field(
-        default=None, description="A literal value; $(VAR) refers to an earlier variable."
+        default=None,
+        json_schema_extra={"maxLength": MAX_ARG_LENGTH},
+        description="A literal value; $(VAR) refers to an earlier variable.",
     )
     value_from: EnvVarSource | None = None
 
@@ -102,7 +122,9 @@ class Engine(Model):
 
     type: RegisteredEngineType = Field(description="vllm-ascend or sglang.")
     image: str | None = Field(
-        default=None, description="Engine image; defaults to the upstream image for the engine and chip."
+        default=None,
+        max_length=MAX_IMAGE_LENGTH,
+        description="Engine image; defaults to the upstream image for the engine and chip.",
     )
     port: int | None = Field(
         default=None,
@@ -110,11 +132,14 @@ class Engine(Model):
         le=65535,
         description="HTTP port of the OpenAI API (default 8000 vLLM, 30000 SGLang).",
     )
-    args: list[str] = Field(
+    args: list[Annotated[str, WithJsonSchema(_ARGUMENT_SCHEMA)]] = Field(
         default_factory=list,
+        max_length=MAX_ARGS,
         description="Extra engine arguments, appended; one that repeats a generated flag is rejected.",
     )
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment; a name set here wins.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=MAX_ENV, description="Extra environment; a name set here wins."
+    )
     resources: ResourceRequirements | None = Field(
         default=None, description="CPU/memory requests and limits (the NPU resource is set from the layout)."
     )
@@ -181,6 +206,7 @@ class Hardware(Model):
     resource_name: str = Field(
         default="huawei.com/Ascend910",
         min_length=1,
+        max_length=MAX_QUALIFIED_NAME_LENGTH,
         description="Device-plugin resource to request (huawei.com/Ascend910, huawei.com/ascend-1980, ...).",
     )
     ascend_runtime: bool = Field(
@@ -188,7 +214,10 @@ class Hardware(Model):
         description="True when the Ascend Docker Runtime injects the driver; false mounts the driver from the host.",
     )
     network_interface: str = Field(
-        default="eth0", min_length=1, description="Interface for HCCL/GLOO traffic in multi-pod replicas."
+        default="eth0",
+        min_length=1,
+        max_length=MAX_INTERFACE_LENGTH,
+        description="Interface for HCCL/GLOO traffic in multi-pod replicas.",
     )
 
     @model_validator(mode="after")
@@ -280,11 +309,13 @@ class Memory(Model):
 class TemplateMetadata(Model):
     """Labels and annotations added to every engine pod."""
 
-    labels: dict[str, str] = Field(
-        default_factory=dict, description="Labels added to every engine pod (the operator's own keys win)."
+    labels: dict[str, Annotated[str, Field(max_length=MAX_LABEL_VALUE_LENGTH)]] = Field(
+        default_factory=dict,
+        max_length=MAX_LABELS,
+        description="Labels added to every engine pod (the operator's own keys win).",
     )
-    annotations: dict[str, str] = Field(
-        default_factory=dict, description="Annotations added to every engine pod."
+    annotations: dict[str, Annotated[str, Field(max_length=MAX_ANNOTATION_LENGTH)]] = Field(
+        default_factory=dict, max_length=MAX_ANNOTATIONS, description="Annotations added to every engine pod."
     )
 
 
@@ -303,6 +334,7 @@ class PrecisionVariant(Model):
     precision: Precision = Field(description="bf16, fp16, or int8 (ModelSlim-quantized weights).")
     model: str | None = Field(
         default=None,
+        max_length=MAX_PATH_LENGTH,
         pattern=r"^/",
         description="Weights path of this variant inside the engine container (e.g. W8A8 weights for int8); "
         "default: spec.model.path.",

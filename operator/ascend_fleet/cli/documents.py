@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from ..api import names
+from ..api import names, strict_yaml
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -99,7 +99,7 @@ def _parse(path: str, text: str) -> list:
     if not text.strip():
         raise DocumentError(f"{path}: the input is empty")
     try:
-        bodies = [d for d in yaml.safe_load_all(text) if d is not None]
+        bodies = [d for d in strict_yaml.load_all(text) if d is not None]
     except yaml.YAMLError as error:
         raise DocumentError(f"{path}: not valid YAML: {yaml_problem(error)}") from None
     if not bodies:
@@ -118,14 +118,20 @@ def yaml_problem(error: yaml.YAMLError) -> str:
 
 
 def _read(path: str) -> str:
+    limit = strict_yaml.MAX_INPUT_BYTES
     try:
         if path == "-":
-            data = sys.stdin.buffer.read()
+            data = sys.stdin.buffer.read(limit + 1)
         else:
             with open(path, "rb") as handle:
-                data = handle.read()
+                data = handle.read(limit + 1)
     except OSError as error:
         raise DocumentError(f"{path}: cannot read: {error.strerror}") from None
+    if len(data) > limit:
+        raise DocumentError(
+            f"{path}: over {limit // 2**20} MiB, the most the API server accepts in one request; split the "
+            "documents into several files"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

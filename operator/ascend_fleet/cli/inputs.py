@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
 import shtab
 import yaml
@@ -46,16 +47,29 @@ def load_settings(path: str | None) -> OperatorSettings | None:
     """
     if not path:
         return None
-    prefix = f"{path}: not a usable operator configuration"
+    return read_settings(path, {})
+
+
+def read_settings(path: str | None, environ: Mapping[str, str]) -> OperatorSettings:
+    """The operator configuration from the file (or ``ASCEND_FLEET_CONFIG``) and the environment's overrides.
+
+    Any problem is one line naming the file, as ``DocumentError``.
+    """
+    source = path or environ.get("ASCEND_FLEET_CONFIG") or "the environment"
+    prefix = f"{source}: not a usable operator configuration"
     try:
-        return OperatorSettings.load(path, environ={})
+        return OperatorSettings.load(path, environ=dict(environ))
     except OSError as error:
-        raise DocumentError(f"{path}: cannot read: {error.strerror}") from None
+        raise DocumentError(f"{source}: cannot read: {error.strerror}") from None
     except UnicodeDecodeError as error:
         raise DocumentError(f"{prefix}: not UTF-8 text (byte at offset {error.start})") from None
     except yaml.YAMLError as error:
         raise DocumentError(f"{prefix}: not valid YAML: {yaml_problem(error)}") from None
     except ValidationError as error:
-        raise DocumentError(f"{prefix}: {'; '.join(format_errors(error))}") from None
+        lines = [
+            line.replace("see `kubectl explain ainf.spec`", "see the chart's values.yaml")
+            for line in format_errors(error)
+        ]
+        raise DocumentError(f"{prefix}: {'; '.join(lines)}") from None
     except ValueError as error:
         raise DocumentError(f"{prefix}: {' '.join(str(error).split())}") from None

@@ -10,6 +10,7 @@ from typing import Any
 from ..api.catalog import Catalog
 from ..api.crd import crd_yaml
 from ..api.settings import OperatorSettings
+from ..promql.guarded import parse_guarded
 from ..render import InvalidSpec, Valid, render_all, validate
 from ..render.routing import PickerSettings
 from ..render.validation import unknown_metrics
@@ -45,9 +46,9 @@ def _checked(
             doc.body.setdefault("metadata", {}).setdefault("namespace", namespace)
         metadata = doc.body.get("metadata") or {}
         body = settings.with_default_image(doc.body) if settings is not None else doc.body
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"parse_query": parse_guarded}
         if settings is not None:
-            options = {
+            options |= {
                 "max_window": settings.control.max_window,
                 "allow_host_path": settings.allow_host_path_models,
             }

@@ -81,16 +81,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from prometheus_client import start_http_server
 
-    from ..api.settings import OperatorSettings
     from ..handlers.operator import OperatorContext, RunOptions, run_operator
     from ..kube import Kube
+    from .documents import DocumentError
+    from .inputs import read_settings
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        settings = OperatorSettings.load(args.config)
-    except (OSError, ValueError) as error:
+        settings = read_settings(args.config, os.environ)
+    except DocumentError as error:
         print(f"error: cannot load the operator configuration: {error}", file=sys.stderr)
         return 2
     if args.prometheus_url:

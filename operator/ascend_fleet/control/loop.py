@@ -35,6 +35,7 @@ from ..api.catalog import operator_signal
 from ..api.settings import OperatorSettings
 from ..kube import Conflict, Kube, KubeError, NotFound
 from ..observed import get_condition, slim_pod
+from ..promql.guarded import parse_guarded
 from ..render import InvalidSpec, validate
 from ..status import set_condition
 from ..telemetry import DECISIONS, RULE_EVALUATION, UNHEALTHY_NPUS
@@ -263,7 +264,7 @@ class ControlLoop:
     def _parse(self, body: dict) -> tuple[FleetState, int] | None:
         body = {"apiVersion": names.API_VERSION, "kind": names.KIND, **body}  # list items lack them
         try:
-            valid = validate(body, max_window=self.settings.control.max_window)
+            valid = validate(body, max_window=self.settings.control.max_window, parse_query=parse_guarded)
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
         return object_state(valid), valid.layout.pods_per_replica

@@ -12,6 +12,7 @@ from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
 from ..observed import observed_replicas
+from ..promql.guarded import parse_guarded
 from ..render import InvalidSpec, validate
 from ..render.routing import PickerSettings
 from ..status.conditions import CHILD_REJECTED, NAME_CONFLICT, sort_conditions
@@ -89,6 +90,7 @@ def reconcile_once(
             known_metrics=known_metrics(settings.control),
             max_window=settings.control.max_window,
             allow_host_path=settings.allow_host_path_models,
+            parse_query=parse_guarded,
         )
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)

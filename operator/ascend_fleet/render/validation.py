@@ -18,7 +18,7 @@ from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..api.variants import variant_spec
 from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan
-from .agreement import Agreement, check_agreement
+from .agreement import Agreement, QueryParser, check_agreement, parse_here
 from .children import render_replica
 from .engine import arg_conflicts, exporter_runs, version_problems, version_warnings
 from .metadata import Owner
@@ -47,12 +47,14 @@ def validate(
     known_metrics: Collection[str] | None = None,
     max_window: float = MAX_WINDOW_SECONDS,
     allow_host_path: bool = False,
+    parse_query: QueryParser = parse_here,
 ) -> Valid:
     """Parse and check one document, or raise InvalidSpec listing every problem.
 
     With ``known_metrics`` (the operator's metric catalog), a rule naming any other metric is a problem too;
     a rule whose window is longer than ``max_window`` seconds (the operator's control.maxWindow) is one as well.
-    ``allow_host_path`` is the operator setting that lets ``model.volume`` be a hostPath.
+    ``allow_host_path`` is the operator setting that lets ``model.volume`` be a hostPath. ``parse_query`` reads
+    the rules' raw PromQL: the operator and the CLI pass the parser in a child process with limits.
     """
     problems = _check_kind(doc)
     problems += _check_name(doc.get("metadata") or {})
@@ -85,7 +87,7 @@ def validate(
     if known_metrics is not None:
         problems += unknown_metrics(obj, known_metrics)
     problems += long_windows(obj, max_window)
-    agreement = check_agreement(obj, layout) if not problems else Agreement()
+    agreement = check_agreement(obj, layout, parse_query) if not problems else Agreement()
     if problems or agreement.problems:
         raise InvalidSpec(problems + agreement.problems)
     return Valid(obj, layout, warnings=spec_warnings(obj.spec) + agreement.warnings)
