@@ -68,7 +68,7 @@ test: lint tune-client test-packages engine-vllm
 # The pure tests only: no server, no binaries, no network; under two minutes on 2 cores. tests/README.md maps
 # every test folder to what it needs.
 test-unit: setup
-	$(BIN)/pytest tests/unit tests/control tests/simulate tests/exporter tests/images tests/tune -q \
+	$(BIN)/pytest tests/unit tests/control tests/simulate tests/exporter tests/images tests/tune tests/hostile -q \
 	  -m "not e2e and not prometheus"
 
 # Debian packages of the test tools besides Prometheus, by the command each provides: lua5.1 runs the Argo CD

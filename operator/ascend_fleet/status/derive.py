@@ -18,7 +18,7 @@ from ..render import leader_selector
 from .conditions import NAME_CONFLICT, ROUTING_UNAVAILABLE, set_condition
 
 
-class Refusal(Protocol):
+class RefusedChild(Protocol):
     """What derivation reads of the reconciler's record of a refused child (``reconcile.refusals.Refusal``)."""
 
     @property
@@ -44,7 +44,7 @@ def derive_status(
     rev: str,
     restarts: list[dict],
     now: float,
-    refused: Mapping[tuple[str, str], Refusal] | None = None,
+    refused: Mapping[tuple[str, str], RefusedChild] | None = None,
     routing_problem: str | None = None,
     placement_problem: tuple[str, str] | None = None,
 ) -> dict:
@@ -134,7 +134,7 @@ def _conditions(
     restarts: list[dict],
     now: float,
     generation: int | None,
-    refused: Mapping[tuple[str, str], Refusal] | None,
+    refused: Mapping[tuple[str, str], RefusedChild] | None,
     routing_problem: str | None,
     placement_problem: tuple[str, str] | None = None,
 ) -> list[dict]:
