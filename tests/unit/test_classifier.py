@@ -17,7 +17,8 @@ from ascend_fleet.render.routing import (
     classifier_args,
     classifier_plugin,
 )
-from ascend_fleet_dev.real.dataplane import envoy_config, flag
+from ascend_fleet_dev.real.argv import flag
+from ascend_fleet_dev.real.envoyconfig import envoy_config
 
 EDS = Path("/run/gateway/pool-endpoints.json")
 

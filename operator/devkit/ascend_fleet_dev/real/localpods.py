@@ -46,14 +46,13 @@ from ascend_fleet.kube import Kube, KubeError
 from ascend_fleet.render.routing import PICKER_COMPONENT, PICKER_LEADER_ELECTION_FLAG
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.local.process import LocalProcess
+from ascend_fleet_dev.real.argv import flag, replace_flag
 from ascend_fleet_dev.real.dataplane import (
     DataPlaneUnavailable,
     Envoy,
     Picker,
     Process,
     ensure_picker,
-    flag,
-    replace_flag,
 )
 from ascend_fleet_dev.real.poolendpoints import PoolRef
 
