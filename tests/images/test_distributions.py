@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -129,3 +130,16 @@ def test_the_engine_images_install_the_exporter_distribution_only(image: str) ->
     assert "COPY operator/exporter/ exporter/" in text
     assert "pip wheel --no-deps --wheel-dir /wheels ./exporter" in text
     assert "COPY operator/ " not in text and "COPY pyproject.toml" not in text
+
+
+def test_the_three_distributions_release_one_version() -> None:
+    versions = {
+        package: tomllib.loads((source / "pyproject.toml").read_text())["project"]["version"]
+        for package, source in DISTRIBUTIONS.items()
+    }
+    assert len(set(versions.values())) == 1, versions
+    version = versions["ascend_fleet"]
+    devkit = tomllib.loads((DISTRIBUTIONS["ascend_fleet_dev"] / "pyproject.toml").read_text())["project"]
+    assert {f"ascend-fleet=={version}", f"ascend-fleet-exporter=={version}"} <= set(devkit["dependencies"])
+    release = (ROOT / ".github" / "workflows" / "release.yml").read_text()
+    assert "operator/exporter/pyproject.toml" in release and "operator/devkit/pyproject.toml" in release
