@@ -89,7 +89,7 @@ def test_a_port_in_use_fails_the_start():
 def test_serve_runs_until_a_signal_and_prints_how_to_connect(tmp_path, stop_signal):
     kubeconfig = tmp_path / "kubeconfig"
     code = (
-        "from ascend_fleet_dev.cluster import serve_emulator; "
+        "from ascend_fleet_dev.serve import serve_emulator; "
         f"serve_emulator(host='127.0.0.1', port=0, kubeconfig={str(kubeconfig)!r}, "
         "start_seconds=0.1, ready_seconds=0.1)"
     )

@@ -133,14 +133,12 @@ def test_render_and_validate_use_the_operators_configuration(tmp_path):
 def test_dev_and_dev_cluster_pass_real_and_prometheus_through(monkeypatch):
     """`dev --real` once ran the demo on the emulator: the flag never reached the demo's options."""
     from ascend_fleet.cli import main as cli
+    from ascend_fleet_dev import serve
     from ascend_fleet_dev.demo import runner
-    from ascend_fleet_dev.real import realcluster
 
     seen = {}
     monkeypatch.setattr(runner, "run_demo", lambda options: seen.setdefault("dev", options) and 0)
-    monkeypatch.setattr(
-        realcluster, "serve_real", lambda *a, **kw: seen.setdefault("dev-cluster", kw) and None
-    )
+    monkeypatch.setattr(serve, "serve_real", lambda *a, **kw: seen.setdefault("dev-cluster", kw) and None)
     assert cli.main(["dev", "--real", "--timeout", "5"]) == 0
     assert seen["dev"].real is True
     assert cli.main(["dev-cluster", "--real", "--prometheus"]) == 0
@@ -149,10 +147,10 @@ def test_dev_and_dev_cluster_pass_real_and_prometheus_through(monkeypatch):
 
 def test_dev_cluster_passes_real_engines_through_and_needs_real_for_them(monkeypatch, capsys):
     from ascend_fleet.cli import main as cli
-    from ascend_fleet_dev.real import realcluster
+    from ascend_fleet_dev import serve
 
     seen: dict = {}
-    monkeypatch.setattr(realcluster, "serve_real", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(serve, "serve_real", lambda *a, **kw: seen.update(kw))
     assert cli.main(["dev-cluster", "--real"]) == 0
     assert seen["engines"] == "simulated" and seen["real_engine_limit"] == 2
     assert cli.main(["dev-cluster", "--real", "--engines", "vllm", "--max-real-engines", "3"]) == 0

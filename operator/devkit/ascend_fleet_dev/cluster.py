@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import tempfile
 import threading
 from collections.abc import Callable, Coroutine, Mapping
@@ -32,7 +31,6 @@ from ascend_fleet.kube.client import USER_AGENT
 from ascend_fleet_dev.emulator.apiserver import LocalKubernetes
 from ascend_fleet_dev.fleet.kubelet import KubeletSimulator
 from ascend_fleet_dev.local.crds import install_crd
-from ascend_fleet_dev.local.signals import stop_on_signals
 
 EMULATOR_CONTEXT = "ascend-fleet-dev"
 _STARTUP_TIMEOUT = 30.0
@@ -216,43 +214,3 @@ class DevCluster:
 
 async def _as_coroutine(function: Callable[[], _T]) -> _T:
     return function()
-
-
-def serve_emulator(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    kubeconfig: str = "~/.kube/ascend-fleet-dev.yaml",
-    start_seconds: float = 1.0,
-    ready_seconds: float = 1.0,
-    nodes: int = 4,
-    prometheus: bool = False,
-) -> None:
-    """Run a dev cluster until SIGINT or SIGTERM (``ascend-fleet dev-cluster``); print how to reach it.
-
-    Running pods are simulated engines that serve the OpenAI API on their pod IPs (as in ``ascend-fleet
-    dev``), so ``ascend-fleet tune`` and plain HTTP clients can measure them; ``prometheus`` adds a real
-    Prometheus scraping them."""
-    from ascend_fleet_dev.fleet.scenario import Scenario
-    from ascend_fleet_dev.stack import stack
-
-    with (
-        stop_on_signals() as stopping,
-        stack(
-            host=host,
-            port=port,
-            kubeconfig=kubeconfig,
-            start_seconds=start_seconds,
-            ready_seconds=ready_seconds,
-            nodes=nodes,
-            request_log_limit=10_000,
-            prometheus=prometheus,
-            scenario=Scenario.constant(0.0),
-        ) as local,
-    ):
-        print(f"Kubernetes API (local, no auth): {local.cluster.url}", flush=True)
-        if local.prometheus is not None:
-            print(f"Prometheus (scraping the engines): {local.prometheus.url}", flush=True)
-        print(f"export KUBECONFIG={local.cluster.kubeconfig_path}", flush=True)
-        print("Press Ctrl+C to stop.", file=sys.stderr, flush=True)
-        while not stopping.wait(0.5):
-            pass

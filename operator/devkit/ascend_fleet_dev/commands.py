@@ -149,8 +149,8 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
         return 2
     if args.real:
         from .real.controlplane import ControlPlaneUnavailable
-        from .real.realcluster import serve_real
         from .real.realengines import RealEnginesUnavailable
+        from .serve import serve_real
 
         logging.basicConfig(level=logging.WARNING)
         try:
@@ -169,7 +169,7 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0
-    from .cluster import serve_emulator
+    from .serve import serve_emulator
 
     serve_emulator(
         "127.0.0.1",

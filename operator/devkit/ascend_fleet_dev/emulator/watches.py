@@ -10,13 +10,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ascend_fleet_dev.emulator.resources import ServedResource
 from ascend_fleet_dev.emulator.selectors import FieldSelector, LabelSelector
 
-if TYPE_CHECKING:
-    from ascend_fleet_dev.emulator.storage import VersionedStorage
+
+class WatchedStorage(Protocol):
+    """What a watch needs of the storage that feeds it (``storage.VersionedStorage``, which imports this module)."""
+
+    revision: int
+
+    def present(self, served: ServedResource, obj: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def forget_watch(self, stream: WatchStream) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class WatchStream:
 
     def __init__(
         self,
-        store: VersionedStorage,
+        store: WatchedStorage,
         served: ServedResource,
         *,
         namespace: str | None,
