@@ -1,4 +1,5 @@
-"""Every public top-level name under ``ascend_fleet`` is defined in one module, so an import names one thing."""
+"""Every public top-level name of each distribution's package is defined in one module, so an import names one
+thing."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-import ascend_fleet
+import pytest
 
-PACKAGE = Path(ascend_fleet.__file__).parent
+import ascend_fleet
+import ascend_fleet_dev
+import ascend_fleet_exporter
+
+# The three distributions' packages: a name is one thing within each program.
+PACKAGES = [
+    Path(package.__file__).parent for package in (ascend_fleet, ascend_fleet_exporter, ascend_fleet_dev)
+]
 # Each CLI module has its own ``register`` (its subcommands) and ``main`` (its entry point) by convention.
 ENTRY_POINTS = frozenset({"register", "main"})
 
@@ -41,8 +49,9 @@ def twice_defined(root: Path) -> dict[str, list[str]]:
     return {name: sorted(paths) for name, paths in public_definitions(root).items() if len(paths) > 1}
 
 
-def test_no_public_name_is_defined_in_two_modules():
-    assert twice_defined(PACKAGE) == {}
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda path: path.name)
+def test_no_public_name_is_defined_in_two_modules(package: Path):
+    assert twice_defined(package) == {}
 
 
 def test_the_check_names_a_duplicate_and_allows_entry_points(tmp_path):

@@ -48,15 +48,10 @@ def envoy_config(
     request's stream goes to one of them, and a picker that refuses the stream is ejected at once and the
     stream retried on another. ``fail_open`` lets a request go on unrouted when no picker answers.
     """
-    router = {
-        "name": "envoy.filters.http.router",
-        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-    }
     filters: list[dict[str, Any]] = []
     clusters: list[dict[str, Any]] = []
-    if (
-        classifier_port is not None
-    ):  # before the picker, as the Inference Extension chains its body-based router
+    # The classifier goes before the picker, as the Inference Extension chains its body-based router.
+    if classifier_port is not None:
         filters.append(_ext_proc_filter("classifier", responses=False))
         clusters.append(_ext_proc_cluster("classifier", classifier_port))
     retry: dict[str, Any] = {}
@@ -72,28 +67,36 @@ def envoy_config(
     else:
         target = "service"
         clusters.append(_random_cluster(target, endpoints))
-    manager = {
+    return _bootstrap(port, admin_port, _connection_manager(target, filters, retry), clusters)
+
+
+def _connection_manager(target: str, filters: list[dict[str, Any]], retry: dict[str, Any]) -> dict[str, Any]:
+    """The HTTP connection manager: every path to ``target`` through ``filters``, then the router."""
+    router = {
+        "name": "envoy.filters.http.router",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+    }
+    route = {"cluster": target, "timeout": "600s", "idle_timeout": "600s", **retry}
+    return {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "inference",
         "route_config": {
             "name": "inference",
             "virtual_hosts": [
-                {
-                    "name": "all",
-                    "domains": ["*"],
-                    "routes": [
-                        {
-                            "match": {"prefix": "/"},
-                            "route": {"cluster": target, "timeout": "600s", "idle_timeout": "600s", **retry},
-                        }
-                    ],
-                }
+                {"name": "all", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}
             ],
         },
         "http_filters": [*filters, router],
         # Requests wait in the picker's queues: the stream must outlive the default 5-minute idle timeout.
         "stream_idle_timeout": "600s",
     }
+
+
+def _bootstrap(
+    port: int, admin_port: int, manager: dict[str, Any], clusters: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The bootstrap around one listener on 127.0.0.1:``port`` and the admin port."""
+    listener_filter = {"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}
     return {
         # A file-based EDS source, like any xDS client, names its node.
         "node": {"id": f"gateway-{port}", "cluster": "ascend-fleet-dev-gateway"},
@@ -103,16 +106,7 @@ def envoy_config(
                 {
                     "name": "inference",
                     "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
-                    "filter_chains": [
-                        {
-                            "filters": [
-                                {
-                                    "name": "envoy.filters.network.http_connection_manager",
-                                    "typed_config": manager,
-                                }
-                            ]
-                        }
-                    ],
+                    "filter_chains": [{"filters": [listener_filter]}],
                 }
             ],
             "clusters": clusters,
