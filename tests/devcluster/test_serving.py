@@ -431,3 +431,47 @@ def test_a_pod_a_real_engine_serves_gets_only_the_scenarios_npu_series_or_nothin
         assert not [n for n in names if n.startswith("vllm:")]
         engines.on_pod_stopped(pod)
         assert engines.targets() == []
+
+
+def test_a_deleted_pods_engine_finishes_its_requests_and_refuses_new_ones():
+    """Graceful deletion, as a kubelet's SIGTERM gives vLLM's server: the streamed answer in flight completes,
+    a request that arrives meanwhile gets 503, and the pod's stop waits for the first; a pod that stops
+    without being deleted (it failed, its node died) cuts its request off."""
+    prefix = f"127.{100 + os.getpid() % 100}.{random.randrange(256)}"
+    engines = SimulatedEngines(Scenario.constant(0.0))
+    try:
+        deleted, failed = (
+            engine_pod(name, f"{prefix}.{i}", VLLM_SERVE) for i, name in [(1, "kept"), (2, "cut")]
+        )
+        deleted["metadata"]["deletionTimestamp"] = "2026-12-05T00:00:00Z"
+        deleted["spec"]["terminationGracePeriodSeconds"] = 20
+
+        async def stop_during_one_request(pod: dict) -> tuple[int, list, int]:
+            engines.on_pod_running(pod)
+            url = f"http://{engines.api_endpoint(NS, pod['metadata']['name'])}"
+            async with aiohttp.ClientSession() as session:
+                streamed = asyncio.create_task(complete(session, url, max_tokens=200, stream=True))
+                await asyncio.sleep(0.3)  # the answer is streaming
+                stopping = asyncio.create_task(asyncio.to_thread(engines.on_pod_stopped, pod))
+                await asyncio.sleep(0.2)
+                late = 0
+                if not stopping.done():
+                    late, *_ = await complete(session, url, max_tokens=1)
+                try:
+                    status, events, *_ = await streamed
+                except aiohttp.ClientError:
+                    status, events = 0, []
+                await stopping
+                return status, events, late
+
+        status, events, late = run(stop_during_one_request(deleted))
+        assert status == 200 and events[-1] == "[DONE]", events[-3:]
+        assert sum(len(e["choices"][0]["text"].split()) for e in events[:-1] if e["choices"]) == 200
+        assert late == 503
+        assert engines.api_endpoint(NS, "kept") is None
+
+        status, events, late = run(stop_during_one_request(failed))
+        assert late == 0, "a failed pod's engine stops at once"
+        assert status == 0 or events[-1:] != ["[DONE]"], "the failed pod's answer was cut off"
+    finally:
+        engines.close()

@@ -71,6 +71,8 @@ NPU_RESOURCE_PREFIX = "huawei.com/"
 FALLBACK_HOST = "127.0.0.1"
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _SERVER_TIMEOUT = 10.0
+DEFAULT_GRACE_SECONDS = 30  # a pod's terminationGracePeriodSeconds when it sets none (Kubernetes' default)
+MAX_GRACE_SECONDS = 30  # the longest a stopping engine may finish its requests here
 # A healthy real exporter reports both of its collectors with no errors.
 _HEALTHY_COLLECTORS = {COLLECTOR_TORCH_NPU: 0, COLLECTOR_NPU_SMI: 0}
 
@@ -442,6 +444,15 @@ class SimulatedEngines:
             # A late stop of an earlier pod with the same name must not stop its replacement.
             if current is None or (uid and current.uid and uid != current.uid):
                 return
+            engine = self._engines.get(key)
+        if engine is not None and metadata.get("deletionTimestamp"):
+            # A deleted pod's engine gets its grace period to finish what it serves, as a kubelet's SIGTERM
+            # gives a real one (the drained replica left the Service and the picker before); a pod that failed
+            # or whose node died stops at once.
+            self._run(engine.drain(_grace_seconds(pod)), timeout=_grace_seconds(pod) + _SERVER_TIMEOUT)
+        with self._lock:
+            if self._pods.get(key) is not current:
+                return  # replaced or closed while it drained
             self._stop_server(key)
             self._pods = {k: v for k, v in self._pods.items() if k != key}
             self._sync_targets()
@@ -555,8 +566,16 @@ class SimulatedEngines:
 
         return metrics
 
-    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(_SERVER_TIMEOUT)
+    def _run(self, coroutine: Coroutine[Any, Any, Any], timeout: float = _SERVER_TIMEOUT) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+
+def _grace_seconds(pod: Mapping[str, Any]) -> float:
+    """The pod's termination grace period (Kubernetes' default when it names none), capped for the dev cluster."""
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return float(
+        min(grace if isinstance(grace, int) and grace >= 0 else DEFAULT_GRACE_SECONDS, MAX_GRACE_SECONDS)
+    )
 
 
 async def _serve(app: web.Application, host: str, port: int) -> web.AppRunner:

@@ -104,7 +104,13 @@ class _OpenAI:
         await response.prepare(request)
         await response.write(_sse(reply.chunk(0, sent, first=True)))
         while sent < seq.max_tokens:
-            tokens = await self.engine.wait(seq, sent)
+            try:
+                tokens = await self.engine.wait(seq, sent)
+            except EngineRejected:
+                # The engine stopped under a started answer: its process is gone, so is the connection.
+                if request.transport is not None:
+                    request.transport.abort()
+                return response
             await response.write(_sse(reply.chunk(sent, tokens)))
             sent = tokens
         if include_usage:

@@ -61,6 +61,8 @@ REAL_TRAFFIC_WINDOW = 30.0
 _TICK = 0.02
 _QUEUE_FULL = "The request queue is full."
 _EVICTED = "The request is aborted by a higher priority request."
+_SHUTTING_DOWN = "the engine is shutting down"
+_DRAIN_POLL_SECONDS = 0.05
 WORDS = ("the", "fleet", "serves", "tokens", "on", "ascend", "npus", "in", "batches", "of", "many")
 
 
@@ -270,6 +272,8 @@ class BatchingEngine:
         self._last_request: float | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._draining = False
+        self._closed = False
         self._snapshot: tuple[int, int, float, float] = (0, 0, 0.0, 0.0)
         self.received = 0  # requests submitted, accepted or not: which replica a router chose
         self.registry = CollectorRegistry(auto_describe=True)
@@ -279,6 +283,8 @@ class BatchingEngine:
 
     def submit(self, prompt_tokens: int, max_tokens: int, priority: int = 0) -> EngineRequest:
         """Queue a request; raise :class:`EngineRejected` when the engine refuses it."""
+        if self._draining:
+            raise EngineRejected(503, _SHUTTING_DOWN)
         if prompt_tokens + max_tokens > self.config.kv_capacity_tokens:
             raise EngineRejected(400, f"The prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) "
                                       f"exceeds the KV cache of {self.config.kv_capacity_tokens} tokens.")  # fmt: skip
@@ -336,14 +342,26 @@ class BatchingEngine:
             return True
         return self._last_request is not None and self._clock() - self._last_request < REAL_TRAFFIC_WINDOW
 
+    async def drain(self, seconds: float) -> None:
+        """Refuse new requests and give those in flight up to ``seconds`` to finish, as vLLM's server does on
+        SIGTERM (new requests get 503 while the running ones complete); :meth:`close` cuts off what is left."""
+        self._draining = True
+        deadline = asyncio.get_running_loop().time() + seconds
+        while self._serving() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(_DRAIN_POLL_SECONDS)
+
+    def _serving(self) -> bool:
+        return bool(self._waiting or self._running) and not self._closed
+
     async def close(self) -> None:
         """Stop the batching loop; requests still in flight are cut off."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for seq in [*self._waiting, *self._running]:
-            seq.rejected = EngineRejected(503, "the engine is shutting down")
+            seq.rejected = EngineRejected(503, _SHUTTING_DOWN)
             seq.changed.set()
 
     # The batching loop ------------------------------------------------------------------
