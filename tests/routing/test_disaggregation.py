@@ -5,9 +5,8 @@ Of a pool of two pods, one is labelled prefill and one decode. With a P/D config
 request to the decode pod and names the prefill pod in ``x-prefiller-host-port``, the header the decode pod's
 sidecar reads; Envoy echoes that header back as the engine received it, so the test reads what the picker told
 the engine, not what the picker says it did. The same pool with the picker's usual single profile is the
-control: requests spread over both pods and carry no such header. (The sidecar and real engines behind it are
-tests/realengine/test_disaggregated_vllm.py: on one host the sidecar, which listens on every address, and a
-prefill engine cannot share the pool's port.)
+control: requests spread over both pods and carry no such header. The same chain with llm-d's sidecar and real
+engines behind the picker is tests/realengine/test_disaggregated_routed.py.
 """
 
 from __future__ import annotations

@@ -91,13 +91,16 @@ def tiny_serve_argv(
     port: int,
     shared_directory: str | Path,
     *,
+    host: str = "127.0.0.1",
+    served_name: str = SERVED_MODEL,
     kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
 ) -> list[str]:
-    """``vllm serve`` of the tiny model on ``127.0.0.1:port`` with ExampleConnector over ``shared_directory``;
-    float32 and a fixed KV cache in host memory as every CPU engine here (see :mod:`.vllm_engine`)."""
+    """``vllm serve`` of the tiny model on ``host:port`` as ``served_name``, with ExampleConnector over
+    ``shared_directory``; float32 and a fixed KV cache in host memory as every CPU engine here (see
+    :mod:`.vllm_engine`)."""
     return [
-        str(environment.vllm), "serve", str(environment.model), "--served-model-name", SERVED_MODEL,
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+        str(environment.vllm), "serve", str(environment.model), "--served-model-name", served_name,
+        "--host", host, "--port", str(port), "--dtype", "float32",
         "--kv-cache-memory-bytes", str(kv_cache_bytes), "--kv-transfer-config", kv_transfer_config(shared_directory),
     ]  # fmt: skip
 
@@ -119,17 +122,27 @@ def prompt_tokens_by_source(metrics_text: str) -> dict[str, float]:
 class TinyEngine:
     """One ``vllm serve`` of the tiny model with ExampleConnector, leading its own process group."""
 
-    def __init__(self, environment: VllmCpu, role: str, shared_directory: Path, workdir: Path) -> None:
-        self.role, self.shared_directory = role, shared_directory
-        self.port = free_port()
-        argv = tiny_serve_argv(environment, self.port, shared_directory)
+    def __init__(
+        self,
+        environment: VllmCpu,
+        role: str,
+        shared_directory: Path,
+        workdir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        served_name: str = SERVED_MODEL,
+    ) -> None:
+        self.role, self.shared_directory, self.host = role, shared_directory, host
+        self.port = port or free_port()
+        argv = tiny_serve_argv(environment, self.port, shared_directory, host=host, served_name=served_name)
         self.process = serve_process(
             f"vllm serve ({role})", argv, {"HF_HUB_OFFLINE": "1"}, workdir / f"{role}.log"
         )
 
     @property
     def host_port(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
