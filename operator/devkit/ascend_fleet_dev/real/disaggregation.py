@@ -30,7 +30,6 @@ from typing import Any, Self
 from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_fleet_dev.local.ports import free_port
-from ascend_fleet_dev.local.process import ProcessFailed
 from ascend_fleet_dev.real.controlplane import ControlPlaneUnavailable, cached_go_build
 from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable, Process
 from ascend_fleet_dev.real.vllm_engine import (
@@ -196,8 +195,8 @@ class Disaggregated:
     """A prefill engine, a decode engine and the sidecar in front of the decode engine, started together.
 
     Both engines share one directory for the KV cache unless ``decode_directory`` gives the decode engine
-    another (then nothing it needs is ever found there: the control case). With ``prefill=None`` an
-    existing prefill engine is used and left running."""
+    another (then nothing it needs is ever found there: the control case). Given ``prefill``, that running
+    engine is used (its directory shared) and left running; otherwise one is started and stopped here."""
 
     def __init__(
         self,
@@ -237,7 +236,7 @@ class Disaggregated:
                 for waited in [pool.submit(engine.wait_healthy, timeout) for engine in starting]:
                     waited.result()
             self.sidecar.start()
-        except (ProcessFailed, DataPlaneUnavailable):
+        except BaseException:  # a failed start or an interrupted test: nothing is left running
             self.stop()
             raise
         return self
