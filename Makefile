@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-unit test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp tune-client engine-vllm
+.PHONY: setup test test-unit test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp pd-sidecar tune-client engine-vllm
 
 setup: $(STAMP)
 
@@ -58,9 +58,9 @@ lint: setup actionlint
 # installed, one line says so and its tests are skipped; under CI (CI set) that is an error instead.
 test: lint tune-client test-packages engine-vllm
 	@$(MAKE) --no-print-directory prometheus || { [ -z "$$CI" ] && echo "So the tests that need Prometheus will be skipped."; }
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp; \
-	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane and the endpoint picker."; exit 1; \
-	else echo "No Go toolchain: the tests on the real control plane and the endpoint picker will be skipped (CI runs them)."; fi
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp pd-sidecar; \
+	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane, the endpoint picker and the P/D sidecar."; exit 1; \
+	else echo "No Go toolchain: the tests on the real control plane, the endpoint picker and the P/D sidecar will be skipped (CI runs them)."; fi
 	$(BIN)/pytest --ignore=tests/engines
 	# The engines' own parsers, the CPU boot of every generated vLLM command line and checkov, in their environments.
 	@$(MAKE) --no-print-directory test-engines
@@ -150,6 +150,12 @@ control-plane: setup
 # tools/epp/go.mod into ~/.cache/ascend-fleet/epp/<digest of tools/epp>/; a no-op while its sources are unchanged.
 epp: setup
 	$(BIN)/python -c "from ascend_fleet_dev.real.dataplane import ensure_picker; print(ensure_picker(progress=print))"
+
+# llm-d's P/D sidecar (cmd/pd-sidecar of llm-d-inference-scheduler at the release pinned in
+# tools/pd-sidecar/go.mod), built into ~/.cache/ascend-fleet/pd-sidecar/<digest of tools/pd-sidecar>/; a no-op
+# while its sources are unchanged. docs/disaggregation-real.md says what runs with it.
+pd-sidecar: setup
+	$(BIN)/python -c "from ascend_fleet_dev.real.disaggregation import ensure_pd_sidecar; print(ensure_pd_sidecar(progress=print))"
 
 bench: setup
 	$(BIN)/python -m bench.policy

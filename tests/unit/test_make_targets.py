@@ -40,6 +40,7 @@ def test_make_test_installs_every_tool_of_the_suite_before_running_it(tmp_path):
         "apt-get install -y -qq --no-install-recommends prometheus",  # Prometheus and promtool, as root
         "-m ascend_fleet_dev.real.controlplane --build",  # the real control plane
         "ensure_picker",  # the endpoint picker
+        "ensure_pd_sidecar",  # llm-d's P/D sidecar
         ".venv/bin/pytest",
     ]
     positions = [steps.find(step) for step in wanted]

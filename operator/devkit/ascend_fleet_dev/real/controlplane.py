@@ -76,12 +76,14 @@ def _go(what: str = "the real control plane") -> str:
 
 
 def source_digest(source: Path | None = None, what: str = "the real control plane") -> str:
-    """A digest of the module's sources and the Go version: a new digest means a new build."""
+    """A digest of the module's sources, its packages' included, and the Go version: a new digest means a new
+    build. Files are named by their path in the module (a top-level file by its name, as before packages
+    counted, so a module without packages keeps its digest)."""
     source = source or source_dir()
     digest = hashlib.sha256()
-    for path in sorted(source.iterdir()):
+    for path in sorted(source.rglob("*")):
         if path.is_file() and (path.suffix in (".go", ".mod", ".sum", ".sh")):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+            digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     version = subprocess.run(
         [_go(what), "env", "GOVERSION"], capture_output=True, text=True, check=True
     ).stdout

@@ -261,13 +261,15 @@ class Envoy(Process):
         fallbacks: int = 0,
         pickers: Callable[[], list[str]] | None = None,
         fail_open: bool = False,
+        echoed: Sequence[str] = (),
     ) -> None:
         """With ``picker_port`` (one picker) or ``pickers`` (the ``host:port`` of every picker that serves
         now, followed while Envoy runs, as a gateway follows the picker Service's Ready endpoints) the
         picker chooses among the endpoints of ``pool`` (followed through the API), and a request is retried
         on each of the ``fallbacks`` endpoints the picker names after the first; otherwise requests spread
         randomly over ``endpoints``. With ``classifier_port`` the classifier sees each request first (it names
-        the objective). ``fail_open``: the pool's ``failureMode: FailOpen``, requests go on without a picker."""
+        the objective). ``fail_open``: the pool's ``failureMode: FailOpen``, requests go on without a picker.
+        ``echoed``: request headers returned in each response as the engine received them (for tests)."""
         super().__init__(workdir)
         picked = picker_port is not None or pickers is not None
         if picked != (pool is not None) or (picker_port is not None and pickers is not None):
@@ -297,6 +299,7 @@ class Envoy(Process):
             pool_eds=eds if pool is not None else None,
             fallbacks=fallbacks,
             fail_open=fail_open,
+            echoed=echoed,
         )
 
     @property

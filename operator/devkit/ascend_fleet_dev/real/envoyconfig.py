@@ -34,6 +34,7 @@ def envoy_config(
     pool_eds: Path | None = None,
     fallbacks: int = 0,
     fail_open: bool = False,
+    echoed: Sequence[str] = (),
 ) -> dict[str, Any]:
     """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines.
 
@@ -47,6 +48,8 @@ def envoy_config(
     The picker is one port (``picker_port``) or the serving pickers of an EDS file (``picker_eds``): each
     request's stream goes to one of them, and a picker that refuses the stream is ejected at once and the
     stream retried on another. ``fail_open`` lets a request go on unrouted when no picker answers.
+    Each request header named in ``echoed`` comes back in the response, as the upstream received it (after
+    the picker's header mutations): for tests of what the picker told an engine.
     """
     filters: list[dict[str, Any]] = []
     clusters: list[dict[str, Any]] = []
@@ -67,23 +70,35 @@ def envoy_config(
     else:
         target = "service"
         clusters.append(_random_cluster(target, endpoints))
-    return _bootstrap(port, admin_port, _connection_manager(target, filters, retry), clusters)
+    echo = [
+        {"header": {"key": name, "value": f"%REQ({name})%"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+        for name in echoed
+    ]
+    return _bootstrap(port, admin_port, _connection_manager(target, filters, retry, echo), clusters)
 
 
-def _connection_manager(target: str, filters: list[dict[str, Any]], retry: dict[str, Any]) -> dict[str, Any]:
-    """The HTTP connection manager: every path to ``target`` through ``filters``, then the router."""
+def _connection_manager(
+    target: str, filters: list[dict[str, Any]], retry: dict[str, Any], echo: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The HTTP connection manager: every path to ``target`` through ``filters``, then the router; ``echo``
+    adds response headers."""
     router = {
         "name": "envoy.filters.http.router",
         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
     }
     route = {"cluster": target, "timeout": "600s", "idle_timeout": "600s", **retry}
+    added = {"response_headers_to_add": echo} if echo else {}
     return {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "inference",
         "route_config": {
             "name": "inference",
             "virtual_hosts": [
-                {"name": "all", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}
+                {
+                    "name": "all",
+                    "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": route, **added}],
+                }
             ],
         },
         "http_filters": [*filters, router],
