@@ -1,9 +1,9 @@
-"""The NPU-health run of ``bench.failover``: an NPU breaks under one of two replicas, and the default rule
-replaces that replica.
+"""The NPU-health run of ``bench.failover``: an NPU breaks under one of two replicas, and the built-in safety
+rule replaces that replica.
 
 One real control plane with three 8-NPU nodes, the node agent playing the Ascend device plugin, and the
 operator with its control loop at the given cycle. The inference is the small SGLang example with two 8-NPU
-replicas and the default rules (``npu_unhealthy > 0 for 30s -> replace`` among them) and the default
+replicas, the default rules and the built-in safety rule ``npu_unhealthy > 0 for 30s -> replace``, and the default
 disruption budget (``drainSeconds: 30``). The bench breaks NPU 3 under replica 1 and times, through the API:
 the ``replace`` decision in ``status.actions``, the new pod of replica 1 placed (on which node), and replica 1
 serving again (its leader Ready). It also keeps the fewest serving replicas seen meanwhile: the other replica
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
-from ascend_fleet.api.policy import Disruption, default_rules
+from ascend_fleet.api.policy import Disruption, builtin_safety_rules
 from ascend_fleet.api.settings import ControlSettings, OperatorSettings, PrometheusSettings
 from ascend_fleet.control.loop import ControlLoop
 from ascend_fleet.handlers.control import control_loop_hook
@@ -39,11 +39,11 @@ NO_PROMETHEUS = "http://127.0.0.1:9"
 
 
 def _replace_rule():
-    return next(rule for rule in default_rules() if rule.action == "replace")
+    return next(rule for rule in builtin_safety_rules() if rule.action == "replace")
 
 
 def policy_floor() -> float:
-    """The default rule's window, then the default drain: no replacement can serve sooner."""
+    """The safety rule's window, then the default drain: no replacement can serve sooner."""
     return float(_replace_rule().for_) + Disruption().drain_seconds
 
 

@@ -144,6 +144,14 @@ def install(
     return Release(objects, result["info"].get("notes", ""))
 
 
+def uninstall(kubeconfig: Path, release: str, namespace: str, *, driver: str = "memory") -> None:
+    """``helm uninstall`` a release (its record must be in ``driver``'s storage: ``secret`` across processes)."""
+    _run(
+        {"action": "uninstall", "kubeconfig": str(kubeconfig), "release": release, "namespace": namespace},
+        driver,
+    )
+
+
 # The child process ------------------------------------------------------------------------------------
 
 
@@ -163,6 +171,9 @@ async def _child(request: dict[str, Any]) -> Any:
             create_namespace=False,
             timeout=60,
         )
+    if request["action"] == "uninstall":
+        config = helm_sdkpy.Configuration(namespace=request["namespace"], kubeconfig=request["kubeconfig"])
+        return await helm_sdkpy.Uninstall(config).run(request["release"], wait=False, timeout=60)
     raise ValueError(f"unknown action {request['action']!r}")
 
 

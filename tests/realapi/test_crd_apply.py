@@ -121,3 +121,32 @@ def test_other_clients_see_unknown_fields_pruned_with_a_warning(real_cluster, na
     assert "tensr" not in stored["spec"]["parallelism"]
     warning = response.getheader("Warning") or ""  # 299 - "unknown field \"spec.parallelism.tensr\""
     assert warning.startswith("299 ") and "unknown field" in warning and "spec.parallelism.tensr" in warning
+
+
+def test_kubectl_get_shows_the_ready_condition(real_cluster, namespace):
+    """The printer columns: `kubectl get ainf` shows the Ready condition's status and reason, -o wide its message."""
+    doc = yaml.safe_load((EXAMPLES[0].parent / "sglang-small.yaml").read_text())
+    doc["metadata"] = {"name": "columns", "namespace": namespace}
+    real_cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": "InvalidSpec",
+        "message": "spec.rules[0].metric: unknown metric",
+        "lastTransitionTime": "2025-01-01T00:00:00Z",
+    }
+    real_cluster.kubectl(
+        "patch", "ainf", "columns", "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"conditions": [condition]}}),
+    )  # fmt: skip
+    table = real_cluster.kubectl("get", "ainf", "columns", "-n", namespace, "-o", "wide").stdout.splitlines()
+    header, row = table[0], table[1]
+
+    def cell(
+        name: str,
+    ) -> str:  # kubectl pads columns, and an empty cell is blank: cut at the header's offsets
+        start = header.index(f" {name} ") + 1
+        return row[start:].split()[0]
+
+    assert (cell("READY"), cell("REASON")) == ("False", "InvalidSpec"), table
+    assert "spec.rules[0].metric: unknown metric" in table[1]

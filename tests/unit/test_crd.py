@@ -68,10 +68,18 @@ def test_scale_subresource_and_printer_columns():
         "TP",
         "PP",
         "Replicas",
-        "Ready",
+        "Ready-Replicas",
         "NPUs",
+        "Ready",
+        "Reason",
+        "Message",
         "Age",
     ]
+    # The Ready condition's status and reason, so InvalidSpec shows in `kubectl get ainf`; the message with -o wide.
+    ready = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert ready["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert ready["Reason"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert ready["Message"]["priority"] == 1
     assert CRD["spec"]["names"]["shortNames"] == ["ainf"]
 
 

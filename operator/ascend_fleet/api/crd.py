@@ -102,8 +102,17 @@ PRINTER_COLUMNS = [
     {"name": "TP", "type": "integer", "jsonPath": ".spec.parallelism.tensor"},
     {"name": "PP", "type": "integer", "jsonPath": ".spec.parallelism.pipeline"},
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.parallelism.data"},
-    {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Ready-Replicas", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "NPUs", "type": "integer", "jsonPath": ".status.layout.totalNpus"},
+    # The Ready condition, so an InvalidSpec or a failing replica shows in `kubectl get ainf`.
+    {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+    {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'},
+    {
+        "name": "Message",
+        "type": "string",
+        "priority": 1,  # `kubectl get -o wide` only: the sentences are long
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -388,12 +388,29 @@ MAX_RULES = 32  # bounds the CEL cost of the per-rule checks, and Prometheus' wo
 
 
 def default_rules() -> list[Rule]:
-    """The two rules from the project's brief, and the replacement of a replica on a faulty NPU."""
+    """The two rules from the project's brief: what ``spec.rules`` holds when the user lists none."""
     return [
         Rule(metric="npu_utilization", threshold="85%", for_="5m", action="scale_up"),
         Rule(metric="mem_fragmentation", threshold="15%", for_="10m", action="restart_service"),
-        Rule(metric="npu_unhealthy", threshold=0, for_="30s", action="replace"),
     ]
+
+
+def builtin_safety_rules() -> list[Rule]:
+    """Rules that run beside ``spec.rules`` whatever it lists: the replacement of a replica on a faulty NPU."""
+    return [Rule(metric="npu_unhealthy", threshold=0, for_="30s", action="replace")]
+
+
+def _replaces(listed: Rule, safety: Rule) -> bool:
+    """A listed rule on the same metric with the same action takes a safety rule's place (its own window,
+    threshold or scope); a rule that only notifies on the metric leaves the safety rule running."""
+    return listed.metric == safety.metric and listed.action == safety.action
+
+
+def with_safety_rules(listed: list[Rule], safety: bool) -> list[Rule]:
+    """The rules the control loop evaluates: the listed ones, then each built-in safety rule (``safety``
+    on) that no listed rule replaces."""
+    kept = [s for s in builtin_safety_rules() if not any(_replaces(r, s) for r in listed)] if safety else []
+    return [*listed, *kept]
 
 
 class Disruption(Model):

@@ -44,8 +44,10 @@ from .policy import (
     Routing,
     Rule,
     Scheduling,
+    builtin_safety_rules,
     default_classes,
     default_rules,
+    with_safety_rules,
 )
 from .status_types import (
     ActionRecord,
@@ -157,7 +159,15 @@ class AscendInferenceSpec(Model):
     rules: list[Rule] = Field(
         default_factory=default_rules,
         max_length=MAX_RULES,
-        description="Control-loop rules; [] disables them.",
+        description="Control-loop rules; default: npu_utilization > 85% for 5m -> scale_up and "
+        "mem_fragmentation > 15% for 10m -> restart_service; [] lists none. The built-in safety rules run "
+        "beside them (see safetyRules).",
+    )
+    safety_rules: bool = Field(
+        default=True,
+        description="Run the built-in safety rules beside spec.rules, whatever it lists: "
+        "npu_unhealthy > 0 for 30s -> replace. A listed rule on the same metric with the same action takes "
+        "a safety rule's place; false runs spec.rules alone.",
     )
     disruption: Disruption = Field(default_factory=Disruption)
     template: PodTemplate | None = Field(
@@ -214,6 +224,10 @@ class AscendInferenceSpec(Model):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def rules_in_force(self) -> list[Rule]:
+        """The rules the control loop evaluates: spec.rules, then the built-in safety rules it keeps."""
+        return with_safety_rules(self.rules, self.safety_rules)
 
     def image(self) -> str | None:
         """The engine image to run: the user's, or the upstream one for the engine and chip (None: no image)."""
@@ -285,6 +299,7 @@ __all__ = [
     "TuningRung",
     "PrecisionVariant",
     "Window",
+    "builtin_safety_rules",
     "default_classes",
     "default_rules",
 ]

@@ -2,7 +2,8 @@
 
 ``-o json`` and ``-o yaml`` print one report object (the shape is in the README's CLI table)::
 
-    {"items": [{"source", "name", "namespace", "valid", "layout", "warnings", "problems"}], "skipped": [...]}
+    {"items": [{"source", "name", "namespace", "valid", "layout", "safetyRules", "warnings", "problems"}],
+     "skipped": [...]}
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ def layout_fields(valid: Valid) -> dict[str, Any]:
     }
 
 
+def safety_rules(valid: Valid) -> list[str]:
+    """The built-in safety rules the control loop runs for this document beside its spec.rules, as text."""
+    spec = valid.obj.spec
+    return [rule.describe() for rule in spec.rules_in_force()[len(spec.rules) :]]
+
+
 def report(results: list[Checked], skipped: list[str]) -> dict[str, Any]:
     """The machine-readable report of ``validate`` and ``plan``: one item per AscendInference document."""
     items = [
@@ -74,6 +81,7 @@ def report(results: list[Checked], skipped: list[str]) -> dict[str, Any]:
             "namespace": r.namespace,
             "valid": r.valid is not None,
             "layout": layout_fields(r.valid) if r.valid is not None else None,
+            "safetyRules": safety_rules(r.valid) if r.valid is not None else [],
             "warnings": r.warnings,
             "problems": r.problems,
         }
@@ -122,9 +130,15 @@ def plan_table(results: list[Checked]) -> str:
 
 
 def validate_table(results: list[Checked]) -> str:
-    """One ``is valid`` line per valid document (the problems go to stderr)."""
-    return "".join(
-        f"{r.source}: {r.name} is valid ({r.valid.layout.summary()})\n"
-        for r in results
-        if r.valid is not None
-    )
+    """One ``is valid`` line per valid document, then one line per built-in safety rule it runs (the problems
+    go to stderr)."""
+    lines = []
+    for r in results:
+        if r.valid is None:
+            continue
+        lines.append(f"{r.source}: {r.name} is valid ({r.valid.layout.summary()})")
+        lines += [
+            f"  built-in safety rule: {text} (spec.safetyRules: false turns it off)"
+            for text in safety_rules(r.valid)
+        ]
+    return "".join(line + "\n" for line in lines)

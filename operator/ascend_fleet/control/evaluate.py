@@ -139,6 +139,7 @@ class FleetState:
     actions: tuple[PastAction, ...] = ()  # newest first
     availability: Availability | None = None
     traffic: Mapping[str, int] = field(default_factory=dict)  # the split between spec.variants, in percent
+    builtin: int = 0  # how many of ``rules``, at their end, are built-in safety rules the spec did not list
 
     @property
     def dry_run(self) -> bool:
@@ -436,7 +437,9 @@ def _compare(value: float, comparison: str, threshold: float) -> bool:
 def _metrics_status(fleet: FleetState, problems: list[tuple[str, str]]) -> MetricsStatus:
     if not problems:
         count = len(fleet.rules)
-        return MetricsStatus(True, REASON_OK, f"{count} rule{'s' if count != 1 else ''} evaluated")
+        builtin = fleet.rules[len(fleet.rules) - fleet.builtin :]
+        among = f" (built in: {', '.join(r.describe() for r in builtin)})" if builtin else ""
+        return MetricsStatus(True, REASON_OK, f"{count} rule{'s' if count != 1 else ''} evaluated{among}")
     reason = min((r for r, _ in problems), key=_PRIORITY.index)
     messages = list(dict.fromkeys(m for r, m in sorted(problems, key=lambda p: _PRIORITY.index(p[0]))))
     more = len(messages) - _MAX_MESSAGES

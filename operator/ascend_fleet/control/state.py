@@ -30,11 +30,13 @@ def object_state(valid: Valid) -> FleetState:
     """What the control loop reads from the object alone (no replicas yet): the part that depends on
     nothing but the object's own content, so one resourceVersion always gives the same answer."""
     obj = valid.obj
+    rules = obj.spec.rules_in_force()
     return FleetState(
         namespace=obj.namespace,
         name=obj.name,
         replicas=obj.spec.parallelism.data,
-        rules=tuple(obj.spec.rules),
+        rules=tuple(rules),
+        builtin=len(rules) - len(obj.spec.rules),
         autoscaling=obj.spec.autoscaling,
         max_unavailable=obj.spec.disruption.max_unavailable,
         actions=past_actions(obj),

@@ -86,7 +86,9 @@ def fleet_config(
         drain_seconds=float(spec.disruption.drain_seconds),
         scrape_interval=float(settings.step),
         # Keep every scrape the longest rule window can read, as Prometheus's retention would.
-        metric_retention=max([3600.0, *(float(r.for_) + 2 * float(settings.step) for r in spec.rules)]),
+        metric_retention=max(
+            [3600.0, *(float(r.for_) + 2 * float(settings.step) for r in spec.rules_in_force())]
+        ),
         variants=sim_variants(spec),
         traffic=tuple(default_weights(spec.variants).items()),
     )

@@ -28,7 +28,7 @@ import yaml
 
 from ascend_fleet.kube import Kube
 from ascend_fleet.kube.client import USER_AGENT
-from ascend_fleet_dev.emulator.apiserver import LocalKubernetes
+from ascend_fleet_dev.emulator.apiserver import KUBE_VERSION, LocalKubernetes
 from ascend_fleet_dev.fleet.kubelet import KubeletSimulator
 from ascend_fleet_dev.local.crds import install_crd
 
@@ -72,8 +72,10 @@ class DevCluster:
         ready_seconds: float = 1.0,
         nodes: int = 4,
         request_log_limit: int | None = None,
+        kube_version: str = KUBE_VERSION,
     ) -> None:
         self.host = host
+        self.kube_version = kube_version
         self.port = port
         self.start_seconds = start_seconds
         self.ready_seconds = ready_seconds
@@ -193,7 +195,7 @@ class DevCluster:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        emulator = LocalKubernetes(request_log_limit=self.request_log_limit)
+        emulator = LocalKubernetes(request_log_limit=self.request_log_limit, kube_version=self.kube_version)
         kubelet = KubeletSimulator(
             emulator.store,
             start_seconds=self.start_seconds,

@@ -223,7 +223,7 @@ def _load(options: DemoOptions) -> tuple[dict, Scenario]:
 
 
 def _rules(doc: dict) -> list[str]:
-    return [rule.describe() for rule in validate(doc).obj.spec.rules]
+    return [rule.describe() for rule in validate(doc).obj.spec.rules_in_force()]
 
 
 class Routed:
@@ -290,7 +290,9 @@ class Story:
         self.clock_on_ready: Scenario | None = None
         # In a fleet with precision variants the story also needs each shift rule to act (there and back).
         self.shift_rules = tuple(
-            rule.display_name() for rule in validate(doc).obj.spec.rules if rule.action == view.SHIFT
+            rule.display_name()
+            for rule in validate(doc).obj.spec.rules_in_force()
+            if rule.action == view.SHIFT
         )
 
     def elapsed(self) -> float:
@@ -387,7 +389,7 @@ class Story:
 
     def _progress(self, obj: dict, values: dict, dt: float) -> list[view.RuleProgress]:
         try:
-            rules = validate(obj).obj.spec.rules
+            rules = validate(obj).obj.spec.rules_in_force()
         except InvalidSpec:
             return []
         progress = []

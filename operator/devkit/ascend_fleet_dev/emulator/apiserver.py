@@ -52,10 +52,10 @@ from ascend_fleet_dev.emulator.watches import WatchStream
 _log = logging.getLogger(__name__)
 
 _SUBRESOURCE_VERBS = ["get", "patch", "update"]
+# The release of the real control plane (tools/controlplane); a test of what a client does with an older
+# server's version (Helm's kubeVersion check) sets another with ``kube_version``.
+KUBE_VERSION = "1.34.4"
 _SERVER_VERSION = {
-    "major": "1",
-    "minor": "34",
-    "gitVersion": "v1.34.4-ascend-fleet-dev",  # the release of the real control plane (tools/controlplane)
     "gitCommit": "",
     "gitTreeState": "clean",
     "buildDate": "2025-01-01T00:00:00Z",
@@ -71,9 +71,11 @@ class LocalKubernetes(kmock.KubernetesEmulator):
 
     ``store`` is the in-process API (for cluster components on the same loop); ``history_limit`` caps the
     versions kept per object in ``objects``; ``request_log_limit`` caps the requests kept for assertions
-    (unbounded by default, like kmock, which suits tests but not a server left running for hours).
+    (unbounded by default, like kmock, which suits tests but not a server left running for hours);
+    ``kube_version`` is the release ``/version`` reports (what it serves stays 1.34's).
     """
 
+    kube_version: str = KUBE_VERSION
     history_limit: int | None = 10
     watch_history: int = 1000
     bookmark_interval: float = 60.0
@@ -366,7 +368,12 @@ class LocalKubernetes(kmock.KubernetesEmulator):
     # Discovery ------------------------------------------------------------------------------------
 
     async def _serve_server_version(self, request: kmock.Request) -> Any:
-        return dict(_SERVER_VERSION)
+        major, minor, _ = self.kube_version.split(".", 2)
+        return {
+            "major": major,
+            "minor": minor,
+            "gitVersion": f"v{self.kube_version}-ascend-fleet-dev",
+        } | dict(_SERVER_VERSION)
 
     async def _serve_apis(self, request: kmock.Request) -> Any:
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": list(self._groups().values())}
