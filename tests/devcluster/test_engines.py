@@ -11,9 +11,9 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ascend_fleet_dev.fleet.enginepods import engine_pod
 from ascend_fleet_dev.fleet.engines import (
     SimulatedEngines,
-    engine_pod,
     render_metrics,
     with_real_traffic,
 )

@@ -392,7 +392,7 @@ def test_queue_limit_answers_503_as_sglang_does(serve):
 
 
 def test_the_endpoint_pickers_pods_run_no_engine():
-    from ascend_fleet_dev.fleet.engines import engine_pod as read_pod
+    from ascend_fleet_dev.fleet.enginepods import engine_pod as read_pod
 
     pod = engine_pod("llm-epp-abc", "127.0.0.9", ["/epp", "--pool-name", "llm"])
     assert read_pod(pod, now=0.0) is not None

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ascend_fleet.api import names
-from ascend_fleet_dev.fleet.engines import NPU_RESOURCE_PREFIX
+from ascend_fleet_dev.fleet.enginepods import NPU_RESOURCE_PREFIX
 
 
 @dataclass

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ascend_fleet.render.template import ENGINE_CONTAINER
-from ascend_fleet_dev.fleet.engines import (
+from ascend_fleet_dev.fleet.enginepods import (
     METRICS_PORT_NAME,
     detect_engine,
     engine_pod,
