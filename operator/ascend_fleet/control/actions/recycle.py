@@ -22,7 +22,7 @@ from ..queries import extreme_stat
 from .base import Effect, RuleAction, Write
 
 if TYPE_CHECKING:
-    from ..evaluate import ControlDecision, Cycle, FleetState, Held
+    from ..model import ControlDecision, Cycle, FleetState, Held
 
 
 class _Recycle(RuleAction):
