@@ -378,7 +378,8 @@ class ControlLoop:
         """Carry out one recorded decision; False (with a Warning Event) when it could not be done."""
         DECISIONS.labels(decision.action, str(decision.dry_run).lower()).inc()
         action = action_for(decision.action)
-        reason, message = EVENT_REASONS[decision.action], action.message(decision)
+        reason = EVENT_REASONS[decision.action]
+        message = action.message(decision)
         try:
             for write in () if decision.dry_run else action.writes(decision, now):
                 self._write(decision.namespace, write, written)
