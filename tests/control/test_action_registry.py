@@ -233,4 +233,4 @@ def test_each_action_applies_to_a_simulator_tick():
     assert applied("replace") == Effect()  # the simulated NPUs never fault
     assert applied("shift_traffic") == Effect(traffic=(("fp16", 75), ("int8", 25)))
     assert applied("notify") == Effect()
-    assert [a.name for a in deciding() if a.restarts_healthy] == ["restart_service"]
+    assert [a.name for a in deciding() if a.kind.restarts_healthy] == ["restart_service"]

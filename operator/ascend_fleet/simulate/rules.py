@@ -53,7 +53,7 @@ class RulesPolicy:
         self.evaluation = evaluate.EvaluationSettings.from_settings(self.settings)
         self.interval = float(self.evaluation.interval)
         self.rules: tuple[Rule, ...] = tuple(
-            r for r in self.spec.rules if self.restarts or not action_for(r.action).restarts_healthy
+            r for r in self.spec.rules if self.restarts or not action_for(r.action).kind.restarts_healthy
         )
         # The queries the operator would send for this spec; observe() answers them from the scrapes.
         self.queries = evaluate.queries_for([self._fleet_state(0, {})], self.evaluation)

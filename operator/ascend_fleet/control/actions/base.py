@@ -50,8 +50,6 @@ class RuleAction(ABC):
     """One rule action's behaviour; its data is ``kind``."""
 
     kind: ActionKind
-    # Recycles a healthy replica to undo wear: what the simulator's rules-without-restarts baseline leaves out.
-    restarts_healthy: bool = False
     # Its records are paced per rule as well as per target, so two rules on one target each get theirs.
     paced_per_rule: bool = False
 

@@ -73,7 +73,6 @@ class RestartService(_Recycle):
     kind = action_kind("restart_service")
     drain_reason = "rule restart"
     guards_domain = True
-    restarts_healthy = True
 
     def describe(self, decision: ControlDecision) -> str:
         """The replica being recycled."""
