@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ascend_fleet.api.availability import Availability
 from ascend_fleet.api.v1alpha1 import Autoscaling, Rule
-from ascend_fleet.control.evaluate import EvaluationSettings, FleetState, PastAction, ReplicaInfo
+from ascend_fleet.control.evaluate import EvaluationSettings
+from ascend_fleet.control.model import FleetState, PastAction, ReplicaInfo
 from ascend_fleet.control.queries import Observations, rule_queries
 
 NS, NAME = "team-a", "qwen"

@@ -22,10 +22,11 @@ from ascend_fleet.control.actions import (
     action_for,
     builtin_action,
     deciding,
+    decision_result,
     registered_action,
 )
 from ascend_fleet.control.actions.registry import DECIDING_ORDER
-from ascend_fleet.control.evaluate import ControlDecision, Cycle, Evaluation, FleetState, Held, PastAction
+from ascend_fleet.control.model import ControlDecision, Cycle, FleetState, Held, PastAction
 
 from .helpers import NAME, NOW, NS, fleet, rule
 
@@ -38,15 +39,15 @@ def cycle(state: FleetState, *held: Held) -> Cycle:
     for h in held:
         by_action.setdefault(h.rule.action, []).append(h)
     budget = state.max_unavailable - state.unavailable()
-    return Cycle(state, NOW, 1.0, by_action, Evaluation(state), budget)
+    return Cycle(state, NOW, 1.0, by_action, budget)
 
 
-def decided(state: FleetState, *held: Held) -> Evaluation:
+def decided(state: FleetState, *held: Held) -> Cycle:
     """Every action asked in its order, as a cycle asks them."""
     ask = cycle(state, *held)
     for action in deciding():
         action.decide(ask, ask.holding(action.name))
-    return ask.result
+    return ask
 
 
 def decision(action: str, **fields) -> ControlDecision:
@@ -68,7 +69,7 @@ def test_an_unknown_action_is_refused():
     with pytest.raises(UnknownAction, match="reboot"):
         action_for("reboot")
     with pytest.raises(KeyError):
-        decision("reboot").result()
+        decision_result(decision("reboot"))
 
 
 class Reboot(RuleAction):
@@ -94,7 +95,7 @@ def test_a_registered_action_decides_last_and_goes_away_after_the_block():
         with pytest.raises(ValueError, match="registered already"), registered_action(Reboot()):
             pass
         [made] = decided(fleet(), Held(reboot, "replica-1", 1, 0.9)).decisions
-        assert made.result() == "rebooting the node of replica 1"
+        assert decision_result(made) == "rebooting the node of replica 1"
         assert action.writes(made, NOW) == (Write("Node", "node-1", {"spec": {"unschedulable": True}}),)
     with pytest.raises(UnknownAction):
         action_for("reboot")
@@ -193,7 +194,7 @@ def test_every_action_is_asked_here():
 )
 def test_each_action_describes_its_decision(name, text):
     assert action_for(name).describe(CARRIED[name]) == text
-    assert replace(CARRIED[name], dry_run=True).result() == f"would have done: {text}"
+    assert decision_result(replace(CARRIED[name], dry_run=True)) == f"would have done: {text}"
 
 
 def test_a_replace_without_a_fault_named_recreates_on_healthy_npus():
@@ -232,4 +233,4 @@ def test_each_action_applies_to_a_simulator_tick():
     assert applied("replace") == Effect()  # the simulated NPUs never fault
     assert applied("shift_traffic") == Effect(traffic=(("fp16", 75), ("int8", 25)))
     assert applied("notify") == Effect()
-    assert [a.name for a in deciding() if a.restarts_healthy] == ["restart_service"]
+    assert [a.name for a in deciding() if a.kind.restarts_healthy] == ["restart_service"]

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from ascend_fleet.control.actions import decision_result
 from ascend_fleet.control.evaluate import (
     REASON_INSUFFICIENT,
     REASON_NO_DATA,
     REASON_UNKNOWN_METRIC,
-    PastAction,
     decide,
     evaluate,
 )
+from ascend_fleet.control.model import PastAction
 from ascend_fleet.control.queries import rule_queries
 
 from .helpers import NAME, NOW, NS, POLICY, answer, empty_answers, fleet, rule
@@ -147,14 +148,14 @@ def test_a_replica_that_just_started_has_no_window_yet():
 
 def test_dry_run_decides_the_same_and_marks_it():
     [decision] = decide([fleet(UP, dry_run=True)], answer(empty_answers(UP), UP, 0.99), NOW, POLICY)
-    assert decision.dry_run and decision.result() == "would have done: replicas 2 -> 3"
+    assert decision.dry_run and decision_result(decision) == "would have done: replicas 2 -> 3"
 
 
 def test_notify_repeats_at_most_once_per_window():
     note = rule(threshold="50%", action="notify")
     answers = answer(empty_answers(note), note, 0.9)
     [decision] = decide([fleet(note)], answers, NOW, POLICY)
-    assert decision.result() == "notified"
+    assert decision_result(decision) == "notified"
     recent = PastAction(NOW - 2, note.display_name(), "notify", "fleet")
     assert not decide([fleet(note, actions=(recent,))], answers, NOW, POLICY)
 
@@ -264,7 +265,7 @@ def test_a_holding_shift_rule_moves_its_step_to_its_variant():
     [decision] = result.decisions
     assert (decision.action, decision.target) == ("shift_traffic", "fleet")
     assert dict(decision.traffic_to) == {"fp16": 75, "int8": 25}
-    assert decision.result() == "traffic fp16 100%, int8 0% -> fp16 75%, int8 25%"
+    assert decision_result(decision) == "traffic fp16 100%, int8 0% -> fp16 75%, int8 25%"
 
 
 def test_the_way_back_waits_for_the_shift_cooldown_of_either_direction():
@@ -296,7 +297,7 @@ def test_a_dry_run_shift_is_recorded_and_paced_by_dry_run_records_only():
     answers = answer(empty_answers(TO_INT8), TO_INT8, 1.4)
     real_recent = (PastAction(NOW - 10, TO_INT8.display_name(), "shift_traffic", "fleet", dry_run=False),)
     [decision] = evaluate(split(TO_INT8, actions=real_recent, dry_run=True), answers, NOW, POLICY).decisions
-    assert decision.dry_run and decision.result().startswith("would have done: traffic")
+    assert decision.dry_run and decision_result(decision).startswith("would have done: traffic")
 
 
 def test_a_signal_that_did_not_hold_shifts_nothing():

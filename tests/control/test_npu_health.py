@@ -6,7 +6,8 @@ import dataclasses
 import json
 
 from ascend_fleet.api import names
-from ascend_fleet.control.evaluate import PastAction, evaluate
+from ascend_fleet.control.evaluate import evaluate
+from ascend_fleet.control.model import PastAction
 from ascend_fleet.control.npu_health import (
     FaultClock,
     NpuFault,

@@ -6,7 +6,7 @@ import copy
 
 from ascend_fleet.api.times import rfc3339
 from ascend_fleet.api.v1alpha1 import ActionRecord, Autoscaling
-from ascend_fleet.control.evaluate import ControlDecision
+from ascend_fleet.control.model import ControlDecision
 from ascend_fleet.control.state import action_record, fleet_state, updated_actions
 from ascend_fleet.render import Owner, drain_patch, render_replica, validate
 from tests.support.documents import inference

@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.control.evaluate import ControlDecision, Evaluation, FleetState, MetricsStatus
+from ascend_fleet.control.evaluate import Evaluation, MetricsStatus
 from ascend_fleet.control.loop import ControlLoop
+from ascend_fleet.control.model import ControlDecision, FleetState
 from ascend_fleet.control.prometheus import Prometheus
 from ascend_fleet.kube import wait_for
 from tests.e2e.fleet import example

@@ -6,6 +6,7 @@ import pytest
 
 from ascend_fleet.api.v1alpha1 import Rule
 from ascend_fleet.control import evaluate
+from ascend_fleet.control.model import ControlDecision
 from ascend_fleet.simulate import EngineModel, RulesPolicy, fleet_config, simulate
 from ascend_fleet.simulate import rules as rules_module
 from ascend_fleet.simulate.curve import BatchCurve
@@ -24,7 +25,7 @@ def test_the_rules_policy_imports_the_operators_evaluation_module():
 
 
 def test_every_rules_decision_comes_from_the_operators_decide(monkeypatch):
-    answers: list[list[evaluate.ControlDecision]] = []
+    answers: list[list[ControlDecision]] = []
     real = evaluate.decide
 
     def spy(fleets, observations, now, policy=None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ascend_fleet.control.actions import decision_result
 from ascend_fleet.simulate import RulesPolicy, fleet_config, simulate
 from ascend_fleet.simulate.report import summarize, table
 from ascend_fleet.simulate.run import load_spec
@@ -60,7 +61,7 @@ def test_the_rules_shift_to_int8_under_load_and_back_when_it_clears():
     shifts = [d for d in policy.decisions if d.action == "shift_traffic"]
     to_int8 = [d for d in shifts if dict(d.traffic_to)["int8"] > dict(d.traffic_from)["int8"]]
     back = [d for d in shifts if dict(d.traffic_to)["fp16"] > dict(d.traffic_from)["fp16"]]
-    assert to_int8 and back, [d.result() for d in shifts]
+    assert to_int8 and back, [decision_result(d) for d in shifts]
     # Each shift waits the cooldown after the one before, in either direction.
     times = sorted(a.time for a in policy.actions if a.action == "shift_traffic")
     assert all(b - a >= spec.autoscaling.shift_cooldown for a, b in zip(times, times[1:], strict=False))

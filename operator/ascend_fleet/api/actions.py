@@ -30,6 +30,9 @@ class ActionKind:
     cooldowns: tuple[str, ...]
     meaning: str
     takes_variant: bool = False  # whether the rule names a variant in ``to`` (and only such a rule may)
+    # Whether it recycles a replica that is healthy, to undo wear (fragmentation): what the memory report marks
+    # as a restart and what the simulator's rules-without-restarts baseline leaves out.
+    restarts_healthy: bool = False
 
     def scope_sentence(self) -> str:
         """Why a rule with this action and another scope is refused, and what to write instead."""
@@ -63,6 +66,7 @@ ACTIONS = (
         warning=False,
         cooldowns=("restart_cooldown",),
         meaning="drain, delete and recreate the replica the condition holds on",
+        restarts_healthy=True,
     ),
     ActionKind(
         name="replace",
@@ -98,6 +102,8 @@ ACTION_NAMES = tuple(kind.name for kind in ACTIONS)
 ACTION_LIST = ", ".join(ACTION_NAMES[:-1]) + " or " + ACTION_NAMES[-1]
 # The actions whose rules name a variant in ``to``.
 VARIANT_ACTIONS = tuple(kind.name for kind in ACTIONS if kind.takes_variant)
+# The actions that recycle a healthy replica to undo wear.
+HEALTHY_RESTART_ACTIONS = tuple(kind.name for kind in ACTIONS if kind.restarts_healthy)
 
 
 def action_kind(name: str) -> ActionKind:

@@ -43,14 +43,13 @@ from . import npu_health
 from .actions import Write, action_for
 from .evaluate import (
     REASON_QUERY_FAILED,
-    ControlDecision,
     Evaluation,
     EvaluationSettings,
-    FleetState,
     MetricsStatus,
     evaluate,
     queries_for,
 )
+from .model import ControlDecision, FleetState
 from .prometheus import Prometheus
 from .queries import Observations, Query
 from .state import action_record, object_state, updated_actions, with_pods
@@ -380,18 +379,17 @@ class ControlLoop:
         DECISIONS.labels(decision.action, str(decision.dry_run).lower()).inc()
         action = action_for(decision.action)
         reason = EVENT_REASONS[decision.action]
+        message = action.message(decision)
         try:
             for write in () if decision.dry_run else action.writes(decision, now):
                 self._write(decision.namespace, write, written)
         except KubeError as error:
-            self.kube.event(fresh, "Warning", "ControlActionFailed", f"{decision.message()}: failed: {error}")
+            self.kube.event(fresh, "Warning", "ControlActionFailed", f"{message}: failed: {error}")
             _log.warning("%s/%s: %s failed: %s", decision.namespace, decision.name, decision.action, error)
             return False
         event_type = "Warning" if action.kind.warning else "Normal"
-        self.kube.event(
-            fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, decision.message()
-        )
-        _log.info("%s/%s: %s", decision.namespace, decision.name, decision.message())
+        self.kube.event(fresh, event_type, ("DryRun" if decision.dry_run else "") + reason, message)
+        _log.info("%s/%s: %s", decision.namespace, decision.name, message)
         return True
 
     def _write(self, namespace: str, write: Write, written: dict) -> None:

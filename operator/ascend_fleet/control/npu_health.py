@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..api import names
-from .evaluate import FleetState, Placement
+from .model import FleetState, Placement
 from .queries import Observations, Query, expected_samples
 
 # The device plugin's fault levels, most serious first (the order in which it picks a chip's level).

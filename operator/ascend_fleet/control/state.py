@@ -16,8 +16,8 @@ from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..api.variants import fleet_weights
 from ..observed import ObservedReplica, observed_replicas, pod_condition
 from ..render import Valid
-from .actions import FLEET, action_for
-from .evaluate import ControlDecision, FleetState, PastAction, ReplicaInfo
+from .actions import FLEET, action_for, decision_result
+from .model import ControlDecision, FleetState, PastAction, ReplicaInfo
 from .npu_health import placement
 
 
@@ -116,7 +116,7 @@ def action_record(decision: ControlDecision, now: float) -> dict:
         value=None if decision.value is None else round(decision.value, 6),
         action=decision.action,
         target=decision.target,
-        result=decision.result(),
+        result=decision_result(decision),
         dry_run=decision.dry_run,
     ).wire()
 

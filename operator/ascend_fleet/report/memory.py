@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ..api.actions import HEALTHY_RESTART_ACTIONS
 from ..api.exporter_series import (
     ALLOC_RETRIES_TOTAL,
     HBM_USED_BYTES,
@@ -144,11 +145,12 @@ def restarts(history: ReplicaHistory) -> list[float]:
 
 
 def restart_actions(actions: Iterable[Mapping], start: float, end: float) -> dict[int, list[float]]:
-    """Replica -> times of the operator's ``restart_service`` decisions (``status.actions``) in the window."""
+    """Replica -> times of the operator's decisions that recycle a healthy replica (``restart_service``; the
+    rows of ``api.actions`` that say ``restarts_healthy``) in ``status.actions``, in the window."""
     found: dict[int, list[float]] = {}
     for action in actions:
         target = str(action.get("target") or "")
-        if action.get("action") != "restart_service" or not target.startswith("replica-"):
+        if action.get("action") not in HEALTHY_RESTART_ACTIONS or not target.startswith("replica-"):
             continue
         try:
             replica = int(target.removeprefix("replica-"))

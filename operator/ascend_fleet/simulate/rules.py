@@ -2,7 +2,7 @@
 
 Nothing of the rule semantics is re-implemented here: every control tick this adapter
 
-1. builds the :class:`~ascend_fleet.control.evaluate.FleetState` the operator would read from the API
+1. builds the :class:`~ascend_fleet.control.model.FleetState` the operator would read from the API
    (replica count, rules, bounds, disruption budget, replicas ready or draining, recorded actions);
 2. answers the very queries the operator would send to Prometheus
    (:func:`~ascend_fleet.control.evaluate.queries_for`), computing each subquery's extreme and sample
@@ -20,6 +20,7 @@ from ..api.settings import ControlSettings
 from ..api.v1alpha1 import AscendInferenceSpec, Rule
 from ..control import evaluate
 from ..control.actions import Effect, action_for
+from ..control.model import ControlDecision, FleetState, PastAction, ReplicaInfo
 from ..control.queries import Observations, Query
 from .metrics import METRICS, MetricStore
 from .model import DRAINING, SERVING, FleetView, TickDecision
@@ -44,9 +45,9 @@ class RulesPolicy:
     restarts: bool = True
     settings: ControlSettings = field(default_factory=ControlSettings)
     inference: str = "simulated"
-    decisions: list[evaluate.ControlDecision] = field(default_factory=list, init=False, repr=False)
+    decisions: list[ControlDecision] = field(default_factory=list, init=False, repr=False)
     # What the fleet's status.actions would list, newest first (see _remember).
-    actions: list[evaluate.PastAction] = field(default_factory=list, init=False, repr=False)
+    actions: list[PastAction] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.evaluation = evaluate.EvaluationSettings.from_settings(self.settings)
@@ -54,7 +55,7 @@ class RulesPolicy:
         self.rules: tuple[Rule, ...] = tuple(
             r
             for r in self.spec.rules_in_force()
-            if self.restarts or not action_for(r.action).restarts_healthy
+            if self.restarts or not action_for(r.action).kind.restarts_healthy
         )
         # The queries the operator would send for this spec; observe() answers them from the scrapes.
         self.queries = evaluate.queries_for([self._fleet_state(0, {})], self.evaluation)
@@ -76,7 +77,7 @@ class RulesPolicy:
 
     def decide(self, view: FleetView) -> TickDecision:
         states = {
-            r.index: evaluate.ReplicaInfo(
+            r.index: ReplicaInfo(
                 index=r.index,
                 ready=r.state in (SERVING, DRAINING),
                 draining=r.state == DRAINING,
@@ -99,9 +100,9 @@ class RulesPolicy:
     # ----- what the operator would read -----
 
     def _fleet_state(
-        self, replicas: int, states: dict[int, evaluate.ReplicaInfo], traffic: dict[str, int] | None = None
-    ) -> evaluate.FleetState:
-        return evaluate.FleetState(
+        self, replicas: int, states: dict[int, ReplicaInfo], traffic: dict[str, int] | None = None
+    ) -> FleetState:
+        return FleetState(
             namespace=NAMESPACE,
             name=self.inference,
             replicas=replicas,
@@ -113,9 +114,9 @@ class RulesPolicy:
             traffic=traffic or {},
         )
 
-    def _remember(self, decisions: list[evaluate.ControlDecision], now: float) -> None:
+    def _remember(self, decisions: list[ControlDecision], now: float) -> None:
         """Newest first, as status.actions; old entries go once no cooldown can need them."""
-        new = [evaluate.PastAction(now, d.rule, d.action, d.target, d.dry_run) for d in decisions]
+        new = [PastAction(now, d.rule, d.action, d.target, d.dry_run) for d in decisions]
         self.actions = [*new, *(a for a in self.actions if now - a.time <= self._memory)]
 
     def observe(self, store: MetricStore, now: float) -> Observations:

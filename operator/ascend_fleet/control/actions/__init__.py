@@ -5,7 +5,15 @@ writes (the control loop writes it) and applies it to a simulator tick. Pure cod
 """
 
 from .base import FLEET, Effect, RuleAction, Write
-from .registry import UnknownAction, action_for, builtin_action, deciding, registered_action
+from .registry import (
+    UnknownAction,
+    action_for,
+    builtin_action,
+    deciding,
+    decision_message,
+    decision_result,
+    registered_action,
+)
 
 __all__ = [
     "FLEET",
@@ -16,5 +24,7 @@ __all__ = [
     "action_for",
     "builtin_action",
     "deciding",
+    "decision_message",
+    "decision_result",
     "registered_action",
 ]

@@ -5,7 +5,8 @@ words of ``status.actions``, says what carrying it out writes, and says what the
 It writes nothing itself: the control loop sends its writes, so the actions stay pure and testable without a
 cluster, and the simulator runs the same decisions the operator does.
 
-The control types appear here in annotations only: the evaluation asks the actions, not the other way round.
+The control loop's values (:mod:`..model`) appear here in annotations only: the evaluation asks the actions,
+not the other way round, and both take those values from below.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...api.actions import ActionKind
+from ...api.catalog import format_value
 
 if TYPE_CHECKING:
     from ...api.v1alpha1 import Rule
-    from ..evaluate import ControlDecision, Cycle, Held
+    from ..model import ControlDecision, Cycle, Held
 
 FLEET = "fleet"  # the target of a fleet-scoped rule
 
@@ -48,8 +50,6 @@ class RuleAction(ABC):
     """One rule action's behaviour; its data is ``kind``."""
 
     kind: ActionKind
-    # Recycles a healthy replica to undo wear: what the simulator's rules-without-restarts baseline leaves out.
-    restarts_healthy: bool = False
     # Its records are paced per rule as well as per target, so two rules on one target each get theirs.
     paced_per_rule: bool = False
 
@@ -69,6 +69,16 @@ class RuleAction(ABC):
     @abstractmethod
     def describe(self, decision: ControlDecision) -> str:
         """What the decision does, in the words of status.actions (a dry run's prefix aside)."""
+
+    def result(self, decision: ControlDecision) -> str:
+        """What happened, in the words of status.actions: the description, marked as not done in a dry run."""
+        text = self.describe(decision)
+        return f"would have done: {text}" if decision.dry_run else text
+
+    def message(self, decision: ControlDecision) -> str:
+        """The Event text: the rule, the value that proved it and what was done."""
+        value = "" if decision.value is None else f" (value {format_value(decision.metric, decision.value)})"
+        return f"{decision.rule}{value} on {decision.target}: {self.result(decision)}"
 
     def writes(self, decision: ControlDecision, now: float) -> tuple[Write, ...]:
         """What carrying the decision out writes; nothing, unless the action changes something."""

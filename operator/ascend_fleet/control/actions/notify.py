@@ -9,7 +9,7 @@ from ...api.actions import action_kind
 from .base import RuleAction
 
 if TYPE_CHECKING:
-    from ..evaluate import ControlDecision, Cycle, Held
+    from ..model import ControlDecision, Cycle, Held
 
 
 class Notify(RuleAction):

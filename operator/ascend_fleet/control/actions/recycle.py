@@ -22,7 +22,7 @@ from ..queries import extreme_stat
 from .base import Effect, RuleAction, Write
 
 if TYPE_CHECKING:
-    from ..evaluate import ControlDecision, Cycle, FleetState, Held
+    from ..model import ControlDecision, Cycle, FleetState, Held
 
 
 class _Recycle(RuleAction):
@@ -73,7 +73,6 @@ class RestartService(_Recycle):
     kind = action_kind("restart_service")
     drain_reason = "rule restart"
     guards_domain = True
-    restarts_healthy = True
 
     def describe(self, decision: ControlDecision) -> str:
         """The replica being recycled."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import assert_never
+from typing import TYPE_CHECKING, assert_never
 
 from ...api.actions import ActionName
 from .base import RuleAction
@@ -18,6 +18,9 @@ from .notify import Notify
 from .recycle import Replace, RestartService
 from .scale import ScaleDown, ScaleUp
 from .shift import ShiftTraffic
+
+if TYPE_CHECKING:
+    from ..model import ControlDecision
 
 
 def builtin_action(name: ActionName) -> RuleAction:
@@ -62,6 +65,16 @@ def action_for(name: str) -> RuleAction:
         return _ACTIONS[name]
     except KeyError:
         raise UnknownAction(name) from None
+
+
+def decision_result(decision: ControlDecision) -> str:
+    """What a decision did, in the words of status.actions, as its action says it."""
+    return action_for(decision.action).result(decision)
+
+
+def decision_message(decision: ControlDecision) -> str:
+    """The Event text of a decision, as its action says it."""
+    return action_for(decision.action).message(decision)
 
 
 def deciding() -> tuple[RuleAction, ...]:

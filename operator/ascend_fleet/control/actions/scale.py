@@ -16,7 +16,7 @@ from .base import FLEET, Effect, RuleAction, Write
 
 if TYPE_CHECKING:
     from ...api.v1alpha1 import Rule
-    from ..evaluate import ControlDecision, Cycle, Held
+    from ..model import ControlDecision, Cycle, Held
 
 
 class _Scale(RuleAction):

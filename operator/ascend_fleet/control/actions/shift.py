@@ -17,7 +17,7 @@ from ...api.variants import describe_weights, shifted, weights_text
 from .base import FLEET, Effect, RuleAction, Write
 
 if TYPE_CHECKING:
-    from ..evaluate import ControlDecision, Cycle, Held
+    from ..model import ControlDecision, Cycle, Held
 
 
 class ShiftTraffic(RuleAction):

@@ -28,7 +28,7 @@ import copy
 import ipaddress
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import kmock
 
@@ -66,6 +66,11 @@ __all__ = ["DEFAULT_NAMESPACES", "PODS", "SERVICES", "Key", "ObjectStore", "Reso
 
 class ObjectStore(VersionedStorage):
     """Objects of all resources, with the write, read, list, watch and collection semantics of the API."""
+
+    # What every call raises when the API would refuse (kmock renders it as a ``Status``): a missing object, a
+    # conflict, an invalid body. Named here so a caller in another wing (the simulated kubelet) catches it
+    # without importing kmock.
+    api_error: ClassVar[type[kmock.KubernetesError]] = kmock.KubernetesError
 
     def bootstrap(self) -> None:
         """Create the namespaces every cluster has (``default``, ``kube-system``...)."""

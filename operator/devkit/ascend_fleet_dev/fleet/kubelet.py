@@ -1,10 +1,11 @@
 """A kubelet (and scheduler) simulator: pods go Pending -> Running -> Ready on loopback IPs.
 
 It plays the cluster components of the local cluster. Like a real kubelet it watches pods and writes their
-status, but it does so through the in-process :class:`~ascend_fleet_dev.emulator.store.ObjectStore` on the API
-server's own event loop rather than over HTTP: the writes take exactly the path HTTP writes take (new
-resourceVersions, watch events, finalizers), with no client, credentials, serialization or reconnects to
-manage, and a test control such as :meth:`KubeletSimulator.crash` is visible to every watcher at once.
+status, but it does so through an in-process store on the API server's own event loop rather than over HTTP:
+the writes take exactly the path HTTP writes take (new resourceVersions, watch events, finalizers), with no
+client, credentials, serialization or reconnects to manage, and a test control such as
+:meth:`KubeletSimulator.crash` is visible to every watcher at once. What it needs of that store is
+:class:`PodStore` (the emulator's ``ObjectStore`` is one), so this wing does not import the emulator.
 
 What it does to a created pod:
 
@@ -27,19 +28,18 @@ import copy
 import inspect
 import ipaddress
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import kmock
-
-from ascend_fleet_dev.emulator.objects import now_timestamp
-from ascend_fleet_dev.emulator.store import PODS, ObjectStore
-from ascend_fleet_dev.emulator.watches import WatchStream
+from ascend_fleet.api.times import rfc3339
 
 _log = logging.getLogger(__name__)
 
-NODES = kmock.resource("", "v1", "nodes")
+# The resources as the store names them: API version and plural.
+_PODS = "v1/pods"
+_NODES = "v1/nodes"
 DEFAULT_NODE_CAPACITY = {"cpu": "192", "memory": "1536Gi", "pods": "110", "huawei.com/Ascend910": "8"}
 HOST_IP = "127.0.0.1"
 _T = TypeVar("_T")
@@ -57,6 +57,41 @@ class PodListener(Protocol):
     def on_pod_running(self, pod: dict[str, Any]) -> Any: ...
 
     def on_pod_stopped(self, pod: dict[str, Any]) -> Any: ...
+
+
+class WatchEvents(Protocol):
+    """A watch the store opened: its events (``type`` and ``object``) until it is closed."""
+
+    def __aiter__(self) -> AsyncIterator[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+class PodStore(Protocol):
+    """What the kubelet needs of the store it runs pods from: watch pods, read, create and edit nodes, edit and
+    delete pods; every call refuses with ``api_error`` (a missing object, above all). The calls run on the
+    store's own event loop, so a read and the write after it see no other write in between."""
+
+    @property
+    def api_error(self) -> type[Exception]: ...
+
+    def open_watch(self, resource: str, namespace: str | None = None) -> WatchEvents: ...
+
+    def read_object(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]: ...
+
+    def create_object(
+        self, resource: str, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]: ...
+
+    def modify_object(
+        self,
+        resource: str,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any] | None],
+        namespace: str | None = None,
+    ) -> dict[str, Any]: ...
+
+    def delete_object(self, resource: str, name: str, namespace: str | None = None) -> dict[str, Any]: ...
 
 
 class PodGone(Exception):
@@ -178,7 +213,7 @@ class KubeletSimulator(SimulatedPods):
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: PodStore,
         *,
         start_seconds: float = 1.0,
         ready_seconds: float = 1.0,
@@ -195,7 +230,7 @@ class KubeletSimulator(SimulatedPods):
         self.node_capacity = dict(node_capacity or DEFAULT_NODE_CAPACITY)
         self._next_node = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stream: WatchStream | None = None
+        self._stream: WatchEvents | None = None
         self._watcher: asyncio.Task[None] | None = None
 
     # Lifecycle of the simulator ------------------------------------------------------------------
@@ -205,7 +240,7 @@ class KubeletSimulator(SimulatedPods):
         self._loop = asyncio.get_running_loop()
         for name in self.node_names:
             self._register_node(name)
-        self._stream = self.store.open_watch(PODS)
+        self._stream = self.store.open_watch(_PODS)
         self._watcher = asyncio.create_task(self._watch(self._stream), name="kubelet-simulator")
 
     async def stop(self, timeout: float = 5.0) -> None:
@@ -226,20 +261,20 @@ class KubeletSimulator(SimulatedPods):
 
     def _register_node(self, name: str) -> None:
         try:
-            self.store.read_object(NODES, name)
+            self.store.read_object(_NODES, name)
             return
-        except kmock.KubernetesError:
+        except self.store.api_error:
             pass
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
-        self.store.create_object(NODES, {"metadata": {"name": name, "labels": labels}, "spec": {}})
-        self.store.modify_object(NODES, name, lambda node: node.update(status=self._node_status(name)))
+        self.store.create_object(_NODES, {"metadata": {"name": name, "labels": labels}, "spec": {}})
+        self.store.modify_object(_NODES, name, lambda node: node.update(status=self._node_status(name)))
 
     def _node_status(self, name: str) -> dict[str, Any]:
         return node_status(name, self.node_capacity)
 
     # Watching pods ------------------------------------------------------------------------------
 
-    async def _watch(self, stream: WatchStream) -> None:
+    async def _watch(self, stream: WatchEvents) -> None:
         async for event in stream:
             pod = event.get("object") or {}
             metadata = pod.get("metadata") or {}
@@ -284,8 +319,8 @@ class KubeletSimulator(SimulatedPods):
             change(pod)
 
         try:
-            pod = self.store.modify_object(PODS, state.name, guarded, state.namespace)
-        except kmock.KubernetesError as e:
+            pod = self.store.modify_object(_PODS, state.name, guarded, state.namespace)
+        except self.store.api_error as e:
             raise PodGone from e
         state.last = pod
         return pod
@@ -340,8 +375,8 @@ class KubeletSimulator(SimulatedPods):
 
     def _vanish(self, namespace: str, name: str) -> None:
         try:
-            self.store.delete_object(PODS, name, namespace)
-        except kmock.KubernetesError as e:
+            self.store.delete_object(_PODS, name, namespace)
+        except self.store.api_error as e:
             raise LookupError(f"pod {namespace}/{name} not found") from e
 
     def _pod_ip(self, namespace: str, name: str) -> str | None:
@@ -386,15 +421,20 @@ class PodIPs:
         return str(ip)
 
 
+def _now() -> str:
+    """The current time as the API writes it (whole seconds, UTC)."""
+    return rfc3339(time.time())
+
+
 def _set_condition(status: dict[str, Any], kind: str, value: bool, reason: str | None = None) -> None:
     conditions = status.setdefault("conditions", [])
     text = "True" if value else "False"
     current = next((c for c in conditions if c.get("type") == kind), None)
     if current is None:
-        current = {"type": kind, "status": text, "lastProbeTime": None, "lastTransitionTime": now_timestamp()}
+        current = {"type": kind, "status": text, "lastProbeTime": None, "lastTransitionTime": _now()}
         conditions.append(current)
     elif current.get("status") != text:
-        current.update(status=text, lastTransitionTime=now_timestamp())
+        current.update(status=text, lastTransitionTime=_now())
     if reason:
         current["reason"] = reason
     else:
@@ -403,7 +443,7 @@ def _set_condition(status: dict[str, Any], kind: str, value: bool, reason: str |
 
 def run_pod(pod: dict[str, Any], ip: str, *, ready: bool, host_ip: str = HOST_IP) -> None:
     """Phase Running with ``ip``, running containerStatuses, Initialized, and Ready when ``ready``."""
-    now = now_timestamp()
+    now = _now()
     status = pod.setdefault("status", {})
     status.update(
         phase="Running",
@@ -447,7 +487,7 @@ def _sync_readiness(status: dict[str, Any]) -> None:
 
 def crash_pod(pod: dict[str, Any], containers: list[str]) -> None:
     """The named containers restart into CrashLoopBackOff (restartCount + 1); the pod stays Running."""
-    now = now_timestamp()
+    now = _now()
     status = pod["status"]
     for container in status.get("containerStatuses") or []:
         if container["name"] not in containers:
@@ -472,7 +512,7 @@ def crash_pod(pod: dict[str, Any], containers: list[str]) -> None:
 
 def fail_pod(pod: dict[str, Any]) -> None:
     """Phase Failed, every container terminated with exit code 1."""
-    now = now_timestamp()
+    now = _now()
     status = pod.setdefault("status", {})
     status["phase"] = "Failed"
     for container in status.get("containerStatuses") or []:
@@ -487,7 +527,7 @@ def fail_pod(pod: dict[str, Any]) -> None:
 
 def node_status(name: str, capacity: Mapping[str, str]) -> dict[str, Any]:
     """A Ready node's status: capacity (= allocatable), a fresh heartbeat, loopback address, node info."""
-    now = now_timestamp()
+    now = _now()
     ready = {
         "type": "Ready",
         "status": "True",
