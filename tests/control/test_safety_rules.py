@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ascend_fleet.control.evaluate import ReplicaInfo, evaluate
+from ascend_fleet.control.evaluate import evaluate
+from ascend_fleet.control.model import ReplicaInfo
 from ascend_fleet.control.npu_health import FaultClock, answer_health, faults_by_node
 from ascend_fleet.control.queries import Observations, rule_queries
 from ascend_fleet.control.state import object_state
