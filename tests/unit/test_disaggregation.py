@@ -234,3 +234,8 @@ def test_the_reconciler_says_it_does_not_run_two_roles_yet():
     ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", NOT_RECONCILED)
     assert not result.creates and result.events[0].reason == NOT_RECONCILED
+
+
+def test_sglang_refuses_a_second_prefill_instance():
+    doc = two_roles("sglang", prefill={"parallelism": {"tensor": 4, "data": 2}})
+    assert "could not start; use one prefill instance" in problems(doc)

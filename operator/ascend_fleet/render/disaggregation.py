@@ -41,6 +41,13 @@ def disaggregation_problems(obj: AscendInference, roles: dict[str, Layout]) -> l
     npus = {role: layout.npus_per_pod for role, layout in roles.items()}
     problems += port_problems(split.kv_transfer.port, spec.engine.type, node, npus, _taken_ports(spec, roles))
     problems += _release_problems(spec)
+    if spec.engine.type == "sglang" and split.prefill.parallelism.data > 1:
+        # SGLang's prefill leader (node rank 0) creates the MemFabric store at ASCEND_MF_STORE_URL when it starts.
+        problems.append(
+            "spec.disaggregation.prefill.parallelism.data: SGLang's ascend backend has every prefill leader create "
+            "the MemFabric store at ASCEND_MF_STORE_URL, which this operator points at the first prefill leader, so "
+            "a second prefill instance could not start; use one prefill instance (raise its tensor size instead)"
+        )
     for role, layout in roles.items():
         bounds = split.role(role).autoscaling
         if bounds is not None and not bounds.min_replicas <= layout.data <= bounds.max_replicas:
@@ -96,11 +103,5 @@ def disaggregation_warnings(spec: AscendInferenceSpec) -> list[str]:
             f"spec.disaggregation.kvTransfer.connector: {STORE_CONNECTOR} moves the KV cache through a KV pool "
             "whose backend (a Mooncake master and its MOONCAKE_CONFIG_PATH file) the operator does not deploy; "
             "provide it through spec.engine.env and spec.template"
-        )
-    if spec.engine.type == "sglang" and split.prefill.parallelism.data > 1:
-        warnings.append(
-            "spec.disaggregation.prefill.parallelism.data: every SGLang pod points ASCEND_MF_STORE_URL at the first "
-            "prefill leader, and whether the other prefill leaders' bootstrap servers share that store is not "
-            "confirmed upstream; start with one prefill replica"
         )
     return warnings
