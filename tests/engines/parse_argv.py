@@ -88,12 +88,28 @@ def _register_ascend_quantization() -> None:
         CpuPlatform.supported_quantization = [*CpuPlatform.supported_quantization, "ascend"]
 
 
+def _register_ascend_connectors() -> None:
+    """vllm-ascend's other parser-visible change: its platform registers its KV connectors by name.
+
+    The config build only asks whether the name is registered; the names (from the project's engine facts,
+    ASCEND_FLEET_KV_CONNECTORS) are registered here as vLLM's example connector, which is never loaded.
+    """
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    for name in filter(None, os.environ.get("ASCEND_FLEET_KV_CONNECTORS", "").split(",")):
+        if name not in KVConnectorFactory._registry:
+            KVConnectorFactory.register_connector(
+                name, "vllm.distributed.kv_transfer.kv_connector.v1.example_connector", "ExampleConnector"
+            )
+
+
 def vllm_checker(model: str, quantized_model: str):
     import vllm.platforms
     from vllm.platforms.cpu import CpuPlatform
 
     vllm.platforms.current_platform = CpuPlatform()
     _register_ascend_quantization()
+    _register_ascend_connectors()
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.usage.usage_lib import UsageContext

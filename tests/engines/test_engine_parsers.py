@@ -90,7 +90,29 @@ def variants() -> list[tuple[str, dict]]:
                     },
                 },
             }
+            # Two-role fleets (spec.disaggregation): each role's argv, the KV-transfer flags included.
+            cases["two-roles"] = {
+                "disaggregation": {
+                    "prefill": {"parallelism": {"tensor": 4}},
+                    "decode": {"parallelism": {"tensor": 2, "data": 2}},
+                }
+            }
+            cases["two-roles-multi-pod"] = {
+                "disaggregation": {
+                    "prefill": {"parallelism": {"tensor": node, "pipeline": 2}},
+                    "decode": {"parallelism": {"tensor": node // 2}},
+                    "kvTransfer": {"port": 40000},
+                }
+            }
             if engine == "vllm-ascend":
+                for connector in ("MooncakeLayerwiseConnector", "AscendStoreConnector"):
+                    cases[f"two-roles-{connector}"] = {
+                        "disaggregation": {
+                            "prefill": {"parallelism": {"tensor": 2}},
+                            "decode": {"parallelism": {"tensor": 4}},
+                            "kvTransfer": {"connector": connector},
+                        }
+                    }
                 cases["multi-pod-ray"] = {
                     "parallelism": {"tensor": node, "pipeline": 2},
                     "engine": {"type": engine, "multiNode": "ray"},
@@ -167,8 +189,17 @@ def cases() -> dict[str, list[dict]]:
         engine = "vllm" if argv[0] == "vllm" else "sglang"
         owner = obj["metadata"]["labels"][names.LABEL_NAME]
         rank = obj["metadata"]["labels"][names.LABEL_RANK]
-        by_engine[engine].setdefault(tuple(argv), {"id": f"{labels[owner]}/rank{rank}", "argv": argv})
+        role = obj["metadata"]["labels"].get(names.LABEL_PD_ROLE)
+        where = f"{role}/rank{rank}" if role else f"rank{rank}"
+        by_engine[engine].setdefault(tuple(argv), {"id": f"{labels[owner]}/{where}", "argv": argv})
     return {engine: list(found.values()) for engine, found in by_engine.items()}
+
+
+def ascend_connectors() -> str:
+    """vllm-ascend's KV connectors, as its platform registers them with vLLM (the engine facts list them)."""
+    kv = facts_of("vllm-ascend").kv_transfer
+    assert kv is not None
+    return ",".join(connector.name for connector in kv.connectors)
 
 
 @cache
@@ -180,7 +211,12 @@ def parsed(engine: str) -> dict:
         text=True,
         check=False,
         timeout=1800,
-        env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false"},
+        env={
+            **os.environ,
+            "VLLM_LOGGING_LEVEL": "ERROR",
+            "TOKENIZERS_PARALLELISM": "false",
+            "ASCEND_FLEET_KV_CONNECTORS": ascend_connectors(),
+        },
     )
     marker = result.stdout.rfind("@@RESULTS@@")
     assert result.returncode == 0 and marker >= 0, result.stderr[-4000:]
@@ -303,3 +339,28 @@ def test_the_engines_plugin_loaders_find_the_exporter():
     assert result.returncode == 0, result.stderr[-3000:]
     sglang_plugins, vllm_plugins = json.loads(result.stdout.strip().splitlines()[-1])
     assert "ascend_fleet_exporter" in sglang_plugins and "ascend_fleet_exporter" in vllm_plugins
+
+
+def test_a_bad_kv_transfer_setting_is_refused():
+    """The parsers check the KV-transfer settings too: a kv_role vLLM does not know, a mode SGLang does not."""
+    bad = []
+    for engine, flag, wrong in (
+        ("vllm", "--kv-transfer-config", lambda v: v.replace('"kv_producer"', '"producer"')),
+        ("sglang", "--disaggregation-mode", lambda v: "prefil"),
+    ):
+        case = next(c for c in cases()[engine] if flag in c["argv"])
+        argv = list(case["argv"])
+        argv[argv.index(flag) + 1] = wrong(argv[argv.index(flag) + 1])
+        bad.append((engine, {"id": "bad-kv", "argv": argv}))
+    for engine, case in bad:
+        result = subprocess.run(
+            [ENGINES_PYTHON, str(CHECKER), engine],
+            input=json.dumps([case]),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+            env={**os.environ, "ASCEND_FLEET_KV_CONNECTORS": ascend_connectors()},
+        )
+        answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
+        assert answer["results"][0]["ok"] is False, (engine, answer["results"])

@@ -14,7 +14,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from . import names
-from .checks import root_validations, spec_validations
+from .checks import NODE, root_validations, spec_validations
+from .disaggregation import disaggregation_validations, root_validation
 from .units import DURATION_PATTERN, format_duration
 from .v1alpha1 import AscendInferenceSpec, AscendInferenceStatus
 
@@ -79,6 +80,7 @@ def openapi_schema() -> dict[str, Any]:
     spec = model_schema(AscendInferenceSpec)
     spec["description"] = "What to serve and how: model, engine, parallel layout, memory pools and rules."
     spec.setdefault("x-kubernetes-validations", []).extend(spec_validations())
+    spec["x-kubernetes-validations"].extend(disaggregation_validations(NODE))
     status = model_schema(AscendInferenceStatus)
     status["description"] = "What the operator observed and did."
     return {
@@ -93,7 +95,7 @@ def openapi_schema() -> dict[str, Any]:
             "spec": spec,
             "status": status,
         },
-        "x-kubernetes-validations": root_validations(),
+        "x-kubernetes-validations": [*root_validations(), root_validation()],
     }
 
 

@@ -20,6 +20,14 @@ LABEL_SERVING = f"{GROUP}/serving"
 # The precision variant (spec.variants[].name) an engine pod serves; absent on a fleet without variants.
 LABEL_VARIANT = f"{GROUP}/variant"
 
+# The prefill/decode role of an engine pod in a fleet with spec.disaggregation (LABEL_ROLE is leader/worker).
+LABEL_PD_ROLE = f"{GROUP}/pd-role"
+# The role label llm-d's endpoint picker reads in its prefill and decode filters (llm-d-inference-scheduler
+# v0.4.0, pkg/plugins/filter/pd_role.go: key llm-d.ai/role, values prefill and decode).
+LABEL_LLMD_ROLE = "llm-d.ai/role"
+PD_PREFILL = "prefill"
+PD_DECODE = "decode"
+
 ROLE_LEADER = "leader"
 ROLE_WORKER = "worker"
 

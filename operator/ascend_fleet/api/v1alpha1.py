@@ -18,7 +18,16 @@ from ..engines.base import PREFILL_DELAYER, SHORT_REQUEST_FIRST
 from ..engines.registry import builtin_facts, facts_of
 from .actions import Scope, action_kind
 from .availability import Availability
-from .checks import ENGINE_TYPE, engine_chip_problem
+from .checks import DEFAULT_NPUS_PER_NODE, ENGINE_TYPE, engine_chip_problem
+from .disaggregation import (
+    Disaggregation,
+    KvTransferSpec,
+    RoleAutoscaling,
+    RoleParallelism,
+    RoleSpec,
+    connector_problems,
+    fill_kv_defaults,
+)
 from .fields import (
     Action,
     Chip,
@@ -189,6 +198,12 @@ class AscendInferenceSpec(Model):
         default=None,
         description="Spread replicas over nodes or zones; absent places them wherever they fit.",
     )
+    disaggregation: Disaggregation | None = Field(
+        default=None,
+        description="Prefill and decode on instances of their own, each role with its parallel layout, the KV "
+        "cache moving between them (spec.parallelism is then unused; docs/disaggregation.md). Absent: every "
+        "replica does both.",
+    )
 
     @model_validator(mode="after")
     def _policy_fits_engine(self) -> AscendInferenceSpec:
@@ -229,6 +244,29 @@ class AscendInferenceSpec(Model):
         """The rules the control loop evaluates: spec.rules, then the built-in safety rules it keeps."""
         return with_safety_rules(self.rules, self.safety_rules)
 
+    @model_validator(mode="after")
+    def _two_roles(self) -> AscendInferenceSpec:
+        split = self.disaggregation
+        if split is None:
+            return self
+        if self.variants:
+            raise ValueError(
+                "spec.disaggregation and spec.variants do not go together yet: a two-role fleet serves one "
+                "precision; remove spec.variants, or spec.disaggregation"
+            )
+        if self.parallelism != Parallelism():
+            raise ValueError(
+                "spec.parallelism is unused with spec.disaggregation: each role has its own "
+                "(disaggregation.prefill.parallelism, disaggregation.decode.parallelism); remove spec.parallelism, "
+                "and scale a role by its parallelism.data rather than through the scale subresource"
+            )
+        node = self.hardware.npus_per_node or DEFAULT_NPUS_PER_NODE[self.hardware.chip]
+        fill_kv_defaults(split, self.engine.type, self.hardware.chip, node)
+        problems = connector_problems(split, self.engine.type)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     def image(self) -> str | None:
         """The engine image to run: the user's, or the upstream one for the engine and chip (None: no image)."""
         return self.engine.image or default_image(self.engine.type, self.hardware.chip)
@@ -267,11 +305,13 @@ __all__ = [
     "Comparison",
     "Condition",
     "DEFAULT_SCOPE",
+    "Disaggregation",
     "Disruption",
     "Duration",
     "Engine",
     "EnvVar",
     "GatewayRef",
+    "KvTransferSpec",
     "GroupRestart",
     "Hardware",
     "LayoutStatus",
@@ -288,6 +328,9 @@ __all__ = [
     "RegisteredEngineType",
     "Routing",
     "RoutingMode",
+    "RoleAutoscaling",
+    "RoleParallelism",
+    "RoleSpec",
     "Rule",
     "Scheduling",
     "SchedulingPolicy",

@@ -266,6 +266,8 @@ class ControlLoop:
             valid = validate(body, max_window=self.settings.control.max_window, parse_query=parse_guarded)
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
+        if valid.obj.spec.disaggregation is not None:
+            return None  # two roles: not reconciled yet (Ready=False, NotReconciled), so no rule acts on it
         return object_state(valid), valid.layout.pods_per_replica
 
     def _npu_health(

@@ -118,6 +118,55 @@ class Dialect:
 
 
 @dataclass(frozen=True)
+class KvConnector:
+    """One way an engine moves the KV cache from a prefill instance to a decode instance."""
+
+    name: str  # the engine's own spelling (vLLM's kv_connector, SGLang's transfer backend)
+    since: Version  # the first engine release (of those read) that registers it
+    # The connector refuses to start when the prefill instances' tensor size is below the decode instances'.
+    prefill_tensor_at_least_decode: bool = False
+    # The connector takes a single pipeline stage on the decode side.
+    decode_single_stage: bool = False
+
+
+@dataclass(frozen=True)
+class KvTransfer:
+    """What an engine needs to run as two roles, prefill and decode, with the KV cache moving between them."""
+
+    connectors: tuple[KvConnector, ...]
+    default_connector: dict[str, str]  # by chip
+    port_name: str  # what the port is called in the engine's own words, for sentences
+    # Where the engine's own transport takes ports at random: [base, base + per_npu x NPUs per node), or None.
+    reserved_base: int | None = None
+    reserved_per_npu: int = 0
+    # True: each instance listens on port .. port + its NPUs; False: the one port.
+    port_per_npu: bool = False
+    fixed_default_port: int | None = None  # the default where it does not follow the reserved range
+
+    def connector(self, name: str) -> KvConnector | None:
+        """The connector of that name, or None where the engine has none."""
+        return next((c for c in self.connectors if c.name == name), None)
+
+    def reserved(self, npus_per_node: int) -> tuple[int, int] | None:
+        """The engine's own port range on a node of this size (end exclusive), or None."""
+        if self.reserved_base is None:
+            return None
+        return self.reserved_base, self.reserved_base + self.reserved_per_npu * npus_per_node
+
+    def default_port(self, npus_per_node: int) -> int:
+        """The first port past the engine's own range, or the engine's fixed default."""
+        reserved = self.reserved(npus_per_node)
+        if reserved is not None:
+            return reserved[1]
+        assert self.fixed_default_port is not None
+        return self.fixed_default_port
+
+    def ports_taken(self, port: int, npus_per_pod: int) -> range:
+        """The ports one instance listens on for the transfer."""
+        return range(port, port + npus_per_pod + 1) if self.port_per_npu else range(port, port + 1)
+
+
+@dataclass(frozen=True)
 class EngineFacts:
     """Everything the operator knows about one engine that is not code."""
 
@@ -139,6 +188,7 @@ class EngineFacts:
     # Spec fields only some engines have (SHORT_REQUEST_FIRST, PREFILL_DELAYER).
     features: frozenset[str] = field(default_factory=frozenset)
     dialect: Dialect | None = None  # None: nothing in the dev cluster imitates the engine
+    kv_transfer: KvTransfer | None = None  # None: the engine runs no prefill/decode split here
 
     def default_image(self, chip: str) -> str | None:
         """The upstream image for a chip, or None where the engine does not support the chip."""
@@ -164,6 +214,8 @@ class Rank:
     replica: int
     rank: int
     pods: int
+    role: str | None = None  # prefill or decode in a two-role fleet; None in a colocated one
+    engine_id: str | None = None  # the instance's KV-transfer identity (its leader's name), two-role only
 
     @property
     def leader(self) -> bool:
@@ -201,6 +253,10 @@ class EngineRenderer(ABC):
     def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
         """The engine's own environment, after the variables every engine pod gets."""
 
+    def kv_env(self, spec: EngineSpec, at: Rank, store_host: str) -> list[dict]:
+        """The KV-transfer environment of a two-role fleet's pod (``store_host``: the first prefill leader)."""
+        return []
+
     @abstractmethod
     def leader_ports(self, spec: EngineSpec) -> list[dict]:
         """Container ports the leader of a multi-pod replica opens for its workers."""
@@ -217,11 +273,15 @@ class EngineRenderer(ABC):
         """Generated flags as tokens, then the user's args."""
         return [t for flag in self.flags(spec, layout, at) for t in flag.tokens()] + list(spec.engine.args)
 
-    def arg_conflicts(self, spec: EngineSpec, layout: EngineLayout) -> list[str]:
-        """User args that repeat a generated flag, in any spelling the engine accepts: reported, never overridden."""
+    def arg_conflicts(self, spec: EngineSpec, layout: EngineLayout, role: str | None = None) -> list[str]:
+        """User args that repeat a generated flag, in any spelling the engine accepts: reported, never overridden.
+
+        The KV-transfer flags of a two-role fleet are generated flags too, so ``args`` cannot replace them.
+        """
         generated: dict[str, Flag] = {}
         for rank in range(layout.pods_per_replica):  # workers may get flags the leader does not (--headless)
-            for flag in self.flags(spec, layout, Rank(0, rank, layout.pods_per_replica)):
+            at = Rank(0, rank, layout.pods_per_replica, role, "engine" if role else None)
+            for flag in self.flags(spec, layout, at):
                 generated.setdefault(flag.name, flag)
         problems = []
         for arg in spec.engine.args:

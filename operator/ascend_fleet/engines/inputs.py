@@ -80,6 +80,42 @@ class SchedulingSettings(Protocol):
     def max_wait(self) -> float: ...
 
 
+class RoleParallelismSettings(Protocol):
+    """spec.disaggregation.<role>.parallelism."""
+
+    @property
+    def tensor(self) -> int: ...
+    @property
+    def pipeline(self) -> int: ...
+
+
+class RoleSettings(Protocol):
+    """spec.disaggregation.prefill or .decode."""
+
+    @property
+    def parallelism(self) -> RoleParallelismSettings: ...
+
+
+class KvTransferSettings(Protocol):
+    """spec.disaggregation.kvTransfer, its defaults filled in."""
+
+    @property
+    def connector(self) -> str | None: ...
+    @property
+    def port(self) -> int | None: ...
+
+
+class DisaggregationSettings(Protocol):
+    """spec.disaggregation."""
+
+    @property
+    def prefill(self) -> RoleSettings: ...
+    @property
+    def decode(self) -> RoleSettings: ...
+    @property
+    def kv_transfer(self) -> KvTransferSettings: ...
+
+
 class EngineSpec(Protocol):
     """The spec, as far as an engine reads it (``AscendInferenceSpec`` is one)."""
 
@@ -95,6 +131,8 @@ class EngineSpec(Protocol):
     def scheduling(self) -> SchedulingSettings: ...
     @property
     def precision(self) -> str: ...
+    @property
+    def disaggregation(self) -> DisaggregationSettings | None: ...
 
     def image(self) -> str | None:
         """The engine image to run (None: no image)."""

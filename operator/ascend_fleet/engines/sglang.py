@@ -12,6 +12,8 @@ from .base import (
     EngineFacts,
     EngineRenderer,
     Flag,
+    KvConnector,
+    KvTransfer,
     Metrics,
     Rank,
     Release,
@@ -38,6 +40,23 @@ PREFILL_DELAYER_KNOBS: Version = (
     5,
     12,
 )  # --prefill-delayer-max-delay-ms, --prefill-delayer-queue-min-ratio
+
+# Prefill/decode disaggregation (SGLang's server arguments and its Ascend docs): the ``ascend`` transfer backend
+# over MemFabric, whose config store the first prefill leader's bootstrap server creates at ASCEND_MF_STORE_URL;
+# the bootstrap server listens on --disaggregation-bootstrap-port (SGLang's default 8998).
+ASCEND_BACKEND = "ascend"
+BOOTSTRAP_PORT = 8998
+MF_STORE_PORT = 24666  # the store's port in SGLang's own Ascend P/D tests
+SGLANG_KV_TRANSFER = KvTransfer(
+    connectors=(KvConnector(ASCEND_BACKEND, (0, 5, 0)),),
+    default_connector={
+        "ascend910a": ASCEND_BACKEND,
+        "ascend910b": ASCEND_BACKEND,
+        "ascend910_93": ASCEND_BACKEND,
+    },
+    port_name="--disaggregation-bootstrap-port",
+    fixed_default_port=BOOTSTRAP_PORT,
+)
 
 # Newer SGLang writes each queue gauge once with priority="" (the total) and again per priority value: the
 # total alone is selected (older versions have no priority label, which priority="" also matches).
@@ -74,6 +93,7 @@ SGLANG_FACTS = EngineFacts(
     tune_backend="sglang-oai",
     picker_engine="sglang",
     features=frozenset({PREFILL_DELAYER}),
+    kv_transfer=SGLANG_KV_TRANSFER,
     dialect=Dialect(
         command_word="sglang",
         metric_prefix="sglang:",
@@ -163,6 +183,30 @@ def adaptive_flags(spec: EngineSpec) -> list[Flag]:
     return flags
 
 
+def disaggregation_flags(spec: EngineSpec, at: Rank) -> list[Flag]:
+    """The role, the transfer backend and, on prefill, where its bootstrap server listens."""
+    split = spec.disaggregation
+    assert split is not None and at.role is not None
+    source = "spec.disaggregation"
+    flags = [
+        Flag("--disaggregation-mode", at.role, source),
+        Flag(
+            "--disaggregation-transfer-backend",
+            str(split.kv_transfer.connector),
+            "spec.disaggregation.kvTransfer",
+        ),
+    ]
+    if at.role == "prefill":
+        flags.append(
+            Flag(
+                "--disaggregation-bootstrap-port",
+                str(split.kv_transfer.port),
+                "spec.disaggregation.kvTransfer",
+            )
+        )
+    return flags
+
+
 class SGLang(EngineRenderer):
     """One ``sglang.launch_server`` per pod; the ranks of a multi-pod replica meet at the leader."""
 
@@ -194,6 +238,8 @@ class SGLang(EngineRenderer):
                 Flag("--schedule-policy", "fcfs", "spec.scheduling.priority"),
                 Flag("--schedule-low-priority-values-first", None, "spec.scheduling.priority"),
             ]
+        if at.role is not None:
+            flags += disaggregation_flags(spec, at)
         if layout.multi_pod:
             flags += [
                 Flag("--nnodes", str(layout.pods_per_replica), "spec.parallelism (replica spans nodes)"),
@@ -209,6 +255,10 @@ class SGLang(EngineRenderer):
     def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
         """SGLang pins its scheduler processes to the NPU's CPU cores."""
         return [{"name": "SGLANG_SET_CPU_AFFINITY", "value": "1"}]
+
+    def kv_env(self, spec: EngineSpec, at: Rank, store_host: str) -> list[dict]:
+        """The MemFabric config store of the ``ascend`` backend, on the first prefill leader."""
+        return [{"name": "ASCEND_MF_STORE_URL", "value": f"tcp://{store_host}:{MF_STORE_PORT}"}]
 
     def leader_ports(self, spec: EngineSpec) -> list[dict]:
         """torch.distributed's rendezvous."""

@@ -15,6 +15,8 @@ from .base import (
     EngineFacts,
     EngineRenderer,
     Flag,
+    KvConnector,
+    KvTransfer,
     Metrics,
     Rank,
     Release,
@@ -35,6 +37,27 @@ NATIVE_MULTI_NODE: Version = (0, 23, 0)  # --nnodes/--node-rank/--master-addr/--
 # The newest vllm-ascend whose source was read for short_request_first_config (0.11.0, 0.13.0, 0.18.0, 0.23.0: none
 # reads it; 0.11.0 had an ascend_scheduler_config instead): images up to here get a warning, newer ones are trusted.
 SHORT_REQUEST_FIRST_CHECKED: Version = (0, 23, 0)
+
+# Prefill/decode disaggregation (vllm-ascend's kv_transfer registry, its P/D tutorial and its Mooncake connector):
+# the connectors it registers, from the first release read that has them; the connector's own transport
+# (AscendDirectTransport) takes ports at random in [20000, 20000 + 1000 x NPUs per node), so kv_port lies above.
+MOONCAKE = "MooncakeConnectorV1"
+VLLM_KV_TRANSFER = KvTransfer(
+    connectors=(
+        # Decode pulls from prefill; its worker refuses prefill tp_size < decode tp_size and decode pp_size > 1.
+        KvConnector(MOONCAKE, (0, 11, 0), prefill_tensor_at_least_decode=True, decode_single_stage=True),
+        KvConnector("MooncakeLayerwiseConnector", (0, 11, 0)),  # prefill pushes layer by layer
+        KvConnector("AscendStoreConnector", (0, 13, 0)),  # through a KV pool (a Mooncake store)
+    ),
+    default_connector={"ascend910b": MOONCAKE, "ascend910_93": MOONCAKE},
+    port_name="kv_port",
+    reserved_base=20000,
+    reserved_per_npu=1000,
+    port_per_npu=True,
+)
+# HCCL's buffer (MB) in vllm-ascend's P/D recipe: smaller on prefill, larger on decode.
+HCCL_BUFFSIZE = {"prefill": "256", "decode": "600"}
+KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
 # vLLM's request latency buckets, which its end-to-end and queue-time histograms share.
 _LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
@@ -71,6 +94,7 @@ VLLM_ASCEND_FACTS = EngineFacts(
     underscores=True,
     tune_backend="vllm",
     features=frozenset({SHORT_REQUEST_FIRST}),
+    kv_transfer=VLLM_KV_TRANSFER,
     dialect=Dialect(
         command_word="vllm",
         metric_prefix="vllm:",
@@ -136,6 +160,28 @@ def short_request_first_config(spec: EngineSpec) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
+def kv_transfer_config(spec: EngineSpec, at: Rank) -> str:
+    """``--kv-transfer-config``: the connector, this instance's role, port and engine id, and both roles' sizes.
+
+    ``dp_size`` is each instance's own data-parallel size, which is 1: every replica is an engine of its own.
+    """
+    split = spec.disaggregation
+    assert split is not None and at.role is not None
+    sizes = {}
+    for role, settings in (("prefill", split.prefill), ("decode", split.decode)):
+        sizes[role] = {"dp_size": 1, "tp_size": settings.parallelism.tensor}
+        if settings.parallelism.pipeline > 1:
+            sizes[role]["pp_size"] = settings.parallelism.pipeline
+    config = {
+        "kv_connector": split.kv_transfer.connector,
+        "kv_role": KV_ROLE[at.role],
+        "kv_port": split.kv_transfer.port,
+        "engine_id": at.engine_id,
+        "kv_connector_extra_config": sizes,
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
 class VllmAscend(EngineRenderer):
     """``vllm serve``, or Ray on every pod of a multi-pod replica where the image's vLLM has no native mode."""
 
@@ -170,6 +216,8 @@ class VllmAscend(EngineRenderer):
             flags.append(
                 Flag("--additional-config", short_request_first_config(spec), "spec.scheduling.policy")
             )
+        if at.role is not None:
+            flags.append(Flag("--kv-transfer-config", kv_transfer_config(spec, at), "spec.disaggregation"))
         if layout.multi_pod:
             flags += self._multi_pod_flags(spec, layout, at)
         return flags
@@ -204,6 +252,11 @@ class VllmAscend(EngineRenderer):
         if layout.multi_pod and multi_node_mode(spec) == "ray":
             return [{"name": "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "value": "1"}]
         return []
+
+    def kv_env(self, spec: EngineSpec, at: Rank, store_host: str) -> list[dict]:
+        """HCCL's buffer size for the role, as vllm-ascend's P/D recipe sets it."""
+        assert at.role is not None
+        return [{"name": "HCCL_BUFFSIZE", "value": HCCL_BUFFSIZE[at.role]}]
 
     def leader_ports(self, spec: EngineSpec) -> list[dict]:
         """Ray's GCS, or torch.distributed's rendezvous for a native launch."""

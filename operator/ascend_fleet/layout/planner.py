@@ -14,10 +14,20 @@ from dataclasses import dataclass
 
 from ..api import checks
 from ..api.checks import ALLOWED_NPUS_PER_POD, CHIP_LABEL, allowed_counts
-from ..api.v1alpha1 import AscendInferenceSpec
+from ..api.disaggregation import ROLES
+from ..api.v1alpha1 import AscendInferenceSpec, Parallelism
 
 # The chip tables and the sentences live with the CRD's CEL rules that state the same checks.
-__all__ = ["ALLOWED_NPUS_PER_POD", "CHIP_LABEL", "Layout", "LayoutError", "allowed_counts", "plan"]
+__all__ = [
+    "ALLOWED_NPUS_PER_POD",
+    "CHIP_LABEL",
+    "Layout",
+    "LayoutError",
+    "allowed_counts",
+    "plan",
+    "plan_roles",
+    "role_spec",
+]
 
 
 class LayoutError(ValueError):
@@ -94,3 +104,25 @@ def _check_model(spec: AscendInferenceSpec, tensor: int, pipeline: int) -> None:
         raise LayoutError(checks.heads_sentence(tensor, heads))
     if layers is not None and layers < pipeline:
         raise LayoutError(checks.layers_sentence(pipeline, layers))
+
+
+def role_spec(spec: AscendInferenceSpec, role: str) -> AscendInferenceSpec:
+    """The spec one role's instances run: the fleet's, with the role's parallel layout in spec.parallelism."""
+    split = spec.disaggregation
+    assert split is not None, "role_spec needs a fleet with spec.disaggregation"
+    own = split.role(role).parallelism
+    parallelism = Parallelism(tensor=own.tensor, pipeline=own.pipeline, data=own.data)
+    return spec.model_copy(update={"parallelism": parallelism})
+
+
+def plan_roles(spec: AscendInferenceSpec) -> dict[str, Layout]:
+    """Each role's layout in a two-role fleet (empty for a colocated one); LayoutError names the role."""
+    if spec.disaggregation is None:
+        return {}
+    layouts: dict[str, Layout] = {}
+    for role in ROLES:
+        try:
+            layouts[role] = plan(role_spec(spec, role))
+        except LayoutError as error:
+            raise LayoutError(f"{role} role: {error}") from None
+    return layouts

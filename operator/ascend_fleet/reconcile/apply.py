@@ -20,7 +20,7 @@ from ..status.derive import OTHER_WRITERS_KEYS, canonical_status
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation
 from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, is_picker_object, owned_by
-from .plan import creation_event, plan_invalid, plan_pass
+from .plan import NOT_RECONCILED, TWO_ROLES_NOT_RECONCILED, creation_event, plan_invalid, plan_pass
 from .timing import SETTLE_AFTER_CONFLICT
 from .writes import Event, Observed, PassPlan
 
@@ -84,6 +84,7 @@ def reconcile_once(
     now = time.time() if now is None else now
     outcome = PassOutcome() if outcome is None else outcome
     meta = body["metadata"]
+    valid = None
     try:
         valid = validate(
             with_default_image(body, settings),
@@ -95,7 +96,11 @@ def reconcile_once(
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
         kind = "invalid"
-    else:
+    if valid is not None and valid.obj.spec.disaggregation is not None:
+        # Rendered, not reconciled yet: say so rather than run a two-role fleet as one role.
+        result = plan_invalid(body, [TWO_ROLES_NOT_RECONCILED], now, NOT_RECONCILED)
+        kind = "invalid"
+    elif valid is not None:
         picker = PickerSettings(image=settings.routing.picker_image)
         result = plan_pass(
             valid.obj, valid.layout, observed, now, settings.reconcile, picker, settings.routing.enabled

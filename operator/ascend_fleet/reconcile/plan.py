@@ -405,17 +405,27 @@ def _restore_serving(group: ObservedReplica, result: PassPlan) -> None:
 INVALID_SPEC_FIELDS = frozenset({"conditions", "observed_generation"})
 
 
-def plan_invalid(obj: dict, problems: list[str], now: float) -> PassPlan:
-    """An invalid spec: say what is wrong in Ready=False/InvalidSpec and touch no children."""
+# A valid spec this operator does not reconcile yet: a fleet with spec.disaggregation (two roles).
+NOT_RECONCILED = "NotReconciled"
+TWO_ROLES_NOT_RECONCILED = (
+    "spec.disaggregation: this operator renders two-role fleets (ascend-fleet render shows the pods) but does not "
+    "reconcile them yet, so it creates no pods rather than run them as one role; remove spec.disaggregation to "
+    "serve colocated, or apply the rendered pods yourself"
+)
+
+
+def plan_invalid(obj: dict, problems: list[str], now: float, reason: str = "InvalidSpec") -> PassPlan:
+    """An invalid spec (or one not reconciled yet, with its own reason): say what is wrong in Ready=False and
+    touch no children."""
     result = PassPlan()
     previous = dict(obj.get("status") or {})
     message = "; ".join(problems)
     generation = (obj.get("metadata") or {}).get("generation")
     conditions = previous.get("conditions", [])
     before = get_condition(conditions, "Ready")
-    conditions = set_condition(conditions, "Ready", False, "InvalidSpec", message, now, generation)
-    if not before or before.get("reason") != "InvalidSpec" or before.get("message") != message:
-        result.events.append(Event("Warning", "InvalidSpec", message, with_status=True))
+    conditions = set_condition(conditions, "Ready", False, reason, message, now, generation)
+    if not before or before.get("reason") != reason or before.get("message") != message:
+        result.events.append(Event("Warning", reason, message, with_status=True))
     try:
         stored = AscendInferenceStatus.model_validate(previous)
     except ValueError:  # the stored status itself is unreadable: keep only what this pass knows

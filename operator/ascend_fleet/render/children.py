@@ -13,7 +13,7 @@ from ..api.k8s import parse_quantity
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..api.variants import fleet_weights, variant_of, variant_spec
 from ..engines import facts_of
-from ..layout import Layout, plan
+from ..layout import Layout, plan, plan_roles, role_spec
 from . import podgroup
 from .availability import apply_availability
 from .engine import EXPORTER_PORT, Rank, command, engine_env, exporter_runs, leader_ports
@@ -52,12 +52,20 @@ def revision(spec: AscendInferenceSpec, name: str, layout: Layout | None = None)
     for the whole fleet, so a change to any variant rolls every replica); the data-parallel size and the
     control-loop fields (autoscaling, rules, disruption) do not change a pod, so they do not change the revision.
     """
-    layout = layout or plan(spec)
-    pods = [
-        _pod(spec, layout, Owner(name, ""), Rank(replica, rank, layout.pods_per_replica), "")
-        for replica in range(max(len(spec.variants), 1))
-        for rank in range(layout.pods_per_replica)
-    ]
+    if spec.disaggregation is not None:  # replica 0 of each role stands for the role
+        pods = [
+            pod
+            for role in plan_roles(spec)
+            for pod in render_replica(spec, Owner(name, ""), 0, rev="", role=role)
+            if pod["kind"] == "Pod"
+        ]
+    else:
+        layout = layout or plan(spec)
+        pods = [
+            _pod(spec, layout, Owner(name, ""), Rank(replica, rank, layout.pods_per_replica), "")
+            for replica in range(max(len(spec.variants), 1))
+            for rank in range(layout.pods_per_replica)
+        ]
     digest = hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
@@ -68,16 +76,25 @@ def render_replica(
     replica: int,
     layout: Layout | None = None,
     rev: str | None = None,
+    role: str | None = None,
 ) -> list[dict]:
     """The objects of one replica (a gang): its Volcano PodGroup when Volcano schedules it, then the leader
-    pod and the workers by rank (created in this order, so the group exists before its pods)."""
+    pod and the workers by rank (created in this order, so the group exists before its pods).
+
+    ``role`` (prefill or decode) picks one role's instance in a two-role fleet: its layout, names and KV settings.
+    """
+    if rev is None:
+        rev = revision(spec, owner.name, None if role else layout)
+    if role is not None:
+        spec = role_spec(spec, role)
+        layout = plan(spec)
     layout = layout or plan(spec)
-    rev = rev or revision(spec, owner.name, layout)
+    engine_id = pod_name(owner.name, replica, 0, role) if role else None
     pods = [
-        _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica), rev)
+        _pod(spec, layout, owner, Rank(replica, rank, layout.pods_per_replica, role, engine_id), rev)
         for rank in range(layout.pods_per_replica)
     ]
-    group = [replica_pod_group(owner, replica, pods)] if uses_volcano(spec) else []
+    group = [replica_pod_group(owner, replica, pods, role)] if uses_volcano(spec) else []
     return group + pods
 
 
@@ -85,11 +102,13 @@ def uses_volcano(spec: AscendInferenceSpec) -> bool:
     return spec.scheduling.scheduler_name == names.VOLCANO_SCHEDULER
 
 
-def replica_pod_group(owner: Owner, replica: int, pods: list[dict]) -> dict:
+def replica_pod_group(owner: Owner, replica: int, pods: list[dict], role: str | None = None) -> dict:
     """Volcano's PodGroup for one replica's pods: they start together or none does (gang scheduling)."""
     labels = {**common_labels(owner.name), names.LABEL_REPLICA: str(replica)}
+    if role is not None:
+        labels[names.LABEL_PD_ROLE] = role
     return podgroup.render_pod_group(
-        metadata(owner, pod_group_name(owner.name, replica), labels), pods, owner.queue
+        metadata(owner, pod_group_name(owner.name, replica, role), labels), pods, owner.queue
     )
 
 
@@ -110,8 +129,11 @@ def _pod(fleet: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev
         labels[names.LABEL_SERVING] = "true"
     if variant is not None:
         labels[names.LABEL_VARIANT] = variant.name
+    if at.role is not None:
+        labels[names.LABEL_PD_ROLE] = at.role
+        labels[names.LABEL_LLMD_ROLE] = at.role
     pod_spec: dict = {
-        "hostname": pod_name(name, at.replica, at.rank),
+        "hostname": pod_name(name, at.replica, at.rank, at.role),
         "subdomain": headless_service_name(name),
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
@@ -139,11 +161,13 @@ def _pod(fleet: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": metadata(owner, pod_name(name, at.replica, at.rank), labels),
+        "metadata": metadata(owner, pod_name(name, at.replica, at.rank, at.role), labels),
         "spec": pod_spec,
     }
     if uses_volcano(spec):
-        pod["metadata"]["annotations"] = {names.ANNOTATION_POD_GROUP: pod_group_name(name, at.replica)}
+        pod["metadata"]["annotations"] = {
+            names.ANNOTATION_POD_GROUP: pod_group_name(name, at.replica, at.role)
+        }
     # After the template: a template's tolerations or spread constraints replace the rendered lists, and the
     # availability entries must survive that.
     merged = merge_template(pod, spec)
@@ -255,7 +279,7 @@ def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | No
         "metadata": metadata(owner, name, common_labels(name)),
         "spec": {
             "type": "ClusterIP",
-            "selector": serving_selector(name),
+            "selector": serving_selector(name, spec.disaggregation is not None),
             "ports": [{"name": "http", "port": spec.engine.port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
@@ -290,8 +314,9 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
     4 pods would then allow 7 evictions.) The count follows the replicas, so the reconciler updates it on
     every scale.
     """
-    layout = layout or plan(spec)
-    min_available = max(layout.total_pods - spec.disruption.max_unavailable, 0)
+    layouts = list(plan_roles(spec).values()) or [layout or plan(spec)]
+    total_pods = sum(each.total_pods for each in layouts)
+    min_available = max(total_pods - spec.disruption.max_unavailable, 0)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
@@ -311,9 +336,17 @@ def render_all(obj: AscendInference, picker: PickerSettings | None = None) -> li
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
     rev = revision(spec, owner.name, layout)
-    replicas = [
-        obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
-    ]
+    if spec.disaggregation is not None:
+        replicas = [
+            obj
+            for role, role_layout in plan_roles(spec).items()
+            for replica in range(role_layout.data)
+            for obj in render_replica(spec, owner, replica, rev=rev, role=role)
+        ]
+    else:
+        replicas = [
+            obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
+        ]
     return [
         *render_services(spec, owner, layout),
         render_pdb(spec, owner, layout),

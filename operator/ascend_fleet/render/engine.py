@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..api.v1alpha1 import AscendInferenceSpec
 from ..engines import Flag, Rank, engine_for
 from ..engines.registry import has_exporter
-from ..layout import Layout
+from ..layout import Layout, plan_roles, role_spec
 from .metadata import leader_address
 
 __all__ = [
@@ -73,23 +73,38 @@ def engine_env(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
             {"name": "ASCEND_FLEET_EXPORTER_PORT", "value": str(EXPORTER_PORT)},
         ]
     if layout.multi_pod:
+        env.append({"name": "LEADER_ADDRESS", "value": leader_address(name, at.replica, at.role)})
+    if layout.multi_pod or at.role is not None:  # HCCL between pods: a replica's ranks, or a KV transfer
         interface = spec.hardware.network_interface
         env += [
-            {"name": "LEADER_ADDRESS", "value": leader_address(name, at.replica)},
             {"name": "HCCL_IF_IP", "value": "$(POD_IP)"},
             {"name": "HCCL_SOCKET_IFNAME", "value": interface},
             {"name": "GLOO_SOCKET_IFNAME", "value": interface},
             {"name": "TP_SOCKET_IFNAME", "value": interface},
         ]
-    env += engine_for(spec.engine.type).env(spec, layout)
+    engine = engine_for(spec.engine.type)
+    env += engine.env(spec, layout)
+    if at.role is not None:
+        env += engine.kv_env(spec, at, leader_address(name, 0, "prefill"))
     user = {e.name: e.model_dump(by_alias=True, exclude_none=True) for e in spec.engine.env}
     merged = [user.pop(e["name"], e) for e in env]
     return merged + list(user.values())
 
 
 def arg_conflicts(spec: AscendInferenceSpec, layout: Layout) -> list[str]:
-    """User args that repeat a generated flag, in any spelling the engine accepts: reported, never overridden."""
-    return engine_for(spec.engine.type).arg_conflicts(spec, layout)
+    """User args that repeat a generated flag, in any spelling the engine accepts: reported, never overridden.
+
+    In a two-role fleet each role's flags count, the KV-transfer ones included: ``engine.args`` never replaces them.
+    """
+    engine = engine_for(spec.engine.type)
+    if spec.disaggregation is None:
+        return engine.arg_conflicts(spec, layout)
+    found: list[str] = []
+    for role, role_layout in plan_roles(spec).items():
+        for problem in engine.arg_conflicts(role_spec(spec, role), role_layout, role):
+            if problem not in found:
+                found.append(problem)
+    return found
 
 
 def version_problems(spec: AscendInferenceSpec, layout: Layout) -> list[str]:

@@ -59,14 +59,23 @@ def leader_selector(name: str) -> dict[str, str]:
     return {names.LABEL_NAME: name, names.LABEL_ROLE: names.ROLE_LEADER}
 
 
-def serving_selector(name: str) -> dict[str, str]:
-    """Leaders that take traffic: the serving Service's selector (a drain flips LABEL_SERVING)."""
-    return {**leader_selector(name), names.LABEL_SERVING: "true"}
+def serving_selector(name: str, two_roles: bool = False) -> dict[str, str]:
+    """Leaders that take traffic: the serving Service's selector (a drain flips LABEL_SERVING).
+
+    In a two-role fleet only decode leaders: a decode instance without a prefill pairing computes the prompt
+    itself, while a prefill instance alone would only hand its KV cache over.
+    """
+    selector = {**leader_selector(name), names.LABEL_SERVING: "true"}
+    if two_roles:
+        selector[names.LABEL_PD_ROLE] = names.PD_DECODE
+    return selector
 
 
-def pod_name(name: str, replica: int, rank: int) -> str:
-    """``<name>-<replica>`` for leaders, ``<name>-<replica>-<rank>`` for workers (as LeaderWorkerSet)."""
-    return f"{name}-{replica}" if rank == 0 else f"{name}-{replica}-{rank}"
+def pod_name(name: str, replica: int, rank: int, role: str | None = None) -> str:
+    """``<name>-<replica>`` for leaders, ``<name>-<replica>-<rank>`` for workers (as LeaderWorkerSet); in a
+    two-role fleet ``<name>-<role>-<replica>[-<rank>]``."""
+    base = f"{name}-{role}" if role else name
+    return f"{base}-{replica}" if rank == 0 else f"{base}-{replica}-{rank}"
 
 
 def headless_service_name(name: str) -> str:
@@ -74,14 +83,14 @@ def headless_service_name(name: str) -> str:
     return f"{name}-pods"
 
 
-def leader_address(name: str, replica: int) -> str:
+def leader_address(name: str, replica: int, role: str | None = None) -> str:
     """The DNS name of a replica's leader, through the headless Service (the namespace from the pod's env)."""
-    return f"{pod_name(name, replica, 0)}.{headless_service_name(name)}.$(POD_NAMESPACE).svc"
+    return f"{pod_name(name, replica, 0, role)}.{headless_service_name(name)}.$(POD_NAMESPACE).svc"
 
 
-def pod_group_name(name: str, replica: int) -> str:
+def pod_group_name(name: str, replica: int, role: str | None = None) -> str:
     """Volcano's PodGroup of one replica."""
-    return f"{name}-{replica}"
+    return f"{name}-{role}-{replica}" if role else f"{name}-{replica}"
 
 
 def metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict:

@@ -17,9 +17,10 @@ from ..api.checks import MAX_WINDOW_SECONDS, name_problem, precision_chip_proble
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..api.variants import variant_spec
 from ..engines import engine_types
-from ..layout import Layout, LayoutError, plan
+from ..layout import Layout, LayoutError, plan, plan_roles
 from .agreement import Agreement, QueryParser, check_agreement, parse_here
 from .children import render_replica
+from .disaggregation import disaggregation_problems, disaggregation_warnings
 from .engine import arg_conflicts, exporter_runs, version_problems, version_warnings
 from .metadata import Owner
 from .template import schema_problems, template_problems
@@ -64,8 +65,11 @@ def validate(
         raise InvalidSpec(problems + format_errors(error)) from None
     try:
         layout = plan(obj.spec)
+        roles = plan_roles(obj.spec)
     except LayoutError as error:
-        raise InvalidSpec([*problems, f"spec.parallelism: {error}"]) from None
+        field = "spec.disaggregation" if obj.spec.disaggregation else "spec.parallelism"
+        raise InvalidSpec([*problems, f"{field}: {error}"]) from None
+    problems += disaggregation_problems(obj, roles)
     problems += image_problems(obj.spec)
     spec = obj.spec
     problems += precision_chip_problems(
@@ -76,7 +80,8 @@ def validate(
     problems += variant_version_problems(obj.spec, layout)
     problems += template_problems(obj.spec)
     if obj.spec.template is not None and not problems:
-        replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout)
+        role = next(iter(roles), None)
+        replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout, role=role)
         problems += schema_problems([o for o in replica if o["kind"] == "Pod"])
     if not allow_host_path and obj.spec.model.volume and "hostPath" in obj.spec.model.volume:
         problems.append(
@@ -120,7 +125,7 @@ def image_problems(spec: AscendInferenceSpec) -> list[str]:
 
 def spec_warnings(spec: AscendInferenceSpec) -> list[str]:
     """What renders but differs from what the spec asks for, as sentences for the user."""
-    warnings = version_warnings(spec)
+    warnings = version_warnings(spec) + disaggregation_warnings(spec)
     image = spec.image() or ""
     if spec.engine.exporter and not exporter_runs(spec):
         warnings.append(

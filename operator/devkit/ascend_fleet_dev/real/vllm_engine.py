@@ -15,13 +15,17 @@ same rows):
 - ``--max-model-len`` -> at most the tiny model's context;
 - ``--host``/``--port`` and ``ASCEND_FLEET_EXPORTER_PORT`` -> where the caller listens (the pod's own
   ports unless it moves them: every local pod shares the host's ports);
+- ``--kv-transfer-config`` (a two-role fleet's vllm-ascend connector) -> vLLM's ``ExampleConnector`` in the same
+  ``kv_role``, its KV files under a shared folder (vllm-ascend's connectors need NPUs and Mooncake);
 - environment: the pod's, expanded as the kubelet does, plus ``HF_HUB_OFFLINE=1``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import tempfile
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +37,8 @@ from ascend_fleet_dev.real.tinymodel import MAX_POSITIONS
 from ascend_fleet_exporter.config import ENV_PORT as EXPORTER_PORT_ENV
 
 DEFAULT_KV_CACHE_BYTES = 64 * 1024 * 1024
+# Where the CPU stand-in connector of a two-role fleet writes and finds the KV cache (shared by both roles).
+KV_SHARED_STORAGE = str(Path(tempfile.gettempdir()) / "ascend-fleet-kv")
 DROPPED = frozenset(
     {
         "--quantization",
@@ -182,6 +188,15 @@ def _translated(
     if name == "--max-model-len" and value is not None and value.isdigit() and int(value) > MAX_POSITIONS:
         changes.append(f"{shown} -> {MAX_POSITIONS} (the tiny model's context)")
         return [name, str(MAX_POSITIONS)]
+    if name == "--kv-transfer-config" and value is not None:
+        role = json.loads(value).get("kv_role")
+        config = {
+            "kv_connector": "ExampleConnector",
+            "kv_role": role,
+            "kv_connector_extra_config": {"shared_storage_path": KV_SHARED_STORAGE},
+        }
+        changes.append(f"{name} -> vLLM's ExampleConnector as {role} (KV files under {KV_SHARED_STORAGE})")
+        return [name, json.dumps(config, separators=(",", ":"))]
     if name == "--host" and host is not None:
         changes.append(f"{shown} -> {host}")
         return [name, host]
