@@ -68,6 +68,7 @@ BAD_VALUES = {
     "serviceAccount.create as a string": {"serviceAccount": {"create": "yes"}},
     "unknown rbac key": {"rbac": {"create": True, "aggregate": True}},
     "Prometheus URL without a scheme": {"config": {"prometheus": {"url": "prometheus:9090"}}},
+    "Prometheus URL with credentials": {"config": {"prometheus": {"url": "http://u:p@prometheus:9090"}}},
     "timeout in words": {"config": {"prometheus": {"timeout": "ten seconds"}}},
     "interval in words": {"config": {"control": {"interval": "fast"}}},
     "negative interval": {"config": {"control": {"interval": -5}}},

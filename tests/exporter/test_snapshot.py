@@ -45,7 +45,7 @@ def post(port: int) -> tuple[int, str]:
 
 @pytest.fixture
 def config(tmp_path) -> ExporterConfig:
-    return ExporterConfig(port=free_port(), interval=0.1, spool_dir=tmp_path / "spool")
+    return ExporterConfig(port=free_port(), interval=0.1, spool_dir=tmp_path / "spool", snapshots=True)
 
 
 def test_a_request_makes_each_process_with_an_npu_dump_its_snapshot_once(config, monkeypatch):

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from ..engines.registry import builtin_facts
+from .query_scope import NAMESPACE_LABEL
 from .units import format_threshold
 
 PRESET_ASCEND_FLEET = "ascend-fleet"
 PRESET_NPU_EXPORTER = "npu-exporter"
 
 # The labels every catalog series carries; the control loop groups by them.
-REPLICA_LABELS = ("namespace", "inference", "replica")
+REPLICA_LABELS = (NAMESPACE_LABEL, "inference", "replica")
 _BY = "by (namespace, inference, replica)"
 
 

@@ -48,6 +48,22 @@ def header_problem(name: str, value: str) -> str | None:
     return None
 
 
+def url_credentials_problem(url: str) -> str | None:
+    """A URL with a user name or password in it (``https://user:password@host``): the operator prints its
+    Prometheus URL in conditions, Events and logs, so the credentials would go there too. The sentence never
+    repeats the URL."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" not in authority:
+        return None
+    return (
+        "the URL holds credentials (user:password@ before the host), which would be shown wherever the "
+        "operator names its Prometheus: conditions, Events and logs; give the URL without them and the "
+        "credentials as files from a Secret: prometheus.basicAuth.usernameFile and passwordFile, or "
+        "prometheus.bearerTokenFile"
+    )
+
+
 class BasicAuthSettings(Model):
     username_file: str = Field(min_length=1, description="File holding the basic-auth user name.")
     password_file: str = Field(min_length=1, description="File holding the basic-auth password.")
@@ -85,6 +101,14 @@ class PrometheusSettings(Model):
     @classmethod
     def _timeout_above_zero(cls, value: float, info: ValidationInfo) -> float:
         return above_zero(value, info, cls)
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        problem = url_credentials_problem(value) if value else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("headers")
     @classmethod
@@ -253,8 +277,10 @@ class OperatorSettings(Model):
         return body
 
     @classmethod
-    def load(cls, path: str | None = None, environ: dict[str, str] | None = None) -> OperatorSettings:
-        """Read the YAML file (if any), then apply environment overrides."""
+    def load(
+        cls, path: str | None = None, environ: dict[str, str] | None = None, prometheus_url: str | None = None
+    ) -> OperatorSettings:
+        """Read the YAML file (if any), then apply environment overrides, then ``prometheus_url`` (a flag's)."""
         environ = dict(os.environ if environ is None else environ)
         path = path or environ.get("ASCEND_FLEET_CONFIG")
         data: dict = {}
@@ -272,7 +298,8 @@ class OperatorSettings(Model):
         if interval and isinstance(data.get("control", {}), dict):
             # validated with the rest, so a refusal names control.interval as the file's would
             data = {**data, "control": {**data.get("control", {}), "interval": interval}}
-        settings = cls.model_validate(data)
-        if environ.get("ASCEND_FLEET_PROMETHEUS_URL"):
-            settings.prometheus.url = environ["ASCEND_FLEET_PROMETHEUS_URL"]
-        return settings
+        url = prometheus_url or environ.get("ASCEND_FLEET_PROMETHEUS_URL")
+        if url and isinstance(data.get("prometheus", {}), dict):
+            # validated with the rest, so a refusal names prometheus.url as the file's would
+            data = {**data, "prometheus": {**data.get("prometheus", {}), "url": url}}
+        return cls.model_validate(data)

@@ -50,15 +50,18 @@ def load_settings(path: str | None) -> OperatorSettings | None:
     return read_settings(path, {})
 
 
-def read_settings(path: str | None, environ: Mapping[str, str]) -> OperatorSettings:
-    """The operator configuration from the file (or ``ASCEND_FLEET_CONFIG``) and the environment's overrides.
+def read_settings(
+    path: str | None, environ: Mapping[str, str], prometheus_url: str | None = None
+) -> OperatorSettings:
+    """The operator configuration from the file (or ``ASCEND_FLEET_CONFIG``), the environment's overrides and
+    a ``--prometheus-url`` flag's.
 
     Any problem is one line naming the file, as ``DocumentError``.
     """
     source = path or environ.get("ASCEND_FLEET_CONFIG") or "the environment"
     prefix = f"{source}: not a usable operator configuration"
     try:
-        return OperatorSettings.load(path, environ=dict(environ))
+        return OperatorSettings.load(path, environ=dict(environ), prometheus_url=prometheus_url)
     except OSError as error:
         raise DocumentError(f"{source}: cannot read: {error.strerror}") from None
     except UnicodeDecodeError as error:

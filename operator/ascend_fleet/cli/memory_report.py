@@ -8,11 +8,11 @@ import sys
 import time
 from pathlib import Path
 
-from ..api.settings import OperatorSettings, PrometheusSettings
+from ..api.settings import PrometheusSettings
 from ..api.units import parse_duration
 from ..report.memory import ReplicaKey, ReportWindow
 from .documents import DocumentError
-from .inputs import load_settings
+from .inputs import read_settings
 
 OUTPUT_SUFFIXES = (".csv", ".png")
 _DEFAULT_KUBECONFIG = Path("~/.kube/config")
@@ -49,11 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _prometheus(args: argparse.Namespace) -> PrometheusSettings:
     """The operator's Prometheus settings (--config, then the environment), with --prometheus-url on top."""
-    settings = load_settings(args.config) if args.config else OperatorSettings.load(environ=dict(os.environ))
-    prometheus = (settings or OperatorSettings()).prometheus
-    if args.prometheus_url:
-        prometheus.url = args.prometheus_url
-    return prometheus
+    environ = {} if args.config else os.environ  # a --config file is read alone, as validate and render do
+    return read_settings(args.config, environ, prometheus_url=args.prometheus_url).prometheus
 
 
 def _outputs(paths: list[str]) -> list[Path]:

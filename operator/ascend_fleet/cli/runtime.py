@@ -90,12 +90,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        settings = read_settings(args.config, os.environ)
+        settings = read_settings(args.config, os.environ, prometheus_url=args.prometheus_url)
     except DocumentError as error:
         print(f"error: cannot load the operator configuration: {error}", file=sys.stderr)
         return 2
-    if args.prometheus_url:
-        settings.prometheus.url = args.prometheus_url
     try:
         kube = Kube.connect(args.kubeconfig, args.context)
     except Exception as error:  # kubeconfig and in-cluster loading raise several unrelated types

@@ -23,7 +23,7 @@ from pathlib import Path
 import requests
 import urllib3
 
-from ..api.settings import PrometheusSettings
+from ..api.settings import PrometheusSettings, url_credentials_problem
 from ..telemetry import PROMETHEUS_FAILURES
 from .queries import Observations, Query
 
@@ -115,6 +115,10 @@ class Prometheus:
         parallel: int = PARALLEL_QUERIES,
         settings: PrometheusSettings | None = None,
     ):
+        if url_credentials_problem(
+            url
+        ):  # settings refuse it at load; a client made in code is held to it too
+            raise ValueError(f"Prometheus URL: {url_credentials_problem(url)}")
         self.url, self.timeout = url.rstrip("/"), float(timeout)
         self.settings = settings or PrometheusSettings(url=url, timeout=timeout)
         # One requests.Session per concurrent query: it is not documented as thread-safe.

@@ -1,7 +1,9 @@
 """The child process of :mod:`ascend_fleet.promql.guarded`: limit itself, parse the query on stdin, say the result.
 
-It imports nothing of the operator, so its memory is the interpreter's, the parser's and the query's. The
-answer is one JSON line on stdout: ``{"error": null}`` when the query is PromQL, else the parser's complaint.
+It imports nothing of the operator but ``api.query_scope`` (the parser and a dataclass), so its memory is the
+interpreter's, the parser's and the query's. The answer is one JSON line on stdout: ``{"error": null,
+"selectors": [[text, [namespace, ...]], ...]}`` when the query is PromQL (every selector and the namespaces
+that confine it), else ``{"error": <the parser's complaint>}``.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ def main(argv: list[str]) -> int:
     try:
         import promql_parser
 
+        from ..api.query_scope import selectors_of
+
         query = sys.stdin.buffer.read().decode("utf-8")
         try:
-            promql_parser.parse(query)
+            expr = promql_parser.parse(query)
         except ValueError as error:
             print(json.dumps({"error": " ".join(str(error).split())}))
         else:
-            print(json.dumps({"error": None}))
+            selectors = [[s.text, list(s.pinned)] for s in selectors_of(expr)]
+            print(json.dumps({"error": None, "selectors": selectors}))
     except MemoryError:
         return MEMORY_EXIT
     return 0

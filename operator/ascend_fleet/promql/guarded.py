@@ -15,6 +15,7 @@ import sys
 import threading
 from collections import OrderedDict
 
+from ..api.query_scope import Selector
 from ..render.agreement import ParsedQuery
 from .child import MEMORY_EXIT
 
@@ -60,7 +61,9 @@ def parse_in_child(query: str, memory: int = MEMORY_LIMIT, seconds: int = TIME_L
         return ParsedQuery(limit="start", stopped=f"the parser's process did not start ({error.strerror})")
     if done.returncode == 0:
         try:
-            return ParsedQuery(error=json.loads(done.stdout)["error"])
+            answer = json.loads(done.stdout)
+            selectors = tuple(Selector(text, tuple(pinned)) for text, pinned in answer.get("selectors", []))
+            return ParsedQuery(error=answer["error"], selectors=selectors)
         except (ValueError, KeyError, TypeError):
             pass
     return _stopped(done.returncode, done.stderr, memory, seconds)

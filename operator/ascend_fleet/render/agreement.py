@@ -16,6 +16,7 @@ import promql_parser
 from ..api import names
 from ..api.bounds import MAX_ARG_LENGTH
 from ..api.k8s import parse_quantity
+from ..api.query_scope import Selector, scope_problem, selectors_of
 from ..api.v1alpha1 import AscendInference
 from ..layout import Layout
 from .children import render_replica
@@ -46,6 +47,7 @@ class ParsedQuery:
         None  # what stopped the parser before it answered: memory, time, stack, crash or start
     )
     stopped: str = ""  # what the parser had used when it was stopped, in words
+    selectors: tuple[Selector, ...] = ()  # where the query reads series (see api/query_scope.py)
 
 
 QueryParser = Callable[[str], ParsedQuery]
@@ -55,10 +57,10 @@ QueryParser = Callable[[str], ParsedQuery]
 def parse_here(query: str) -> ParsedQuery:
     """The parser in this process: for the project's own documents, whose queries are known to be small."""
     try:
-        promql_parser.parse(query)
+        expr = promql_parser.parse(query)
     except ValueError as error:
         return ParsedQuery(error=str(error))
-    return ParsedQuery()
+    return ParsedQuery(selectors=selectors_of(expr))
 
 
 def check_agreement(obj: AscendInference, layout: Layout, parse_query: QueryParser = parse_here) -> Agreement:
@@ -290,7 +292,11 @@ def _root_under_non_root(pods: list[dict]) -> list[str]:
 
 
 def _broken_queries(obj: AscendInference, parse_query: QueryParser) -> list[str]:
-    """A rule's raw PromQL through a real PromQL parser: Prometheus would refuse it at every evaluation."""
+    """A rule's raw PromQL through a real PromQL parser: Prometheus would refuse it at every evaluation.
+
+    A query that parses must also stay in the object's namespace (api/query_scope.py): the control loop
+    validates every object itself before it plans a query, so a refused query is never sent.
+    """
     problems = []
     for index, rule in enumerate(obj.spec.rules):
         if rule.query is None:
@@ -312,4 +318,7 @@ def _broken_queries(obj: AscendInference, parse_query: QueryParser) -> list[str]
                 f"spec.rules[{index}].query: not valid PromQL ({parsed.error}); Prometheus answers every "
                 "evaluation with a bad_data error, so the rule would never act"
             )
+        else:
+            problem = scope_problem(f"spec.rules[{index}].query", parsed.selectors, obj.namespace)
+            problems += [problem] if problem else []
     return problems

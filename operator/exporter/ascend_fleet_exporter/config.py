@@ -8,6 +8,11 @@ here are the contract between the pod template and the exporter:
 - ``ASCEND_FLEET_EXPORTER_INTERVAL``: seconds between samples (default 5).
 - ``ASCEND_FLEET_EXPORTER_DIR``: the per-pod directory where engine processes publish their samples
   (default ``/dev/shm/ascend-fleet-exporter-<port>``, else under the temp directory).
+- ``ASCEND_FLEET_EXPORTER_SNAPSHOTS``: ``1`` opens ``/memory-snapshot`` (off by default: 404).
+- ``ASCEND_FLEET_EXPORTER_SNAPSHOT_TOKEN_FILE``: a file holding the bearer token ``/memory-snapshot`` asks for;
+  unset, the endpoint answers loopback peers only (``kubectl port-forward``, ``kubectl exec``).
+- ``ASCEND_FLEET_EXPORTER_SNAPSHOT_KEEP``: snapshots kept, the oldest removed first (default 3).
+- ``ASCEND_FLEET_EXPORTER_SNAPSHOT_MAX_BYTES``: the largest snapshot file kept (default 256 MiB).
 """
 
 from __future__ import annotations
@@ -25,9 +30,18 @@ ENV_ENABLED = "ASCEND_FLEET_EXPORTER"
 ENV_PORT = "ASCEND_FLEET_EXPORTER_PORT"
 ENV_INTERVAL = "ASCEND_FLEET_EXPORTER_INTERVAL"
 ENV_SPOOL_DIR = "ASCEND_FLEET_EXPORTER_DIR"
+ENV_SNAPSHOTS = "ASCEND_FLEET_EXPORTER_SNAPSHOTS"
+ENV_SNAPSHOT_TOKEN_FILE = "ASCEND_FLEET_EXPORTER_SNAPSHOT_TOKEN_FILE"
+ENV_SNAPSHOT_KEEP = "ASCEND_FLEET_EXPORTER_SNAPSHOT_KEEP"
+ENV_SNAPSHOT_MAX_BYTES = "ASCEND_FLEET_EXPORTER_SNAPSHOT_MAX_BYTES"
 
 DEFAULT_PORT = 9410
 DEFAULT_INTERVAL_SECONDS = 5.0
+# Snapshots live in the pod's /dev/shm, which counts against the pod's memory: a few, each bounded. A snapshot
+# without allocation history is a list of segments and blocks, a few MiB even on a full 64 GiB device.
+DEFAULT_SNAPSHOT_KEEP = 3
+MAX_SNAPSHOT_KEEP = 100
+DEFAULT_SNAPSHOT_MAX_BYTES = 256 * 2**20
 PORT_NAME = "npu-metrics"
 METRICS_PATH = "/metrics"
 
@@ -66,6 +80,15 @@ def parse_interval(text: str | None) -> float | None:
     except ValueError:
         return None
     return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def parse_count(text: str | None, most: int) -> int | None:
+    """A whole number 1..``most`` from its text, or ``None``."""
+    try:
+        count = int((text or "").strip())
+    except ValueError:
+        return None
+    return count if 0 < count <= most else None
 
 
 def parse_visible_devices(text: str | None) -> list[int] | None:
@@ -107,6 +130,10 @@ class ExporterConfig:
     interval: float = DEFAULT_INTERVAL_SECONDS
     spool_dir: Path | None = None
     npu_smi: str = "npu-smi"
+    snapshots: bool = False  # /memory-snapshot is off unless asked for
+    snapshot_token_file: Path | None = None  # None: loopback peers only
+    snapshot_keep: int = DEFAULT_SNAPSHOT_KEEP
+    snapshot_max_bytes: int = DEFAULT_SNAPSHOT_MAX_BYTES
 
     @property
     def spool(self) -> Path:
@@ -120,7 +147,30 @@ class ExporterConfig:
         port = _setting(env, ENV_PORT, parse_port, DEFAULT_PORT, "a TCP port (1..65535)")
         interval = _setting(env, ENV_INTERVAL, parse_interval, DEFAULT_INTERVAL_SECONDS, "seconds > 0")
         spool = env.get(ENV_SPOOL_DIR, "").strip()
-        return cls(port=port, interval=interval, spool_dir=Path(spool) if spool else None)
+        token = env.get(ENV_SNAPSHOT_TOKEN_FILE, "").strip()
+        keep = _setting(
+            env,
+            ENV_SNAPSHOT_KEEP,
+            lambda t: parse_count(t, MAX_SNAPSHOT_KEEP),
+            DEFAULT_SNAPSHOT_KEEP,
+            f"a count 1..{MAX_SNAPSHOT_KEEP}",
+        )
+        most = _setting(
+            env,
+            ENV_SNAPSHOT_MAX_BYTES,
+            lambda t: parse_count(t, 2**40),
+            DEFAULT_SNAPSHOT_MAX_BYTES,
+            "bytes > 0",
+        )
+        return cls(
+            port=port,
+            interval=interval,
+            spool_dir=Path(spool) if spool else None,
+            snapshots=env.get(ENV_SNAPSHOTS, "").strip().lower() in _TRUE,
+            snapshot_token_file=Path(token) if token else None,
+            snapshot_keep=keep,
+            snapshot_max_bytes=most,
+        )
 
 
 def _setting(

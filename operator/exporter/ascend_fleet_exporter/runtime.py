@@ -46,6 +46,7 @@ from ascend_fleet_exporter.config import (
     parse_visible_devices,
     pod_device,
 )
+from ascend_fleet_exporter.door import SnapshotDoor
 from ascend_fleet_exporter.metrics import (
     BACKEND_NONE,
     COLLECTOR_NPU_SMI,
@@ -133,7 +134,12 @@ class Exporter:
             if collector
         }
         # Memory snapshots on demand, in processes whose allocator torch_npu reads (see snapshot.py).
-        self._snapshots = SnapshotTaker(config.spool, self.pid) if stats is not None else None
+        # Off unless ASCEND_FLEET_EXPORTER_SNAPSHOTS asks for them: then no request is read, none served.
+        self._snapshots = (
+            SnapshotTaker(config.spool, self.pid, config.snapshot_keep, config.snapshot_max_bytes)
+            if stats is not None and config.snapshots
+            else None
+        )
         if stats is not None:
             self._errors[COLLECTOR_TORCH_NPU] = 0
         if npu_smi is not None:
@@ -203,7 +209,7 @@ class Exporter:
         if not has_torch_npu:
             return Answer(501, NO_TORCH_NPU + "\n")
         if method == "POST":
-            return request_snapshot(self.config.spool, self.config.interval)
+            return request_snapshot(self.config.spool, self.config.interval, keep=self.config.snapshot_keep)
         return listing(self.config.spool)
 
     def _every_interval(self, step: Callable[[], bool]) -> None:
@@ -283,7 +289,9 @@ class Exporter:
 
     def _claim_port(self) -> bool:
         try:
-            server = http.bind(self.config.port, self.render, self.snapshots)
+            snapshots = self.snapshots if self.config.snapshots else None  # off: /memory-snapshot is a 404
+            door = SnapshotDoor(self.config.snapshot_token_file)
+            server = http.bind(self.config.port, self.render, snapshots, door)
         except OSError as error:
             self._problems.warn([f"cannot listen on port {self.config.port}: {error}"])
             return True

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from ascend_fleet_exporter.config import METRICS_PATH
+from ascend_fleet_exporter.door import SnapshotDoor
 from ascend_fleet_exporter.metrics import CONTENT_TYPE
 from ascend_fleet_exporter.snapshot import SNAPSHOT_PATH, Answer
 
@@ -40,9 +41,12 @@ class MetricsServer(ThreadingHTTPServer):
         address: tuple[str, int],
         render: Callable[[], str],
         snapshots: Callable[[str], Answer] | None = None,
+        door: SnapshotDoor | None = None,
     ) -> None:
         self.render = render
-        self.snapshots = snapshots  # GET or POST on the snapshot path: list or request memory snapshots
+        # GET or POST on the snapshot path: list or request memory snapshots; None: the path is not served
+        self.snapshots = snapshots
+        self.door = door or SnapshotDoor()  # who may use it: loopback peers unless a token file is set
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -62,18 +66,21 @@ class _DualStackServer(MetricsServer):
 
 
 def bind(
-    port: int, render: Callable[[], str], snapshots: Callable[[str], Answer] | None = None
+    port: int,
+    render: Callable[[], str],
+    snapshots: Callable[[str], Answer] | None = None,
+    door: SnapshotDoor | None = None,
 ) -> MetricsServer | None:
     """A server on ``port`` on all addresses, or ``None`` when the port is taken (by a sibling, normally)."""
     try:
-        return _DualStackServer(("::", port), render, snapshots)
+        return _DualStackServer(("::", port), render, snapshots, door)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             return None
         if error.errno not in _NO_IPV6:
             raise
     try:
-        return MetricsServer(("0.0.0.0", port), render, snapshots)
+        return MetricsServer(("0.0.0.0", port), render, snapshots, door)
     except OSError as error:
         if error.errno == errno.EADDRINUSE:
             return None
@@ -97,7 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._reply(200, body, CONTENT_TYPE)
         elif path == SNAPSHOT_PATH and self.server.snapshots is not None:
-            self._answer(self.server.snapshots("GET"))
+            self._snapshot("GET")
         elif path == "/":
             self._reply(200, _INDEX, "text/plain; charset=utf-8")
         else:
@@ -109,15 +116,31 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         if urlsplit(self.path).path == SNAPSHOT_PATH and self.server.snapshots is not None:
-            self._answer(self.server.snapshots("POST"))
+            self._snapshot("POST")
         else:
             self._reply(404, b"nothing to POST here\n", "text/plain; charset=utf-8")
 
-    def _answer(self, answer: Answer) -> None:
-        self._reply(answer.status, answer.text.encode("utf-8"), "text/plain; charset=utf-8")
+    def _snapshot(self, method: str) -> None:
+        """The snapshot path, behind its door (a request body, if any, is never read)."""
+        assert self.server.snapshots is not None
+        refused = self.server.door.refusal(self.client_address[0], self.headers.get("Authorization"))
+        if refused is not None:
+            _log.debug(
+                "refused %s %s from %s (%d)", method, SNAPSHOT_PATH, self.client_address[0], refused.status
+            )
+            self._answer(refused, {"WWW-Authenticate": "Bearer"} if refused.status == 401 else {})
+            return
+        self._answer(self.server.snapshots(method))
 
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+    def _answer(self, answer: Answer, headers: dict[str, str] | None = None) -> None:
+        self._reply(answer.status, answer.text.encode("utf-8"), "text/plain; charset=utf-8", headers)
+
+    def _reply(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
