@@ -10,7 +10,7 @@ FILES = sorted(CORPUS.glob("*.yaml"))
 
 
 def test_the_corpus_is_large_enough():
-    assert len(FILES) >= 20
+    assert len(FILES) >= 60
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])

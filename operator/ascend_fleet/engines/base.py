@@ -26,6 +26,7 @@ Version = tuple[int, int, int]
 SHORT_REQUEST_FIRST = "short-request-first"  # scheduling.policy short-request-first
 PREFILL_DELAYER = "prefill-delayer"  # batching.prefillDelayer
 
+_SHOWN_VALUE_CHARS = 60  # the longest generated value a refusal quotes
 DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 
 _TAG_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)")
@@ -289,7 +290,10 @@ class EngineRenderer(ABC):
                 continue
             source = self._generated_option(self._spelled(arg), generated)
             if source is not None:
-                shown = f"{source.name} {source.value}" if source.value is not None else source.name
+                # A long value (a JSON config) is left out: the flag names the conflict, and both roles of a
+                # two-role fleet then tell it in one sentence.
+                short = source.value is not None and len(source.value) <= _SHOWN_VALUE_CHARS
+                shown = f"{source.name} {source.value}" if short else source.name
                 problems.append(
                     f"spec.engine.args: {arg!r} repeats the generated {shown!r} (from {source.source}); "
                     f"set it there instead of in args"
