@@ -272,8 +272,9 @@ def test_a_bad_flag_is_refused(engine):
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_alias_table_matches_the_parser(engine):
-    """The facts' aliases list every other spelling the parser has for each generated flag, and no parser option is
-    a proper prefix of a generated spelling (the conflict check reads such prefixes as abbreviations)."""
+    """The facts' aliases list every other spelling the parser has for each generated flag and layout flag, and no
+    parser option is a proper prefix of a generated spelling (the conflict check reads such prefixes as
+    abbreviations)."""
     kind = "vllm-ascend" if engine == "vllm" else "sglang"
     answer = parsed(engine)
     options = answer["options"]
@@ -291,7 +292,8 @@ def test_the_alias_table_matches_the_parser(engine):
     ).obj.spec
     layout = plan(spec)
     generated = {f.name for rank in (0, 1) for f in engine_flags(spec, layout, Rank(0, rank, 2))}
-    for name in sorted(generated):
+    # The layout flags args may not set are spelled as the parser spells them too, each with all its aliases.
+    for name in sorted(generated | set(facts_of(kind).layout_flags)):
         action = next((o for o in options if name in o), None)
         assert action is not None, f"{name} is not an option of the {engine} parser"
         assert sorted(set(action) - {name}) == sorted(facts_of(kind).aliases.get(name, ())), name

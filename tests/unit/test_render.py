@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from kubernetes_validate import validate as k8s_validate
@@ -256,6 +258,38 @@ def test_conflicts_know_each_engines_spellings(engine, arg, generated):
     )
     with pytest.raises(InvalidSpec, match=f"{arg!r} repeats the generated '{generated}"):
         validate(doc)
+
+
+@pytest.mark.parametrize(
+    ("engine", "arg", "planned"),
+    [
+        ("vllm-ascend", "--data-parallel-size", "--data-parallel-size"),
+        ("vllm-ascend", "-dp", "--data-parallel-size"),
+        ("vllm-ascend", "--data_parallel_address", "--data-parallel-address"),
+        ("vllm-ascend", "--data-parallel-size-l", "--data-parallel-size-local"),  # an unambiguous prefix
+        ("vllm-ascend", "-pcp", "--prefill-context-parallel-size"),
+        ("vllm-ascend", "--headless", "--headless"),  # generated only for a gang's workers
+        ("vllm-ascend", "--master-addr=10.0.0.1", "--master-addr"),
+        ("sglang", "--dp-size", "--dp-size"),
+        ("sglang", "--data-parallel-size", "--dp-size"),
+        ("sglang", "--nnodes=2", "--nnodes"),
+        ("sglang", "--disaggregation-mode", "--disaggregation-mode"),
+    ],
+)
+def test_layout_flags_the_operator_does_not_generate_are_refused_too(engine, arg, planned):
+    """Each replica is one engine the operator places: args may not add data-parallel ranks, nodes or a P/D role."""
+    doc = spec_doc(engine={"type": engine, "args": [arg, "2"]})
+    with pytest.raises(InvalidSpec, match=rf"{re.escape(repr(arg))} \({planned}\) changes the layout"):
+        validate(doc)
+
+
+def test_tuning_flags_beside_the_layout_stay_the_users():
+    # Expert parallelism and DP attention split work inside the engine's NPUs; they change no layout.
+    for engine, args in [
+        ("vllm-ascend", ["--enable-expert-parallel"]),
+        ("sglang", ["--enable-dp-attention"]),
+    ]:
+        validate(spec_doc(engine={"type": engine, "args": args}))
 
 
 def test_sglang_does_not_read_underscores_as_dashes():

@@ -190,6 +190,10 @@ class EngineFacts:
     features: frozenset[str] = field(default_factory=frozenset)
     dialect: Dialect | None = None  # None: nothing in the dev cluster imitates the engine
     kv_transfer: KvTransfer | None = None  # None: the engine runs no prefill/decode split here
+    # Options that set how many processes, NPUs and nodes an engine spans, or how its ranks find each other:
+    # the operator plans those (spec.parallelism, spec.disaggregation), so engine.args may not set them even
+    # where it generates none (a data-parallel size, say: each replica is an engine of its own).
+    layout_flags: tuple[str, ...] = ()
 
     def default_image(self, chip: str) -> str | None:
         """The upstream image for a chip, or None where the engine does not support the chip."""
@@ -284,6 +288,9 @@ class EngineRenderer(ABC):
             at = Rank(0, rank, layout.pods_per_replica, role, "engine" if role else None)
             for flag in self.flags(spec, layout, at):
                 generated.setdefault(flag.name, flag)
+        reserved = {
+            name: Flag(name, None, "the layout") for name in self.facts.layout_flags if name not in generated
+        }
         problems = []
         for arg in spec.engine.args:
             if not arg.startswith("-"):
@@ -297,6 +304,12 @@ class EngineRenderer(ABC):
                 problems.append(
                     f"spec.engine.args: {arg!r} repeats the generated {shown!r} (from {source.source}); "
                     f"set it there instead of in args"
+                )
+            elif (planned := self._generated_option(self._spelled(arg), reserved)) is not None:
+                problems.append(
+                    f"spec.engine.args: {arg!r} ({planned.name}) changes the layout the operator plans: one "
+                    f"engine of tensor x pipeline NPUs per replica, its ranks placed by the operator; set "
+                    f"spec.parallelism (or spec.disaggregation) instead of {planned.name}"
                 )
         return problems
 

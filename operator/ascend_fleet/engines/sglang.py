@@ -88,7 +88,18 @@ SGLANG_FACTS = EngineFacts(
         "--tp-size": ("--tensor-parallel-size",),
         "--pp-size": ("--pipeline-parallel-size",),
         "--dist-init-addr": ("--nccl-init-addr",),
+        "--dp-size": ("--data-parallel-size",),
     },
+    # SGLang 0.5's parser: the sizes and the rendezvous of one engine's ranks, and the P/D role.
+    layout_flags=(
+        "--tp-size",
+        "--pp-size",
+        "--dp-size",
+        "--nnodes",
+        "--node-rank",
+        "--dist-init-addr",
+        "--disaggregation-mode",
+    ),
     underscores=False,
     tune_backend="sglang-oai",
     picker_engine="sglang",
