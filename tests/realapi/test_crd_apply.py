@@ -150,3 +150,14 @@ def test_kubectl_get_shows_the_ready_condition(real_cluster, namespace):
 
     assert (cell("READY"), cell("REASON")) == ("False", "InvalidSpec"), table
     assert "spec.rules[0].metric: unknown metric" in table[1]
+
+
+@pytest.mark.parametrize("name", ["ASCEND_VISIBLE_DEVICES", "LEADER_ADDRESS"])
+def test_kubectl_apply_refuses_reserved_engine_env(real_cluster, namespace, name):
+    doc = cr(engine="vllm-ascend")
+    doc["spec"]["engine"]["env"] = [{"name": "HCCL_BUFFSIZE", "value": "512"}, {"name": name, "value": "0"}]
+    result = apply(real_cluster, namespace, doc)
+    assert result.returncode != 0, f"the API server accepted engine.env {name}"
+    assert "engine.env may not set the NPU device variables" in result.stderr, result.stderr
+    doc["spec"]["engine"]["env"] = doc["spec"]["engine"]["env"][:1]
+    assert apply(real_cluster, namespace, doc).returncode == 0

@@ -136,7 +136,7 @@ def test_a_template_may_not_replace_shared_memory_or_pod_ip():
     )
     pod_ip = {"spec": {"containers": [{"name": "engine", "env": [{"name": "POD_IP", "value": "10.0.0.1"}]}]}}
     (problem,) = problems(with_template(doc(), pod_ip))
-    assert "POD_IP replaces the operator's status.podIP field reference" in problem
+    assert problem.startswith("spec.template.spec.containers[0].env: POD_IP is set by the operator"), problem
     other_env = {
         "spec": {
             "containers": [{"name": "engine", "env": [{"name": "HCCL_CONNECT_TIMEOUT", "value": "600"}]}]

@@ -304,14 +304,14 @@ def test_sglang_does_not_read_underscores_as_dashes():
 
 
 def test_user_env_replaces_generated_env_in_place():
-    env_in = [{"name": "POD_IP", "value": "10.1.2.3"}, {"name": "EXTRA", "value": "$(HCCL_IF_IP)"}]
+    env_in = [{"name": "TASK_QUEUE_ENABLE", "value": "0"}, {"name": "EXTRA", "value": "$(HCCL_IF_IP)"}]
     gang = pods(parallelism={"tensor": 8, "pipeline": 2}, engine={"type": "vllm-ascend", "env": env_in})
     env = gang[1]["spec"]["containers"][0]["env"]
     names_in_order = [e["name"] for e in env]
-    # POD_IP keeps its place before HCCL_IF_IP=$(POD_IP), so Kubernetes still expands it; new names go last.
-    assert names_in_order.index("POD_IP") < names_in_order.index("HCCL_IF_IP")
-    assert env[names_in_order.index("POD_IP")] == {"name": "POD_IP", "value": "10.1.2.3"}
-    assert names_in_order[-1] == "EXTRA" and names_in_order.count("POD_IP") == 1
+    # A replaced variable keeps its place (earlier than what may refer to it); new names go last.
+    assert names_in_order.index("TASK_QUEUE_ENABLE") < names_in_order.index("HCCL_IF_IP")
+    assert env[names_in_order.index("TASK_QUEUE_ENABLE")] == {"name": "TASK_QUEUE_ENABLE", "value": "0"}
+    assert names_in_order[-1] == "EXTRA" and names_in_order.count("TASK_QUEUE_ENABLE") == 1
 
 
 def test_startup_probe_covers_model_loading():

@@ -70,3 +70,38 @@ FAULT_SUFFIX = "-Fault"  # a JSON list of faults: npu_name, fault_level, fault_c
 # Volcano Ascend plugin writes the resource name itself as the key when it binds.
 ANNOTATION_NPUS_MOUNTED = "huawei.com/AscendReal"
 ANNOTATION_NPUS_BOUND = "huawei.com/Ascend910"
+
+# Environment variables no user input may set. The Ascend container runtime mounts the NPUs these two name,
+# so a container that sets them reaches NPUs the scheduler never gave its pod.
+DEVICE_ENV = ("ASCEND_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
+# The engine container's variables the operator sets and its own flags and exporter read: the pod's identity
+# (downward API), its replica's leader, and the exporter's switch and port.
+ENV_POD_NAME = "POD_NAME"
+ENV_POD_NAMESPACE = "POD_NAMESPACE"
+ENV_POD_IP = "POD_IP"
+ENV_LEADER_ADDRESS = "LEADER_ADDRESS"
+ENV_EXPORTER = "ASCEND_FLEET_EXPORTER"
+ENV_EXPORTER_PORT = "ASCEND_FLEET_EXPORTER_PORT"
+OPERATOR_ENV = (
+    ENV_POD_NAME,
+    ENV_POD_NAMESPACE,
+    ENV_POD_IP,
+    ENV_LEADER_ADDRESS,
+    ENV_EXPORTER,
+    ENV_EXPORTER_PORT,
+)
+
+
+def reserved_env_problem(name: str, *, engine: bool) -> str | None:
+    """Why ``name`` may not be set (``engine``: in the engine container), or None: a sentence part."""
+    if name in DEVICE_ENV:
+        return (
+            f"{name} is the Ascend runtime's: it mounts the NPUs this names, so only the device plugin sets it; "
+            "NPUs come from spec.parallelism (or spec.hardware.resourceName)"
+        )
+    if engine and name in OPERATOR_ENV:
+        return (
+            f"{name} is set by the operator, and what it generates reads it (the engine's flags, HCCL_IF_IP=$(POD_IP), "
+            "the exporter); use a name of your own"
+        )
+    return None

@@ -11,6 +11,7 @@ from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.json_schema import JsonDict
 
 from ..engines.registry import facts_of
+from . import names
 from .bounds import (
     MAX_ANNOTATION_LENGTH,
     MAX_ANNOTATIONS,
@@ -138,7 +139,24 @@ class Engine(Model):
         description="Extra engine arguments, appended; one that repeats a generated flag is rejected.",
     )
     env: list[EnvVar] = Field(
-        default_factory=list, max_length=MAX_ENV, description="Extra environment; a name set here wins."
+        default_factory=list,
+        max_length=MAX_ENV,
+        description="Extra environment; a name set here wins, except the NPU device variables and those the "
+        "operator sets for its flags and exporter (POD_NAME, POD_NAMESPACE, POD_IP, LEADER_ADDRESS, "
+        "ASCEND_FLEET_EXPORTER, ASCEND_FLEET_EXPORTER_PORT).",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(e, !(e.name in "
+                    + str(list(names.DEVICE_ENV + names.OPERATOR_ENV))
+                    + "))",
+                    "message": "engine.env may not set the NPU device variables (ASCEND_VISIBLE_DEVICES, "
+                    "ASCEND_RT_VISIBLE_DEVICES: NPUs come from spec.parallelism) nor those the operator sets "
+                    "(POD_NAME, POD_NAMESPACE, POD_IP, LEADER_ADDRESS, ASCEND_FLEET_EXPORTER, "
+                    "ASCEND_FLEET_EXPORTER_PORT); use names of your own",
+                }
+            ]
+        },
     )
     resources: ResourceRequirements | None = Field(
         default=None, description="CPU/memory requests and limits (the NPU resource is set from the layout)."
@@ -161,6 +179,17 @@ class Engine(Model):
     def _fill_defaults(self) -> Engine:
         if self.port is None:
             self.port = facts_of(self.type).default_port
+        return self
+
+    @model_validator(mode="after")
+    def _env_names_free(self) -> Engine:
+        problems = [
+            f"spec.engine.env[{index}]: {problem}"
+            for index, variable in enumerate(self.env)
+            if (problem := names.reserved_env_problem(variable.name, engine=True))
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 

@@ -268,14 +268,7 @@ def _engine_overrides(engine: dict, base: dict) -> list[str]:
             f"{mounts.get(SHM_PATH, {}).get('name')!r} instead of the operator's in-memory volume "
             "(spec.engine.shmSize); the engines' collective communication needs it; set spec.engine.shmSize"
         )
-    env = {e["name"]: e for e in engine.get("env") or []}
-    base_env = {e["name"]: e for e in base.get("env") or []}
-    if "POD_IP" in base_env and env.get("POD_IP") != base_env["POD_IP"]:
-        problems.append(
-            "spec.template.spec.containers[engine].env: POD_IP replaces the operator's status.podIP field "
-            "reference; HCCL_IF_IP=$(POD_IP) makes HCCL bind to it, so ranks would listen on the wrong address; "
-            "remove POD_IP from the template"
-        )
+    # The operator's own variables (POD_IP, which HCCL_IF_IP reads, among them) are refused as reserved names.
     return problems
 
 

@@ -8,6 +8,7 @@ argument parsers at the versions of the default images.
 
 from __future__ import annotations
 
+from ..api import names
 from ..api.v1alpha1 import AscendInferenceSpec
 from ..engines import Flag, Rank, engine_for
 from ..engines.registry import has_exporter
@@ -57,9 +58,9 @@ def engine_env(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
     position (later entries such as ``HCCL_IF_IP=$(POD_IP)`` still expand) and new ones go last.
     """
     env: list[dict] = [
-        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": names.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": names.ENV_POD_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": names.ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "TASK_QUEUE_ENABLE", "value": "1"},
         # Explicit both ways: vllm-ascend turns expandable segments on itself when the variable is unset.
         {
@@ -69,11 +70,11 @@ def engine_env(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -
     ]
     if exporter_runs(spec):
         env += [
-            {"name": "ASCEND_FLEET_EXPORTER", "value": "1"},
-            {"name": "ASCEND_FLEET_EXPORTER_PORT", "value": str(EXPORTER_PORT)},
+            {"name": names.ENV_EXPORTER, "value": "1"},
+            {"name": names.ENV_EXPORTER_PORT, "value": str(EXPORTER_PORT)},
         ]
     if layout.multi_pod:
-        env.append({"name": "LEADER_ADDRESS", "value": leader_address(name, at.replica, at.role)})
+        env.append({"name": names.ENV_LEADER_ADDRESS, "value": leader_address(name, at.replica, at.role)})
     if layout.multi_pod or at.role is not None:  # HCCL between pods: a replica's ranks, or a KV transfer
         interface = spec.hardware.network_interface
         env += [

@@ -95,6 +95,7 @@ def template_problems(spec: AscendInferenceSpec) -> list[str]:
         for index, item in enumerate(_list(pod, list_name)):
             if not isinstance(item, dict) or not item.get("name"):
                 problems.append(f"spec.template.spec.{list_name}[{index}]: every entry needs a name")
+    problems += _env_problems(pod)
     for index, container in enumerate(_list(pod, "containers")):
         if not isinstance(container, dict) or container.get("name") != ENGINE_CONTAINER:
             continue
@@ -111,6 +112,23 @@ def template_problems(spec: AscendInferenceSpec) -> list[str]:
                     f"spec.template.spec.containers[{index}] (engine).resources.{part}: "
                     f"{spec.hardware.resource_name} comes from spec.parallelism; set the layout instead"
                 )
+    return problems
+
+
+def _env_problems(pod: dict) -> list[str]:
+    """Reserved variables in any container's env: the NPU device variables everywhere (a sidecar would reach
+    NPUs the pod was never given), the operator's own in the engine container."""
+    problems = []
+    for list_name in ("containers", "initContainers"):
+        for index, container in enumerate(_list(pod, list_name)):
+            if not isinstance(container, dict):
+                continue
+            engine = list_name == "containers" and container.get("name") == ENGINE_CONTAINER
+            for variable in container.get("env") or []:
+                name = variable.get("name") if isinstance(variable, dict) else None
+                problem = names.reserved_env_problem(name, engine=engine) if isinstance(name, str) else None
+                if problem:
+                    problems.append(f"spec.template.spec.{list_name}[{index}].env: {problem}")
     return problems
 
 
