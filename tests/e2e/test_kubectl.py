@@ -103,10 +103,11 @@ def test_kubectl_apply_get_and_scale_against_the_dev_cluster(dev_cluster):
                 and out
             ),
             30,
-            "READY 1 in kubectl get ainf",
+            "READY-REPLICAS 1 in kubectl get ainf",
         )
         header, row = table.splitlines()[:2]
-        assert header.split() == ["NAME", "ENGINE", "TP", "PP", "REPLICAS", "READY", "NPUS", "AGE"]
+        columns = "NAME ENGINE TP PP REPLICAS READY-REPLICAS NPUS READY REASON AGE"
+        assert header.split() == columns.split()
         assert row.split()[:7] == ["qwen-1-5b", "sglang", "2", "1", "1", "1", "2"]
 
         kubectl(dev_cluster, "scale", "ainf/qwen-1-5b", "--replicas=2")
