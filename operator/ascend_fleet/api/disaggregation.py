@@ -15,7 +15,8 @@ from pydantic import ConfigDict, Field, model_validator
 
 from ..engines.base import KvConnector, KvTransfer
 from ..engines.registry import facts_of
-from .fields import Model, cel_or_default
+from .fields import Model
+from .policy import REPLICA_BOUNDS_RULE
 
 Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, ...] = ("prefill", "decode")
@@ -33,16 +34,7 @@ class RoleParallelism(Model):
 class RoleAutoscaling(Model):
     """Bounds for the role's replicas, for a later control loop that scales each role."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"{cel_or_default('minReplicas', 1)} <= {cel_or_default('maxReplicas', 8)}",
-                    "message": "minReplicas must be <= maxReplicas (defaults 1 and 8)",
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [REPLICA_BOUNDS_RULE]})
 
     min_replicas: int = Field(default=1, ge=1, description="Fewest instances of the role.")
     max_replicas: int = Field(default=8, ge=1, description="Most instances of the role.")

@@ -234,19 +234,17 @@ class Routing(Model):
         return max(fitting, key=lambda c: c.min_prompt_tokens) if fitting else None
 
 
+# The CEL twin of a bounds model's min <= max check (the fleet's and each P/D role's), defaults as in pydantic.
+REPLICA_BOUNDS_RULE: JsonDict = {
+    "rule": f"{cel_or_default('minReplicas', 1)} <= {cel_or_default('maxReplicas', 8)}",
+    "message": "minReplicas must be <= maxReplicas (defaults 1 and 8)",
+}
+
+
 class Autoscaling(Model):
     """Bounds and pacing for the control loop's scale and restart actions."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"{cel_or_default('minReplicas', 1)} <= {cel_or_default('maxReplicas', 8)}",
-                    "message": "minReplicas must be <= maxReplicas (defaults 1 and 8)",
-                }
-            ]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [REPLICA_BOUNDS_RULE]})
 
     min_replicas: int = Field(default=1, ge=0, description="Fewest replicas a rule may scale down to.")
     max_replicas: int = Field(default=8, ge=1, description="Most replicas a rule may scale up to.")
