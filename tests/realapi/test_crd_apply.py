@@ -86,6 +86,65 @@ def test_threshold_number_or_percentage(real_cluster, namespace, threshold, acce
         assert "spec.rules[0].threshold" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("threshold", "accepted"),
+    [("1s", True), ("500ms", True), ("1m30s", True), ("1x", False), ("500 ms", False), ("1s" * 20, False)],
+)
+def test_latency_threshold_as_a_duration(real_cluster, namespace, threshold, accepted):
+    """The API server reads what pydantic reads: a duration for a latency metric, nothing else."""
+    doc = cr(rules=[rule(metric="ttft_p99", threshold=threshold)])
+    result = apply(real_cluster, namespace, doc)
+    assert (result.returncode == 0) == accepted, result.stderr
+    try:
+        validate(doc)
+    except InvalidSpec:
+        assert not accepted, f"validate refused {threshold!r}, which the API server accepts"
+    else:
+        assert accepted, f"validate accepted {threshold!r}, which the API server refuses"
+
+
+SHIFT = {"metric": "ttft_p99", "threshold": "1s", "action": "shift_traffic", "to": "int8"}
+VARIANTS = [
+    {"name": "fp16", "precision": "fp16"},
+    {"name": "int8", "precision": "int8", "model": "/models/w8a8"},
+]
+
+
+@pytest.mark.parametrize(
+    ("step", "accepted"),
+    [
+        (25, True),
+        ("25%", True),
+        ("12.5%", True),
+        ("0.5%", True),
+        ("100%", True),
+        (0, False),
+        (101, False),
+        ("0%", False),
+        ("100.5%", False),
+        ("25", False),
+        (12.5, False),
+    ],
+)
+def test_step_as_a_number_or_a_percentage(real_cluster, namespace, step, accepted):
+    doc = cr(
+        engine="vllm-ascend",
+        variants=VARIANTS,
+        routing={"mode": "inferencePool"},
+        rules=[rule(**SHIFT, step=step)],
+    )
+    result = apply(real_cluster, namespace, doc)
+    assert (result.returncode == 0) == accepted, result.stderr
+    if not accepted:
+        assert "spec.rules[0].step" in result.stderr, result.stderr
+    try:
+        validate(doc)
+    except InvalidSpec as error:
+        assert not accepted, error.problems
+    else:
+        assert accepted, f"validate accepted step {step!r}, which the API server refuses"
+
+
 def test_more_than_32_rules_are_refused(real_cluster, namespace):
     result = apply(real_cluster, namespace, cr(rules=[rule()] * 33))
     assert result.returncode != 0 and "must have at most 32 items" in result.stderr, result.stderr

@@ -6,7 +6,15 @@ import pytest
 
 import ascend_fleet
 from ascend_fleet.api.k8s import parse_quantity
-from ascend_fleet.api.units import format_duration, format_threshold, parse_duration, parse_threshold
+from ascend_fleet.api.units import (
+    format_duration,
+    format_seconds,
+    format_threshold,
+    parse_duration,
+    parse_rule_threshold,
+    parse_step,
+    parse_threshold,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +59,44 @@ def test_thresholds_as_ratio_or_percentage(value, number):
 def test_bad_thresholds(bad):
     with pytest.raises(ValueError, match="threshold|range"):
         parse_threshold(bad)
+
+
+@pytest.mark.parametrize(
+    ("value", "number"), [("1s", 1.0), ("500ms", 0.5), ("1m30s", 90.0), ("85%", 0.85), (2, 2.0)]
+)
+def test_rule_thresholds_take_durations_as_seconds(value, number):
+    assert parse_rule_threshold(value) == pytest.approx(number)
+
+
+@pytest.mark.parametrize("bad", ["1x", "500 ms", "150%", "-1s"])
+def test_bad_rule_thresholds_name_every_form(bad):
+    with pytest.raises(ValueError, match="500ms|range"):
+        parse_rule_threshold(bad)
+
+
+def test_the_tune_thresholds_take_no_duration():
+    with pytest.raises(ValueError):
+        parse_threshold("1s")
+
+
+@pytest.mark.parametrize(
+    ("value", "step"),
+    [(25, 25), ("25%", 25), ("12.5%", 13), ("0.5%", 1), ("99.01%", 100), ("100%", 100), (40.0, 40)],
+)
+def test_steps_round_a_fraction_up_as_the_hpa_does(value, step):
+    assert parse_step(value) == step
+
+
+@pytest.mark.parametrize("bad", [0, 101, "0%", "0.0%", "100.5%", "25", 12.5, True, "-5%"])
+def test_bad_steps(bad):
+    with pytest.raises(ValueError, match="not a step"):
+        parse_step(bad)
+
+
+def test_latency_display():
+    assert format_seconds(0.5) == "500ms"
+    assert format_seconds(1.0) == "1s"
+    assert format_seconds(90) == "1m30s"
 
 
 def test_threshold_display():

@@ -30,7 +30,7 @@ from types import MappingProxyType
 
 from ..engines.registry import builtin_facts
 from .query_scope import NAMESPACE_LABEL
-from .units import format_threshold
+from .units import format_seconds, format_threshold, is_duration_text, is_percent_text
 
 PRESET_ASCEND_FLEET = "ascend-fleet"
 PRESET_NPU_EXPORTER = "npu-exporter"
@@ -151,9 +151,16 @@ _OPERATOR_ENTRIES = {NPU_UNHEALTHY: OPERATOR_SIGNAL_PREFIX + NPU_UNHEALTHY}
 COUNTS = frozenset({"queue_depth", "running_requests", NPU_UNHEALTHY})
 
 
+# Entries in seconds (latencies): a rule may write their threshold as a duration (``1s``, ``500ms``).
+SECONDS = frozenset({"ttft_p99", "queue_time_p99"})
+
+
 def format_value(metric: str | None, value: float) -> str:
-    """A metric's value as a user reads it: a count as a number, anything else as a threshold is written."""
-    return f"{value:g}" if metric in COUNTS else format_threshold(value)
+    """A metric's value as a user reads it: a count as a number, a latency as a duration, a ratio as a
+    percentage."""
+    if metric in COUNTS:
+        return f"{value:g}"
+    return format_seconds(value) if metric in SECONDS else format_threshold(value)
 
 
 def operator_signal(expression: str) -> str | None:
@@ -174,6 +181,34 @@ PRESETS: Mapping[str, Mapping[str, str]] = MappingProxyType(
         ),
     }
 )
+
+
+# Every name a built-in catalog knows, whatever the preset: their units are the project's to say.
+BUILTIN_NAMES = frozenset(_OPERATOR_ENTRIES).union(*PRESETS.values())
+
+
+def threshold_unit_problem(metric: str | None, threshold: object) -> str | None:
+    """Why a rule's threshold as written does not fit its built-in metric's unit, or None when it fits.
+
+    A duration (``1s``) is seconds: it fits a latency entry (SECONDS), a raw query or an operator's own entry,
+    whose unit the project cannot know. A percentage fits a ratio or those others, not a count or a latency.
+    """
+    if metric is None or metric not in BUILTIN_NAMES:
+        return None
+    if is_duration_text(threshold) and metric not in SECONDS:
+        kind = "a count" if metric in COUNTS else "a ratio from 0 to 1"
+        return (
+            f"threshold {threshold!r} is a duration, but {metric} is {kind}, not a latency; write a number "
+            f"or a percentage (durations fit {', '.join(sorted(SECONDS))})"
+        )
+    if is_percent_text(threshold) and metric in SECONDS | COUNTS:
+        kind = (
+            "a latency in seconds; write a duration such as 1s or 500ms"
+            if metric in SECONDS
+            else ("a count; write a number such as 4")
+        )
+        return f"threshold {threshold!r} is a percentage, but {metric} is {kind}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,15 @@ from pydantic_core import PydanticCustomError
 from ..engines.registry import BUILTIN_TYPES, engine_types
 from .actions import ACTION_NAMES
 from .checks import MAX_DURATION_LENGTH, window_validations
-from .units import DURATION_PATTERN, THRESHOLD_PATTERN, format_duration, parse_duration, parse_threshold
+from .units import (
+    DURATION_PATTERN,
+    RULE_THRESHOLD_PATTERN,
+    STEP_PATTERN,
+    format_duration,
+    parse_duration,
+    parse_rule_threshold,
+    parse_step,
+)
 
 _DURATION_SCHEMA = {
     "x-kubernetes-int-or-string": True,
@@ -36,21 +44,53 @@ Window = Annotated[
 ]
 """A rule's window: a Duration of at most ``MAX_WINDOW_SECONDS`` (the CRD says so too)."""
 
+
+def _bounded_threshold(value: object) -> float:
+    if isinstance(value, str) and len(value) > MAX_DURATION_LENGTH:
+        raise ValueError(
+            f"{len(value)} characters, over the {MAX_DURATION_LENGTH} a threshold may have; write e.g. 0.85, "
+            "'85%' or 500ms"
+        )
+    return parse_rule_threshold(value)
+
+
 Threshold = Annotated[
     float,
-    BeforeValidator(parse_threshold),
+    BeforeValidator(_bounded_threshold),
     # A number or a string: no structural type covers both, and the API server compiles no CEL on an
-    # untyped node, so OpenAPI value checks do the work (pattern applies to strings, minimum to numbers).
+    # untyped node, so OpenAPI value checks do the work (pattern and maxLength apply to strings, minimum to
+    # numbers). Whether a duration fits the rule's metric is the model's check (policy.Rule).
     WithJsonSchema(
         {
             "x-kubernetes-preserve-unknown-fields": True,
-            "description": 'A number such as 0.85 or 12, or a percentage string such as "85%".',
-            "pattern": THRESHOLD_PATTERN,
+            "description": 'A number such as 0.85 or 12, a percentage string such as "85%", or for a latency '
+            "metric a duration such as 1s or 500ms (seconds).",
+            "pattern": RULE_THRESHOLD_PATTERN,
+            "maxLength": MAX_DURATION_LENGTH,
             "minimum": 0,
         }
     ),
 ]
-"""A plain number; percentages are converted to ratios (``"85%"`` -> 0.85)."""
+"""A plain number; percentages are converted to ratios (``"85%"`` -> 0.85), durations to seconds (``500ms``
+-> 0.5)."""
+
+Step = Annotated[
+    int,
+    BeforeValidator(parse_step),
+    PlainSerializer(lambda value: value, return_type=int),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "pattern": STEP_PATTERN,
+            "maxLength": MAX_DURATION_LENGTH,
+            "minimum": 1,
+            "maximum": 100,
+            "description": 'Whole percents: a number from 1 to 100, or a percentage such as "25%" (a '
+            'fraction rounds up: "12.5%" is 13).',
+        }
+    ),
+]
+"""Whole percents, written ``25`` or ``"25%"``."""
 
 MultiNode = Literal["ray", "native"]
 Chip = Literal["ascend910a", "ascend910b", "ascend910_93"]

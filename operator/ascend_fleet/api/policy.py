@@ -20,6 +20,7 @@ from .bounds import (
     MAX_QUERY_LENGTH,
     MAX_RULE_NAME_LENGTH,
 )
+from .catalog import format_value, threshold_unit_problem
 from .checks import MAX_WINDOW_SECONDS, window_sentence
 from .fields import (
     Action,
@@ -28,6 +29,7 @@ from .fields import (
     Model,
     RoutingMode,
     SchedulingPolicy,
+    Step,
     Threshold,
     Window,
     cel_or_default,
@@ -334,13 +336,21 @@ class Rule(Model):
         max_length=20,
         description="shift_traffic only: the variant (spec.variants[].name) the requests move to.",
     )
-    step: int = Field(
+    step: Step = Field(
         default=25,
-        ge=1,
-        le=100,
         description="shift_traffic only: percent of the requests moved per firing (at most one per "
-        "autoscaling.shiftCooldown).",
+        "autoscaling.shiftCooldown), written 25 or '25%'; a fraction rounds up ('12.5%' moves 13).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _threshold_fits_metric(cls, data: object) -> object:
+        """A duration for a latency, a percentage for a ratio: checked on the threshold as written."""
+        if isinstance(data, dict):
+            problem = threshold_unit_problem(data.get("metric"), data.get("threshold"))
+            if problem is not None:
+                raise ValueError(problem)
+        return data
 
     @field_validator("query")
     @classmethod
@@ -370,11 +380,10 @@ class Rule(Model):
 
     def describe(self) -> str:
         """The rule as a user would write it, e.g. ``npu_utilization > 85% for 5m -> scale_up``."""
-        from .units import format_threshold
-
         subject = self.metric or "query"
         return (
-            f"{subject} {self.comparison} {format_threshold(self.threshold)} for {format_duration(self.for_)}"
+            f"{subject} {self.comparison} {format_value(self.metric, self.threshold)} for "
+            f"{format_duration(self.for_)}"
             f" -> {self.action}" + (f" to {self.to} by {self.step}%" if self.to is not None else "")
         )
 

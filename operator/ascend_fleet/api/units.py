@@ -1,4 +1,5 @@
-"""Durations and thresholds as users write them: ``30s``, ``5m``, ``5min``, ``1h``; ``0.85`` or ``"85%"``."""
+"""Durations, thresholds and steps as users write them: ``30s``, ``5m``, ``5min``, ``1h``; ``0.85``, ``"85%"``
+or, for a latency, ``1s`` and ``500ms``; a step of ``25`` or ``"25%"``."""
 
 from __future__ import annotations
 
@@ -12,9 +13,14 @@ DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|min|s|m|h))+$"
 # A threshold written as a string: a plain number, or a percentage from 0% to 100% (so the CRD can refuse
 # "150%" without arithmetic); pydantic accepts exactly the strings this pattern does.
 THRESHOLD_PATTERN = r"^([0-9]+(\.[0-9]+)?|(100(\.0+)?|[0-9]{1,2}(\.[0-9]+)?)%)$"
-
+# A rule's threshold may also be a duration (seconds, for a latency metric): ``1s``, ``500ms``.
+RULE_THRESHOLD_PATTERN = THRESHOLD_PATTERN[:-2] + "|" + DURATION_PATTERN[1:-1] + ")$"
+# A step as a percentage above zero and at most 100 (a whole number is the int branch of the field).
+STEP_PATTERN = r"^(100(\.0+)?|[1-9][0-9]?(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)%$"
 
 _THRESHOLD = re.compile(THRESHOLD_PATTERN)
+_DURATION = re.compile(DURATION_PATTERN)
+_STEP = re.compile(STEP_PATTERN)
 
 
 def parse_duration(value: object) -> float:
@@ -86,3 +92,53 @@ def format_threshold(value: float) -> str:
     if 0.0 < value <= 1.0:
         return f"{value * 100:g}%"
     return f"{value:g}"
+
+
+def is_duration_text(value: object) -> bool:
+    """Whether ``value`` is a duration written with a unit (``1s``, ``500ms``), not a plain number."""
+    return isinstance(value, str) and bool(_DURATION.match(value))
+
+
+def is_percent_text(value: object) -> bool:
+    return isinstance(value, str) and value.endswith("%")
+
+
+def parse_rule_threshold(value: object) -> float:
+    """A rule's threshold: what :func:`parse_threshold` reads, or a duration in seconds (``500ms`` -> 0.5)."""
+    if is_duration_text(value):
+        return parse_duration(value)
+    try:
+        return parse_threshold(value)
+    except ValueError as error:
+        if "not a threshold" in str(error):
+            raise ValueError(
+                f"{value!r} is not a threshold; write a number such as 0.85, a percentage such as '85%', "
+                "or for a latency metric a duration such as 1s or 500ms"
+            ) from None
+        raise
+
+
+def format_seconds(value: float) -> str:
+    """A latency as users write it: ``500ms`` below a second, else as :func:`format_duration` does."""
+    if 0 < value < 1 and abs(value * 1000 - round(value * 1000)) < 1e-9:
+        return f"{round(value * 1000)}ms"
+    return format_duration(value)
+
+
+def parse_step(value: object) -> int:
+    """A step in whole percents: ``25`` or ``"25%"``; a fractional percentage rounds up (``"12.5%"`` -> 13),
+    as the HorizontalPodAutoscaler rounds a Percent policy's change up, so that a step never rounds to nothing."""
+    sentence = f"{value!r} is not a step; write a whole number from 1 to 100 or a percentage such as '25%'"
+    if isinstance(value, bool):
+        raise ValueError(sentence)
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and _STEP.match(value):
+        number = math.ceil(float(value[:-1]))
+    else:
+        raise ValueError(sentence)
+    if not 1 <= number <= 100:
+        raise ValueError(sentence)
+    return number
