@@ -290,3 +290,55 @@ def test_the_crd_admits_a_fleet_with_variants_and_a_shift_rule():
     )
     assert api_server_errors(CRD, built) == []
     assert validate(built).obj.spec.rules[0].step == 25
+
+
+def ready_message(valid) -> str:
+    status = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS, warnings=valid.warnings).status
+    assert status is not None
+    return next(c for c in status["conditions"] if c["type"] == "Ready")["message"]
+
+
+@pytest.mark.parametrize(
+    ("variants", "sentence"),
+    [
+        ([{"name": "int8", "precision": "int8", "model": "/models/qwen-w8a8"}], "every replica runs it"),
+        (
+            [{"name": "fp16", "precision": "fp16"}, {"name": "int8", "precision": "int8"}],
+            "needs W8A8 weights",
+        ),
+        (
+            [
+                {"name": "fp16", "precision": "fp16"},
+                {"name": "int8", "precision": "int8", "model": "/models/qwen"},
+            ],
+            "spec.variants[1] (int8) is int8 but serves spec.model.path (/models/qwen)",
+        ),
+    ],
+    ids=["lone-variant", "int8-on-fp16-weights", "int8-naming-the-fp16-path"],
+)
+def test_variants_that_do_not_do_what_they_say_warn_in_validate_and_in_ready(variants, sentence):
+    valid = validate(doc(variants=variants))
+    assert [w for w in valid.warnings if sentence in w], valid.warnings
+    message = ready_message(valid)
+    assert message.startswith("0 of 4 replicas ready; warning: ") and sentence in message, message
+
+
+def test_two_variants_with_their_own_weights_warn_nothing():
+    valid = validate(doc())
+    assert not [w for w in valid.warnings if "spec.variants" in w], valid.warnings
+    assert "spec.variants" not in ready_message(valid)
+    # An int8 fleet's own weights are int8: an int8 variant on spec.model.path is what it runs.
+    int8_fleet = validate(
+        doc(precision="int8", variants=[{"name": "w8", "precision": "int8"}, *VARIANTS[:1]])
+    )
+    assert not [w for w in int8_fleet.warnings if "W8A8" in w], int8_fleet.warnings
+
+
+def test_validate_prints_the_variant_warning(tmp_path, capsys):
+    from ascend_fleet.cli.main import main
+
+    path = tmp_path / "lone.yaml"
+    path.write_text(yaml.safe_dump(doc(variants=[{"name": "int8", "precision": "int8", "model": "/w8a8"}])))
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: spec.variants lists one variant (int8), so every replica runs it" in err, err

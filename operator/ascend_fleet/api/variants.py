@@ -132,3 +132,31 @@ def serving_split(weights: Mapping[str, int], serving: set[str]) -> dict[str, in
     moved = {name: (weight if name in serving else 0) for name, weight in weights.items()}
     moved[keep] += sum(weight for name, weight in weights.items() if name not in serving)
     return moved
+
+
+def variant_warnings(spec: AscendInferenceSpec) -> list[str]:
+    """Variants that render but do not do what listing them suggests, as sentences for the user.
+
+    One variant turns every replica into it (``variant_of`` assigns each replica a listed variant), so the
+    fleet loses ``spec.precision`` and the split has nothing to move. An int8 variant without weights of its own
+    serves ``spec.model.path``, the fleet's bf16/fp16 weights, with the engine's ModelSlim quantization, which
+    reads W8A8 weights only.
+    """
+    found = []
+    if len(spec.variants) == 1:
+        (only,) = spec.variants
+        found.append(
+            f"spec.variants lists one variant ({only.name}), so every replica runs it: precision "
+            f"{only.precision} instead of spec.precision {spec.precision}, served as "
+            f"{served_name(spec.model.name, only)}, with no other variant to shift traffic to; list a second "
+            "variant (e.g. the fleet's own precision), or drop spec.variants and set spec.precision"
+        )
+    for index, variant in enumerate(spec.variants):
+        weights = variant.model or spec.model.path
+        if variant.precision == "int8" and spec.precision != "int8" and weights == spec.model.path:
+            found.append(
+                f"spec.variants[{index}] ({variant.name}) is int8 but serves spec.model.path ({weights}), the "
+                f"fleet's {spec.precision} weights, while int8 runs the engine's ModelSlim quantization, which "
+                f"needs W8A8 weights; set spec.variants[{index}].model to the quantized weights' path"
+            )
+    return found

@@ -10,6 +10,8 @@ requests get ``drainSeconds``) and only then delete.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..api import names
 from ..api.availability import Availability
 from ..api.settings import ReconcileSettings
@@ -63,8 +65,10 @@ def plan_pass(
     settings: ReconcileSettings,
     picker: PickerSettings | None = None,
     routing_enabled: bool = True,
+    warnings: Sequence[str] = (),
 ) -> PassPlan:
-    """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``)."""
+    """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``);
+    ``warnings`` (validate's, for a spec that renders but differs from what it asks) go into Ready's message."""
     result = PassPlan()
     owner = Owner.of(obj)
     spec = obj.spec
@@ -125,6 +129,7 @@ def plan_pass(
         observed.refused,
         routing_problem,
         unplaced_problem,
+        warnings,
     )
     _report_transitions(obj, result.status, routing_problem, result)
     if result.writes_children:

@@ -15,7 +15,7 @@ from ..api import images
 from ..api.catalog import unknown_metric_message
 from ..api.checks import MAX_WINDOW_SECONDS, name_problem, precision_chip_problems, window_sentence
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
-from ..api.variants import variant_spec
+from ..api.variants import variant_spec, variant_warnings
 from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan, plan_roles
 from .agreement import Agreement, QueryParser, check_agreement, parse_here
@@ -125,7 +125,7 @@ def image_problems(spec: AscendInferenceSpec) -> list[str]:
 
 def spec_warnings(spec: AscendInferenceSpec) -> list[str]:
     """What renders but differs from what the spec asks for, as sentences for the user."""
-    warnings = version_warnings(spec) + disaggregation_warnings(spec)
+    warnings = version_warnings(spec) + disaggregation_warnings(spec) + variant_warnings(spec)
     image = spec.image() or ""
     if spec.engine.exporter and not exporter_runs(spec):
         warnings.append(

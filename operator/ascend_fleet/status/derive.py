@@ -6,7 +6,7 @@ fields, so a misspelt one fails here instead of being dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,8 +47,12 @@ def derive_status(
     refused: Mapping[tuple[str, str], RefusedChild] | None = None,
     routing_problem: str | None = None,
     placement_problem: tuple[str, str] | None = None,
+    warnings: Sequence[str] = (),
 ) -> dict:
-    """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing."""
+    """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing.
+
+    ``warnings`` (what renders but differs from what the spec asks for) end Ready's message, so that
+    ``kubectl get ainf`` and ``kubectl describe`` show them as ``ascend-fleet validate`` does."""
     wanted, ppr = layout.data, layout.pods_per_replica
     generation = obj.metadata.get("generation")
     existing = [g for g in groups.values() if any(not p.deleting for p in g.pods)]
@@ -70,6 +74,7 @@ def derive_status(
         refused,
         routing_problem,
         placement_problem,
+        warnings,
     )
     status = AscendInferenceStatus(
         **kept_fields(obj.status),
@@ -137,6 +142,7 @@ def _conditions(
     refused: Mapping[tuple[str, str], RefusedChild] | None,
     routing_problem: str | None,
     placement_problem: tuple[str, str] | None = None,
+    warnings: Sequence[str] = (),
 ) -> list[dict]:
     """Ready, Progressing and Degraded from this pass's counts; other condition types are kept."""
     wanted, ready, extra = counts.wanted, counts.ready, counts.extra
@@ -154,7 +160,9 @@ def _conditions(
         ready_condition = (True, "AllReplicasReady", readiness)
     else:
         ready_condition = (False, "ReplicasNotReady", readiness)
-    conditions = set_condition(conditions, "Ready", *ready_condition, now, generation)
+    status, reason, message = ready_condition
+    message = "; ".join([message, *(f"warning: {w}" for w in warnings)])
+    conditions = set_condition(conditions, "Ready", status, reason, message, now, generation)
     restarting = any(r["replica"] < wanted for r in restarts)
     progressing, reason = _progress(counts, restarting)
     at_revision = f"{counts.updated} of {wanted} replicas at revision {rev}"
