@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -92,6 +93,25 @@ def test_render_is_a_yaml_stream_with_namespace():
     assert sorted({o["kind"] for o in objects}) == ["Pod", "PodDisruptionBudget", "Service"]
     assert {o["metadata"]["namespace"] for o in objects} == {"llm"}
     assert len([o for o in objects if o["kind"] == "Pod"]) == 2
+
+
+def test_render_json_is_one_list_of_the_same_objects_as_kubectl_prints():
+    stream = list(yaml.safe_load_all(cli("render", "-n", "llm", str(SEED)).stdout))
+    result = cli("render", "-n", "llm", "-o", "json", str(SEED))
+    assert result.returncode == 0, result.stderr
+    listed = json.loads(result.stdout)
+    assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")
+    assert listed["items"] == stream
+    # -o yaml is the stream, as without -o.
+    assert (
+        cli("render", "-n", "llm", "-o", "yaml", str(SEED)).stdout
+        == cli("render", "-n", "llm", str(SEED)).stdout
+    )
+
+
+def test_render_json_refuses_invalid_input_with_nothing_on_stdout():
+    result = cli("render", "-o", "json", "-", stdin=BAD_STREAM)
+    assert result.returncode == 2 and result.stdout == ""
 
 
 def test_render_refuses_invalid_input():

@@ -17,7 +17,16 @@ from ..render.validation import unknown_metrics
 from .documents import DocumentError, load
 from .extras import missing_extra_message
 from .inputs import add_input_arguments, input_paths, load_settings
-from .output import FORMATS, Checked, plan_table, structured, validate_table, yaml_stream
+from .output import (
+    FORMATS,
+    RENDER_FORMATS,
+    Checked,
+    object_list,
+    plan_table,
+    structured,
+    validate_table,
+    yaml_stream,
+)
 
 EXIT_OK, EXIT_INVALID = 0, 2
 EXIT_MISSING_EXTRA = 3
@@ -103,14 +112,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    """``render``: every child object the operator would create, as one YAML stream without anchors."""
+    """``render``: every child object the operator would create, as one YAML stream without anchors, or
+    (``-o json``) one JSON ``List`` as kubectl prints several objects."""
     settings = load_settings(args.config)
     results, _ = _checked(args, args.namespace, settings)
     if any(r.problems for r in results):
         return _finish(results)
     picker = PickerSettings(image=settings.routing.picker_image) if settings is not None else None
     objects = [obj for r in results if r.valid is not None for obj in render_all(r.valid.obj, picker)]
-    sys.stdout.write(yaml_stream(objects))
+    sys.stdout.write(object_list(objects) if args.output == "json" else yaml_stream(objects))
     return EXIT_OK
 
 
@@ -166,11 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_input_arguments(plan)
     plan.add_argument("-o", "--output", choices=FORMATS, default="table", help=output_help)
     render = add(
-        "render", cmd_render, "Print every child object as a YAML stream (for GitOps, like helm template)."
+        "render",
+        cmd_render,
+        "Print every child object as a YAML stream or a JSON List (for GitOps, like helm template).",
     )
     add_input_arguments(render)
     render.add_argument("-n", "--namespace", help="namespace for documents that name none (default: default)")
     render.add_argument("--config", metavar="FILE", help=config_help)
+    render.add_argument(
+        "-o",
+        "--output",
+        choices=RENDER_FORMATS,
+        default="yaml",
+        help="yaml (default): a stream of documents; json: one v1 List of the objects, as kubectl -o json prints "
+        "several",
+    )
     add("crd", cmd_crd, "Print the AscendInference CustomResourceDefinition.")
     completion = add("completion", cmd_completion, "Print the shell completion script (bash, zsh or fish).")
     completion.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")

@@ -32,6 +32,15 @@ def yaml_stream(objects: Iterable[Any]) -> str:
     return yaml.dump_all(objects, Dumper=_NoAliasDumper, sort_keys=False, width=120)
 
 
+RENDER_FORMATS = ("yaml", "json")
+
+
+def object_list(objects: Iterable[Any]) -> str:
+    """Kubernetes objects as kubectl's ``-o json`` prints several: one ``v1`` ``List`` with them as ``items``."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": list(objects), "metadata": {"resourceVersion": ""}}
+    return json.dumps(listed, indent=4) + "\n"
+
+
 @dataclass
 class Checked:
     """One AscendInference document as validate sees it: valid (with its layout) or its problems."""
