@@ -508,7 +508,14 @@ def test_alerts_mirror_the_default_rules(releases):
         "AscendFleetMemoryFragmentationHigh",
         "AscendFleetMetricsMissing",
         "AscendFleetOperatorDown",
+        "AscendFleetReconcileErrors",  # the values' additionalRules
     }
+    # The operator's own scrape: the ServiceMonitor's job (its jobLabel, the chart's name label) in the
+    # release namespace, with no target up or none at all.
+    down = rules["AscendFleetOperatorDown"]
+    assert (down["for"], down["labels"]["severity"]) == ("5m", "critical")
+    selector = f'up{{job="ascend-fleet", namespace="{NAMESPACE}"}}'
+    assert down["expr"] == f"max by (namespace, job) ({selector}) == 0\nor\nabsent({selector})"
     assert rules["AscendFleetNPUUtilizationHigh"]["for"] == "5m"
     assert rules["AscendFleetMemoryFragmentationHigh"]["for"] == "10m"
     description = rules["AscendFleetMemoryFragmentationHigh"]["annotations"]["description"]
