@@ -123,16 +123,43 @@ def install(
     values: dict[str, Any] | None = None,
     *,
     driver: str = "memory",
+    chart: Path = CHART,
 ) -> Release:
     """``helm install`` the chart (no waiting; the namespace must exist).
 
     ``driver`` is Helm's release storage: ``secret`` (Helm's default) on a real API server, ``memory`` on the
-    local emulator, which cannot store Helm's release Secrets.
+    local emulator, which cannot store Helm's release Secrets. ``chart``: another copy of the chart (an older
+    one, for an upgrade).
     """
     result = _run(
         {
             "action": "install",
-            "chart": str(CHART),
+            "chart": str(chart),
+            "kubeconfig": str(kubeconfig),
+            "release": release,
+            "namespace": namespace,
+            "values": values or {},
+        },
+        driver,
+    )
+    objects = [obj for obj in yaml.safe_load_all(result["manifest"]) if obj]
+    return Release(objects, result["info"].get("notes", ""))
+
+
+def upgrade(
+    kubeconfig: Path,
+    release: str,
+    namespace: str,
+    values: dict[str, Any] | None = None,
+    *,
+    driver: str = "memory",
+    chart: Path = CHART,
+) -> Release:
+    """``helm upgrade --reuse-values`` a release to ``chart`` (no waiting)."""
+    result = _run(
+        {
+            "action": "upgrade",
+            "chart": str(chart),
             "kubeconfig": str(kubeconfig),
             "release": release,
             "namespace": namespace,
@@ -170,6 +197,16 @@ async def _child(request: dict[str, Any]) -> Any:
             wait=False,
             create_namespace=False,
             timeout=60,
+        )
+    if request["action"] == "upgrade":
+        config = helm_sdkpy.Configuration(namespace=request["namespace"], kubeconfig=request["kubeconfig"])
+        return await helm_sdkpy.Upgrade(config).run(
+            request["release"],
+            request["chart"],
+            values=request["values"],
+            wait=False,
+            timeout=60,
+            reuse_values=True,
         )
     if request["action"] == "uninstall":
         config = helm_sdkpy.Configuration(namespace=request["namespace"], kubeconfig=request["kubeconfig"])
