@@ -49,6 +49,7 @@ from .evaluate import (
     evaluate,
     queries_for,
 )
+from .kvtransfer import update_kv_transfer
 from .model import ControlDecision, FleetState
 from .prometheus import Prometheus
 from .queries import Observations, Query
@@ -216,6 +217,8 @@ class ControlLoop:
         for done in await asyncio.gather(*(write(body, ev) for body, ev in changed)):
             report.decisions += done
         report.writes = len(changed)
+        # Two-role fleets: whether KV really moves (a hook of its own, apart from the rules).
+        report.writes += await update_kv_transfer(self.prometheus, self.kube, bodies, now)
         report.seconds = time.perf_counter() - started
         RULE_EVALUATION.observe(report.seconds)
         return report

@@ -1,0 +1,142 @@
+"""The KVTransfer condition's decision, its PromQL and its hook, without a cluster.
+
+The decision over a real Prometheus scraping real vLLM engines is tested in
+tests/realengine/test_kv_transfer_condition.py."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from ascend_fleet.api.crd import PRINTER_COLUMNS
+from ascend_fleet.control.kvtransfer import changes, kv_transfer_condition, scalar, two_roles
+from ascend_fleet.control.prometheus import Failed
+from ascend_fleet.promql.guarded import parse_in_child
+from ascend_fleet.status.kv_transfer import (
+    CONDITION_KV_TRANSFER,
+    REASON_NO_COUNTERS,
+    REASON_NO_ENGINE_COUNTER,
+    REASON_NO_TRAFFIC,
+    REASON_NO_TRANSFER,
+    REASON_TRANSFERRING,
+    decide,
+    decode_pod_pattern,
+    vllm_queries,
+)
+
+
+def test_tokens_received_by_transfer_make_it_true():
+    status = decide(transferred=768.0, requests=3.0, window=120)
+    assert (status.status, status.reason) == ("True", REASON_TRANSFERRING)
+    assert "768 prompt tokens" in status.message and "120s" in status.message
+
+
+def test_requests_without_transfer_make_it_false_with_a_sentence():
+    status = decide(transferred=0.0, requests=4.0, window=60)
+    assert (status.status, status.reason) == ("False", REASON_NO_TRANSFER)
+    assert "finished 4 requests in the last 60s" in status.message
+    assert "computed every prompt themselves" in status.message
+
+
+def test_a_missing_transfer_series_beside_requests_is_false_too():
+    assert decide(transferred=None, requests=2.0).status == "False"
+
+
+@pytest.mark.parametrize("requests", [0.0, None])
+def test_no_traffic_is_unknown(requests):
+    status = decide(transferred=0.0, requests=requests)
+    assert (status.status, status.reason) == ("Unknown", REASON_NO_TRAFFIC)
+
+
+def test_no_series_at_all_is_unknown_and_names_the_counters():
+    status = decide(transferred=None, requests=None)
+    assert (status.status, status.reason) == ("Unknown", REASON_NO_COUNTERS)
+    assert "vllm:prompt_tokens_by_source_total" in status.message
+
+
+def test_prometheus_failure_is_unknown_with_its_reason():
+    status = decide(5.0, 5.0, failure=("PrometheusUnavailable", "Prometheus at http://p is unreachable"))
+    assert (status.status, status.reason) == ("Unknown", "PrometheusUnavailable")
+    assert "unreachable" in status.message
+
+
+def test_queries_read_the_decode_leaders_of_one_fleet_only():
+    queries = vllm_queries("team-a", "chat", 90)
+    pattern = decode_pod_pattern("chat")
+    for pod, matched in [("chat-decode-0", True), ("chat-decode-12", True), ("chat-prefill-0", False),
+                         ("chat-decode-0-1", False), ("chatbot-decode-0", False)]:  # fmt: skip
+        assert bool(re.fullmatch(pattern, pod)) is matched, pod
+    assert 'source="external_kv_transfer"' in queries.transferred
+    assert "[90s]" in queries.transferred and "[90s]" in queries.requests
+    for promql in (queries.transferred, queries.requests):
+        assert 'namespace="team-a"' in promql and 'inference="chat"' in promql
+        parsed = parse_in_child(promql)  # the PromQL parser the operator checks rules with
+        assert parsed.error is None and parsed.limit is None, parsed
+        assert {selector.pinned for selector in parsed.selectors} == {("team-a",)}, parsed.selectors
+
+
+class _Prometheus:
+    """Answers the two instant queries with given vectors, or fails; records what was asked."""
+
+    def __init__(self, answers: dict[str, list] | None = None, failure: Failed | None = None):
+        self.answers, self.failure, self.asked = answers or {}, failure, []
+
+    async def instant(self, promql: str, at: float) -> list:
+        self.asked.append(promql)
+        if self.failure:
+            raise self.failure
+        return next((v for k, v in self.answers.items() if k in promql), [])
+
+
+def _fleet(engine: str = "vllm-ascend") -> dict:
+    return {
+        "metadata": {"namespace": "ns", "name": "pd"},
+        "spec": {"engine": {"type": engine}, "disaggregation": {"prefill": {}, "decode": {}}},
+    }
+
+
+def _vector(value: float) -> list:
+    return [{"metric": {}, "value": [1.0, str(value)]}]
+
+
+def test_hook_reads_both_increases_and_decides():
+    prometheus = _Prometheus({"external_kv_transfer": _vector(0), "request_success": _vector(3)})
+    status = asyncio.run(kv_transfer_condition(prometheus, _fleet(), 1000.0))  # type: ignore[arg-type]
+    assert (status.status, status.reason) == ("False", REASON_NO_TRANSFER)
+    assert len(prometheus.asked) == 2 and all('pod=~"pd-decode-[0-9]+"' in q for q in prometheus.asked)
+
+
+def test_hook_turns_a_failed_query_into_unknown():
+    prometheus = _Prometheus(failure=Failed("QueryFailed", "Prometheus answered HTTP 400"))
+    status = asyncio.run(kv_transfer_condition(prometheus, _fleet(), 1000.0))  # type: ignore[arg-type]
+    assert (status.status, status.reason) == ("Unknown", "QueryFailed")
+
+
+def test_sglang_is_unknown_without_asking_prometheus():
+    prometheus = _Prometheus({"external_kv_transfer": _vector(500)})
+    status = asyncio.run(kv_transfer_condition(prometheus, _fleet("sglang"), 1000.0))  # type: ignore[arg-type]
+    assert (status.status, status.reason) == ("Unknown", REASON_NO_ENGINE_COUNTER)
+    assert prometheus.asked == [] and "sglang exports no counter" in status.message
+
+
+def test_scalar_reads_a_sum_and_an_empty_vector():
+    assert scalar(_vector(12.5)) == 12.5 and scalar([]) is None
+
+
+def test_only_two_role_fleets_get_the_condition():
+    assert two_roles(_fleet()) and not two_roles({"spec": {"parallelism": {"data": 2}}})
+
+
+def test_a_new_sentence_alone_is_not_a_write():
+    stored = {"status": {"conditions": [{"type": CONDITION_KV_TRANSFER, "status": "True",
+                                         "reason": REASON_TRANSFERRING, "message": "received 256"}]}}  # fmt: skip
+    assert not changes(stored, decide(512.0, 2.0))
+    assert changes(stored, decide(0.0, 2.0)) and changes({}, decide(512.0, 2.0))
+
+
+def test_kubectl_get_shows_the_condition():
+    column = next(c for c in PRINTER_COLUMNS if c["name"] == "KV-Transfer")
+    assert column["jsonPath"] == '.status.conditions[?(@.type=="KVTransfer")].status'
+    assert "priority" not in column  # in the default view, not only -o wide
