@@ -4,7 +4,7 @@ A prefill and a decode ``vllm serve`` of the tiny model (ExampleConnector over a
 P/D sidecar in front of the decode engine (:class:`~ascend_fleet_dev.real.disaggregation.Disaggregated`); a real
 Prometheus scrapes both engines every second, labelled as the chart labels engine pods. A client sends fresh
 prompts through the sidecar with the prefill engine named. The operator's own decision
-(:func:`ascend_fleet.control.kvtransfer.kv_transfer_condition`, the control loop's hook) over that Prometheus
+(:func:`ascend_fleet.control.kvtransfer.kv_transfer_conditions`, what the control loop's hook decides with) over that Prometheus
 must read ``True``; then the decode engine's KV directory is pointed at an empty one while everything runs:
 requests keep being answered, and the decision must turn ``False`` with its sentence, and the decode engine's own
 counter must show it computed the prompts itself. Without traffic it is ``Unknown``.

@@ -11,18 +11,19 @@ import re
 import pytest
 
 from ascend_fleet.api.crd import PRINTER_COLUMNS
-from ascend_fleet.control.kvtransfer import changes, kv_transfer_condition, scalar, two_roles
+from ascend_fleet.control.kvtransfer import changes, kv_transfer_conditions, two_roles
 from ascend_fleet.control.prometheus import Failed
 from ascend_fleet.promql.guarded import parse_in_child
 from ascend_fleet.status.kv_transfer import (
     CONDITION_KV_TRANSFER,
+    DECODE_LEADER_PODS,
     REASON_NO_COUNTERS,
     REASON_NO_ENGINE_COUNTER,
     REASON_NO_TRAFFIC,
     REASON_NO_TRANSFER,
     REASON_TRANSFERRING,
+    by_fleet,
     decide,
-    decode_pod_pattern,
     vllm_queries,
 )
 
@@ -62,19 +63,26 @@ def test_prometheus_failure_is_unknown_with_its_reason():
     assert "unreachable" in status.message
 
 
-def test_queries_read_the_decode_leaders_of_one_fleet_only():
-    queries = vllm_queries("team-a", "chat", 90)
-    pattern = decode_pod_pattern("chat")
+def test_queries_read_the_decode_leaders_of_every_fleet_in_two_queries():
+    queries = vllm_queries(90)
     for pod, matched in [("chat-decode-0", True), ("chat-decode-12", True), ("chat-prefill-0", False),
-                         ("chat-decode-0-1", False), ("chatbot-decode-0", False)]:  # fmt: skip
-        assert bool(re.fullmatch(pattern, pod)) is matched, pod
+                         ("chat-decode-0-1", False), ("decode-prefill-0", False), ("x-decode-prefill-0", False)]:  # fmt: skip
+        assert bool(re.fullmatch(DECODE_LEADER_PODS, pod)) is matched, pod
     assert 'source="external_kv_transfer"' in queries.transferred
     assert "[90s]" in queries.transferred and "[90s]" in queries.requests
     for promql in (queries.transferred, queries.requests):
-        assert 'namespace="team-a"' in promql and 'inference="chat"' in promql
+        assert promql.startswith("sum by (namespace, inference) (")
         parsed = parse_in_child(promql)  # the PromQL parser the operator checks rules with
         assert parsed.error is None and parsed.limit is None, parsed
-        assert {selector.pinned for selector in parsed.selectors} == {("team-a",)}, parsed.selectors
+
+
+def test_grouped_answers_are_read_by_fleet():
+    answer = [
+        _sample("a", "pd", 256),
+        _sample("b", "pd", 0),
+        {"metric": {"namespace": "c"}, "value": [1, "5"]},
+    ]
+    assert by_fleet(answer) == {("a", "pd"): 256.0, ("b", "pd"): 0.0}
 
 
 class _Prometheus:
@@ -90,43 +98,63 @@ class _Prometheus:
         return next((v for k, v in self.answers.items() if k in promql), [])
 
 
-def _fleet(engine: str = "vllm-ascend") -> dict:
+def _fleet(name: str = "pd", engine: str = "vllm-ascend", namespace: str = "ns") -> dict:
     return {
-        "metadata": {"namespace": "ns", "name": "pd"},
+        "metadata": {"namespace": namespace, "name": name},
         "spec": {"engine": {"type": engine}, "disaggregation": {"prefill": {}, "decode": {}}},
     }
 
 
-def _vector(value: float) -> list:
-    return [{"metric": {}, "value": [1.0, str(value)]}]
+def _sample(namespace: str, inference: str, value: float) -> dict:
+    return {"metric": {"namespace": namespace, "inference": inference}, "value": [1.0, str(value)]}
 
 
-def test_hook_reads_both_increases_and_decides():
-    prometheus = _Prometheus({"external_kv_transfer": _vector(0), "request_success": _vector(3)})
-    status = asyncio.run(kv_transfer_condition(prometheus, _fleet(), 1000.0))  # type: ignore[arg-type]
-    assert (status.status, status.reason) == ("False", REASON_NO_TRANSFER)
-    assert len(prometheus.asked) == 2 and all('pod=~"pd-decode-[0-9]+"' in q for q in prometheus.asked)
+def _decide(prometheus: _Prometheus, bodies: list[dict]) -> dict:
+    return asyncio.run(kv_transfer_conditions(prometheus, bodies, 1000.0))  # type: ignore[arg-type]
+
+
+def test_hook_decides_every_fleet_from_two_queries():
+    prometheus = _Prometheus(
+        {
+            "external_kv_transfer": [_sample("ns", "moving", 512), _sample("ns", "broken", 0)],
+            "request_success": [
+                _sample("ns", "moving", 2),
+                _sample("ns", "broken", 3),
+                _sample("ns", "idle", 0),
+            ],
+        }
+    )
+    bodies = [_fleet("moving"), _fleet("broken"), _fleet("idle"), _fleet("absent"),
+              {"metadata": {"namespace": "ns", "name": "colocated"}, "spec": {"parallelism": {"data": 2}}}]  # fmt: skip
+    decided = _decide(prometheus, bodies)
+    assert {name: (s.status, s.reason) for (_, name), s in decided.items()} == {
+        "moving": ("True", REASON_TRANSFERRING),
+        "broken": ("False", REASON_NO_TRANSFER),
+        "idle": ("Unknown", REASON_NO_TRAFFIC),
+        "absent": ("Unknown", REASON_NO_COUNTERS),
+    }
+    assert len(prometheus.asked) == 2
 
 
 def test_hook_turns_a_failed_query_into_unknown():
     prometheus = _Prometheus(failure=Failed("QueryFailed", "Prometheus answered HTTP 400"))
-    status = asyncio.run(kv_transfer_condition(prometheus, _fleet(), 1000.0))  # type: ignore[arg-type]
+    status = _decide(prometheus, [_fleet()])[("ns", "pd")]
     assert (status.status, status.reason) == ("Unknown", "QueryFailed")
 
 
 def test_sglang_is_unknown_without_asking_prometheus():
-    prometheus = _Prometheus({"external_kv_transfer": _vector(500)})
-    status = asyncio.run(kv_transfer_condition(prometheus, _fleet("sglang"), 1000.0))  # type: ignore[arg-type]
+    prometheus = _Prometheus({"external_kv_transfer": [_sample("ns", "pd", 500)]})
+    status = _decide(prometheus, [_fleet(engine="sglang")])[("ns", "pd")]
     assert (status.status, status.reason) == ("Unknown", REASON_NO_ENGINE_COUNTER)
     assert prometheus.asked == [] and "sglang exports no counter" in status.message
 
 
-def test_scalar_reads_a_sum_and_an_empty_vector():
-    assert scalar(_vector(12.5)) == 12.5 and scalar([]) is None
-
-
-def test_only_two_role_fleets_get_the_condition():
-    assert two_roles(_fleet()) and not two_roles({"spec": {"parallelism": {"data": 2}}})
+def test_no_two_role_fleet_asks_nothing():
+    prometheus = _Prometheus()
+    deleting = _fleet()
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert _decide(prometheus, [deleting, {"metadata": {"name": "c"}, "spec": {}}]) == {}
+    assert prometheus.asked == [] and not two_roles(deleting)
 
 
 def test_a_new_sentence_alone_is_not_a_write():

@@ -1,9 +1,9 @@
-"""The ``KVTransfer`` condition of a two-role fleet, read through Prometheus (the edge of
+"""The ``KVTransfer`` condition of two-role fleets, read through Prometheus (the edge of
 :mod:`ascend_fleet.status.kv_transfer`, which decides).
 
-:func:`kv_transfer_condition` is the one hook: given a fleet with ``spec.disaggregation``, it asks Prometheus
-the decode engines' two increases and returns the condition's status, reason and sentence; the control loop
-writes it beside ``MetricsAvailable`` when it changes.
+:func:`update_kv_transfer` is the one hook the control loop calls each cycle: for the objects with
+``spec.disaggregation`` it asks Prometheus the decode engines' two increases (two queries for all fleets
+together) and writes each fleet's condition where its status or reason changed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from ..status import set_condition
 from ..status.kv_transfer import (
     CONDITION_KV_TRANSFER,
     KV_TRANSFER_WINDOW_SECONDS,
+    Key,
     KVTransferStatus,
+    by_fleet,
     decide,
     no_engine_counter,
     vllm_queries,
@@ -31,35 +33,38 @@ WRITE_ATTEMPTS = 3
 
 
 def two_roles(body: dict) -> bool:
-    """Whether the object runs prefill and decode apart (``spec.disaggregation`` set)."""
-    return bool((body.get("spec") or {}).get("disaggregation"))
+    """Whether the object runs prefill and decode apart (``spec.disaggregation`` set) and is not being deleted."""
+    meta = body.get("metadata") or {}
+    return bool((body.get("spec") or {}).get("disaggregation")) and not meta.get("deletionTimestamp")
 
 
-def scalar(result: list) -> float | None:
-    """The one value of a ``sum(...)`` answer; None when no series matched (an empty vector)."""
-    if not result:
-        return None
+def key(body: dict) -> Key:
+    meta = body.get("metadata") or {}
+    return (meta.get("namespace") or "default", meta.get("name") or "")
+
+
+def engine(body: dict) -> str:
+    return str(((body.get("spec") or {}).get("engine") or {}).get("type") or "vllm-ascend")
+
+
+async def kv_transfer_conditions(
+    prometheus: Prometheus, bodies: list[dict], at: float, window: float = KV_TRANSFER_WINDOW_SECONDS
+) -> dict[Key, KVTransferStatus]:
+    """The KVTransfer condition of every two-role fleet among ``bodies`` at time ``at``."""
+    fleets = [body for body in bodies if two_roles(body)]
+    decided = {
+        key(body): no_engine_counter(engine(body)) for body in fleets if engine(body) not in VLLM_ENGINES
+    }
+    vllm = [key(body) for body in fleets if engine(body) in VLLM_ENGINES]
+    if not vllm:
+        return decided
+    queries = vllm_queries(window)
     try:
-        return float(result[0]["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
-
-
-async def kv_transfer_condition(
-    prometheus: Prometheus, body: dict, at: float, window: float = KV_TRANSFER_WINDOW_SECONDS
-) -> KVTransferStatus:
-    """The KVTransfer condition of one two-role fleet at time ``at``."""
-    meta, spec = body.get("metadata") or {}, body.get("spec") or {}
-    engine = str((spec.get("engine") or {}).get("type") or "vllm-ascend")
-    if engine not in VLLM_ENGINES:
-        return no_engine_counter(engine)
-    queries = vllm_queries(meta.get("namespace") or "default", meta.get("name") or "", window)
-    try:
-        transferred = scalar(await prometheus.instant(queries.transferred, at))
-        requests = scalar(await prometheus.instant(queries.requests, at))
+        transferred = by_fleet(await prometheus.instant(queries.transferred, at))
+        requests = by_fleet(await prometheus.instant(queries.requests, at))
     except Failed as failure:
-        return decide(None, None, window, (failure.reason, failure.message))
-    return decide(transferred, requests, window)
+        return decided | {k: decide(None, None, window, (failure.reason, failure.message)) for k in vllm}
+    return decided | {k: decide(transferred.get(k), requests.get(k), window) for k in vllm}
 
 
 def changes(body: dict, wanted: KVTransferStatus) -> bool:
@@ -72,8 +77,7 @@ def changes(body: dict, wanted: KVTransferStatus) -> bool:
 def record(kube: Kube, body: dict, wanted: KVTransferStatus, now: float) -> bool:
     """Write the condition into the object's status (resourceVersion as precondition, a few attempts); an Event
     when it turns False. True when written."""
-    meta = body.get("metadata") or {}
-    namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+    namespace, name = key(body)
     for _ in range(WRITE_ATTEMPTS):
         try:
             fresh = kube.get(names.KIND, namespace, name)
@@ -86,16 +90,23 @@ def record(kube: Kube, body: dict, wanted: KVTransferStatus, now: float) -> bool
             before, CONDITION_KV_TRANSFER, wanted.status, wanted.reason, wanted.message, now,
             (fresh.get("metadata") or {}).get("generation"),
         )  # fmt: skip
-        patch = {"metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]}}
+        guard = {"resourceVersion": fresh["metadata"]["resourceVersion"]}
         try:
-            kube.patch(names.KIND, namespace, name, {**patch, "status": {"conditions": conditions}}, "status")
+            kube.patch(
+                names.KIND,
+                namespace,
+                name,
+                {"metadata": guard, "status": {"conditions": conditions}},
+                "status",
+            )
         except Conflict:
             continue
         except KubeError as error:
             _log.warning("cannot record KVTransfer of %s/%s: %s", namespace, name, error)
             return False
         if wanted.status == "False":
-            kube.event(fresh, "Warning", wanted.reason, wanted.message)
+            kube.event({"apiVersion": names.API_VERSION, "kind": names.KIND, **fresh}, "Warning", wanted.reason,
+                       wanted.message)  # fmt: skip
         return True
     return False
 
@@ -108,12 +119,10 @@ async def update_kv_transfer(
     window: float = KV_TRANSFER_WINDOW_SECONDS,
 ) -> int:
     """Decide and, where it changed, write the KVTransfer condition of every two-role fleet; the writes made."""
+    wanted = await kv_transfer_conditions(prometheus, bodies, at, window)
     written = 0
     for body in bodies:
-        if not two_roles(body) or (body.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        wanted = await kv_transfer_condition(prometheus, body, at, window)
-        if changes(body, wanted):
-            full = {"apiVersion": names.API_VERSION, "kind": names.KIND, **body}
-            written += await asyncio.to_thread(record, kube, full, wanted, at)
+        status = wanted.get(key(body)) if two_roles(body) else None
+        if status is not None and changes(body, status):
+            written += await asyncio.to_thread(record, kube, body, status, at)
     return written

@@ -19,7 +19,6 @@ arrived; ``Unknown`` without traffic, without the counters, or when Prometheus c
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,23 +59,38 @@ class KVTransferStatus:
     message: str
 
 
-def decode_pod_pattern(name: str) -> str:
-    """A regular expression of the fleet's decode leader pods (``<name>-decode-<replica>``): the ones that serve
-    and export the engine's metrics. Matched on the ``pod`` label every scrape configuration of pods keeps."""
-    return f"{re.escape(name)}-{names.PD_DECODE}-[0-9]+"
+# The decode leaders of every two-role fleet (``<name>-decode-<replica>``): the pods that serve and export the
+# engine's metrics, matched on the ``pod`` label every scrape configuration of pods keeps. With the ``inference``
+# label beside it, only the decode leaders of that fleet match (a fleet's workers end in ``-<replica>-<rank>``,
+# its prefill pods in ``-prefill-<replica>``).
+DECODE_LEADER_PODS = f".+-{names.PD_DECODE}-[0-9]+"
+Key = tuple[str, str]  # namespace, inference
 
 
-def vllm_queries(namespace: str, name: str, window: float = KV_TRANSFER_WINDOW_SECONDS) -> KVTransferQueries:
-    """The PromQL of a vLLM fleet's decode engines over ``window`` seconds."""
-    selector = f'namespace="{namespace}",inference="{name}",pod=~"{decode_pod_pattern(name)}"'
+def vllm_queries(window: float = KV_TRANSFER_WINDOW_SECONDS) -> KVTransferQueries:
+    """The PromQL of every vLLM fleet's decode engines over ``window`` seconds, by namespace and inference: two
+    queries a cycle however many fleets there are."""
+    selector = f'pod=~"{DECODE_LEADER_PODS}"'
     span = f"{window:g}s"
     return KVTransferQueries(
         transferred=(
-            f"sum(increase({VLLM_PROMPT_TOKENS_BY_SOURCE}"
+            f"sum by (namespace, inference) (increase({VLLM_PROMPT_TOKENS_BY_SOURCE}"
             f'{{{selector},source="{VLLM_SOURCE_TRANSFERRED}"}}[{span}]))'
         ),
-        requests=f"sum(increase({VLLM_REQUESTS_FINISHED}{{{selector}}}[{span}]))",
+        requests=f"sum by (namespace, inference) (increase({VLLM_REQUESTS_FINISHED}{{{selector}}}[{span}]))",
     )
+
+
+def by_fleet(result: list) -> dict[Key, float]:
+    """A grouped answer's values by (namespace, inference); samples without both labels or a number are left out."""
+    values: dict[Key, float] = {}
+    for sample in result:
+        try:
+            metric, value = sample["metric"], float(sample["value"][1])
+            values[(metric["namespace"], metric["inference"])] = value
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+    return values
 
 
 def no_engine_counter(engine: str) -> KVTransferStatus:

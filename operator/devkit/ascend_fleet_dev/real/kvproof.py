@@ -10,7 +10,7 @@ The pieces the KVTransfer test and ``bench/pd`` share:
   path on every request, so from then on the decode engine finds nothing and computes every prompt itself,
   as a decode engine pointed at another directory does, and every request is still answered;
 - :func:`condition`: the operator's own KVTransfer decision (:func:`~ascend_fleet.control.kvtransfer.
-  kv_transfer_condition`) over that Prometheus;
+  kv_transfer_conditions`) over that Prometheus;
 - :class:`Traffic`: a client sending fresh prompts through the sidecar at a steady pace, counting failures.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ascend_fleet.control.kvtransfer import kv_transfer_condition
+from ascend_fleet.control.kvtransfer import kv_transfer_conditions
 from ascend_fleet.control.prometheus import Prometheus
 from ascend_fleet.status.kv_transfer import KVTransferStatus
 from ascend_fleet_dev.fleet.prometheus import Target
@@ -77,8 +77,9 @@ def fleet_body(namespace: str = NAMESPACE, name: str = NAME) -> dict:
 
 def condition(url: str, window: float, namespace: str = NAMESPACE, name: str = NAME) -> KVTransferStatus:
     """The operator's KVTransfer decision now, over the Prometheus at ``url``."""
-    body = fleet_body(namespace, name)
-    return asyncio.run(kv_transfer_condition(Prometheus(url, timeout=5.0), body, time.time(), window))
+    bodies = [fleet_body(namespace, name)]
+    decided = asyncio.run(kv_transfer_conditions(Prometheus(url, timeout=5.0), bodies, time.time(), window))
+    return decided[(namespace, name)]
 
 
 def wait_condition(
