@@ -40,7 +40,14 @@ from ascend_fleet_dev.real.disaggregation import (
     TinyEngine,
     ensure_pd_sidecar,
 )
-from ascend_fleet_dev.real.kvproof import KVSwitch, Traffic, fresh_prompt, scrape_targets, wait_condition
+from ascend_fleet_dev.real.kvproof import (
+    PROMPT_WORDS,
+    KVSwitch,
+    Traffic,
+    fresh_prompt,
+    scrape_targets,
+    wait_condition,
+)
 from ascend_fleet_dev.real.vllm_env import VllmCpu, find_environment
 
 from .figures import Answer, Arrival, Figures, figures, table, trace
@@ -168,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         apart = disaggregated(environment, arrivals, Path(root), args.window)
     fleets = {"colocated (2 engines)": together, "disaggregated (1 prefill + 1 decode)": apart["figures"]}
     print(f"\n{len(arrivals)} requests at {arrivals[-1].at / max(1, len(arrivals) - 1):.2f} s apart on average, "
-          f"{arrivals[0].output} output tokens each, prompts of about 330 tokens\n")  # fmt: skip
+          f"{arrivals[0].output} output tokens each, prompts of {PROMPT_WORDS} words (about 367 tokens of the tiny model)\n")  # fmt: skip
     print(table(fleets, idle))
     print(
         f"\nKV transfer: the decode engine loaded {apart['kv_transfer_tokens']:.0f} prompt tokens and computed "

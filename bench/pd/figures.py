@@ -14,11 +14,10 @@ from dataclasses import dataclass
 
 from ascend_fleet.simulate.report import percentile
 
-# One trace for both fleets: fresh prompts of about 330 tokens of the tiny model (whole KV blocks to transfer),
-# short answers, arrivals of a Poisson process.
+# One trace for both fleets: fresh prompts (kvproof.fresh_prompt: about 367 tokens of the tiny model, whole KV
+# blocks to transfer and a remainder), short answers, arrivals of a Poisson process.
 REQUESTS = 24
 RATE = 1.0  # requests per second
-PROMPT_WORDS = 100
 OUTPUT_TOKENS = 24
 SEED = 36
 

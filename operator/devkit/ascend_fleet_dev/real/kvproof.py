@@ -35,7 +35,7 @@ from ascend_fleet_dev.real.disaggregation import SERVED_MODEL, Disaggregated
 
 NAMESPACE = "pd-proof"
 NAME = "pd"
-# About 330 prompt tokens of the tiny model: whole KV blocks of the CPU build and a remainder.
+# About 367 prompt tokens of the tiny model: whole KV blocks of the CPU build and a remainder.
 PROMPT_WORDS = 100
 
 
