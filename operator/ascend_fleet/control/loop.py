@@ -17,6 +17,8 @@ the same paths as everything else:
   the cooldown: the action may be missing, but it is never repeated early.
 
 ``MetricsAvailable`` is written only when it changes, with a Warning Event when it turns False.
+A fleet with ``spec.disaggregation`` gets its ``KVTransfer`` condition from :mod:`.kvtransfer` (two queries a
+cycle for all of them), likewise written only when its status or reason changes.
 Nothing the next cycle needs is kept in memory.
 """
 
