@@ -83,6 +83,9 @@ def record(kube: Kube, body: dict, wanted: KVTransferStatus, now: float) -> bool
             fresh = kube.get(names.KIND, namespace, name)
         except NotFound:
             return False
+        except KubeError as error:  # the rules' writes of this cycle are done; the next cycle tries again
+            _log.warning("cannot read %s/%s to record KVTransfer: %s", namespace, name, error)
+            return False
         if not changes(fresh, wanted):
             return False
         before = (fresh.get("status") or {}).get("conditions") or []
