@@ -43,7 +43,7 @@ from ascend_fleet_dev.real.disaggregation import (
 from ascend_fleet_dev.real.kvproof import (
     PROMPT_WORDS,
     KVSwitch,
-    Traffic,
+    SteadyClient,
     fresh_prompt,
     scrape_targets,
     wait_condition,
@@ -140,7 +140,7 @@ def disaggregated(environment: VllmCpu, arrivals: list[Arrival], work: Path, win
             "prefill_computed_tokens": prefill.get(SOURCE_COMPUTED, 0)
             - prefill_before.get(SOURCE_COMPUTED, 0),
         }
-        traffic = Traffic(pd.url, headers, pause=1.0).start()
+        traffic = SteadyClient(pd.url, headers, pause=1.0).start()
         try:
             wait_condition(prometheus.url, window, "True", timeout=60)
             switch.cut()

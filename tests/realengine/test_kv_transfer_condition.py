@@ -24,7 +24,7 @@ import pytest
 from ascend_fleet.status.kv_transfer import REASON_NO_TRAFFIC, REASON_NO_TRANSFER, REASON_TRANSFERRING
 from ascend_fleet_dev.fleet.prometheus import PrometheusNotFound, PrometheusServer
 from ascend_fleet_dev.real.disaggregation import SOURCE_COMPUTED, SOURCE_TRANSFERRED, Disaggregated
-from ascend_fleet_dev.real.kvproof import KVSwitch, Traffic, condition, scrape_targets, wait_condition
+from ascend_fleet_dev.real.kvproof import KVSwitch, SteadyClient, condition, scrape_targets, wait_condition
 
 from .support import vllm_cpu_or_skip
 from .test_disaggregated_vllm import sidecar_or_skip
@@ -58,7 +58,7 @@ def test_kv_transfer_condition_goes_false_when_the_transfer_breaks():
             prometheus.wait_for_targets(2, timeout=30)
             before = condition(prometheus.url, WINDOW)
             assert before.status == "Unknown", before  # nothing sent yet: no traffic, or no increase yet
-            traffic = Traffic(pd.url, pd.headers(), pause=1.0).start()
+            traffic = SteadyClient(pd.url, pd.headers(), pause=1.0).start()
             try:
                 seconds, moving = wait_condition(prometheus.url, WINDOW, "True", timeout=120)
                 print(f"KVTransfer True after {seconds:.1f} s of traffic: {moving.message}")

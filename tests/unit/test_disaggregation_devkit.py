@@ -79,7 +79,7 @@ def test_the_pair_is_scraped_with_the_labels_the_operator_queries():
     from types import SimpleNamespace
 
     from ascend_fleet.status.kv_transfer import DECODE_LEADER_PODS
-    from ascend_fleet_dev.real.kvproof import NAME, scrape_targets
+    from ascend_fleet_dev.real.kvproof import FLEET_NAME, scrape_targets
 
     pair = SimpleNamespace(
         prefill=SimpleNamespace(host_port="127.0.0.1:1"), decode=SimpleNamespace(host_port="127.0.0.1:2")
@@ -87,4 +87,6 @@ def test_the_pair_is_scraped_with_the_labels_the_operator_queries():
     prefill, decode = scrape_targets(pair)  # type: ignore[arg-type]
     assert decode.address == "127.0.0.1:2" and re.fullmatch(DECODE_LEADER_PODS, decode.labels["pod"])
     assert not re.fullmatch(DECODE_LEADER_PODS, prefill.labels["pod"])
-    assert decode.labels["inference"] == NAME and decode.labels["namespace"] == prefill.labels["namespace"]
+    assert (
+        decode.labels["inference"] == FLEET_NAME and decode.labels["namespace"] == prefill.labels["namespace"]
+    )

@@ -23,42 +23,44 @@ from ascend_fleet.status.kv_transfer import (
     REASON_NO_TRANSFER,
     REASON_TRANSFERRING,
     by_fleet,
-    decide,
+    decide_kv_transfer,
     vllm_queries,
 )
 
 
 def test_tokens_received_by_transfer_make_it_true():
-    status = decide(transferred=768.0, requests=3.0, window=120)
+    status = decide_kv_transfer(transferred=768.0, requests=3.0, window=120)
     assert (status.status, status.reason) == ("True", REASON_TRANSFERRING)
     assert "768 prompt tokens" in status.message and "120s" in status.message
 
 
 def test_requests_without_transfer_make_it_false_with_a_sentence():
-    status = decide(transferred=0.0, requests=4.0, window=60)
+    status = decide_kv_transfer(transferred=0.0, requests=4.0, window=60)
     assert (status.status, status.reason) == ("False", REASON_NO_TRANSFER)
     assert "finished 4 requests in the last 60s" in status.message
     assert "computed every prompt themselves" in status.message
 
 
 def test_a_missing_transfer_series_beside_requests_is_false_too():
-    assert decide(transferred=None, requests=2.0).status == "False"
+    assert decide_kv_transfer(transferred=None, requests=2.0).status == "False"
 
 
 @pytest.mark.parametrize("requests", [0.0, None])
 def test_no_traffic_is_unknown(requests):
-    status = decide(transferred=0.0, requests=requests)
+    status = decide_kv_transfer(transferred=0.0, requests=requests)
     assert (status.status, status.reason) == ("Unknown", REASON_NO_TRAFFIC)
 
 
 def test_no_series_at_all_is_unknown_and_names_the_counters():
-    status = decide(transferred=None, requests=None)
+    status = decide_kv_transfer(transferred=None, requests=None)
     assert (status.status, status.reason) == ("Unknown", REASON_NO_COUNTERS)
     assert "vllm:prompt_tokens_by_source_total" in status.message
 
 
 def test_prometheus_failure_is_unknown_with_its_reason():
-    status = decide(5.0, 5.0, failure=("PrometheusUnavailable", "Prometheus at http://p is unreachable"))
+    status = decide_kv_transfer(
+        5.0, 5.0, failure=("PrometheusUnavailable", "Prometheus at http://p is unreachable")
+    )
     assert (status.status, status.reason) == ("Unknown", "PrometheusUnavailable")
     assert "unreachable" in status.message
 
@@ -160,8 +162,8 @@ def test_no_two_role_fleet_asks_nothing():
 def test_a_new_sentence_alone_is_not_a_write():
     stored = {"status": {"conditions": [{"type": CONDITION_KV_TRANSFER, "status": "True",
                                          "reason": REASON_TRANSFERRING, "message": "received 256"}]}}  # fmt: skip
-    assert not changes(stored, decide(512.0, 2.0))
-    assert changes(stored, decide(0.0, 2.0)) and changes({}, decide(512.0, 2.0))
+    assert not changes(stored, decide_kv_transfer(512.0, 2.0))
+    assert changes(stored, decide_kv_transfer(0.0, 2.0)) and changes({}, decide_kv_transfer(512.0, 2.0))
 
 
 def test_kubectl_get_shows_the_condition():

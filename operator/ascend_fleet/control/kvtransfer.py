@@ -21,7 +21,7 @@ from ..status.kv_transfer import (
     Key,
     KVTransferStatus,
     by_fleet,
-    decide,
+    decide_kv_transfer,
     no_engine_counter,
     vllm_queries,
 )
@@ -29,7 +29,7 @@ from .prometheus import Failed, Prometheus
 
 _log = logging.getLogger(__name__)
 VLLM_ENGINES = frozenset({"vllm-ascend"})
-WRITE_ATTEMPTS = 3
+_WRITE_ATTEMPTS = 3
 
 
 def two_roles(body: dict) -> bool:
@@ -63,8 +63,10 @@ async def kv_transfer_conditions(
         transferred = by_fleet(await prometheus.instant(queries.transferred, at))
         requests = by_fleet(await prometheus.instant(queries.requests, at))
     except Failed as failure:
-        return decided | {k: decide(None, None, window, (failure.reason, failure.message)) for k in vllm}
-    return decided | {k: decide(transferred.get(k), requests.get(k), window) for k in vllm}
+        return decided | {
+            k: decide_kv_transfer(None, None, window, (failure.reason, failure.message)) for k in vllm
+        }
+    return decided | {k: decide_kv_transfer(transferred.get(k), requests.get(k), window) for k in vllm}
 
 
 def changes(body: dict, wanted: KVTransferStatus) -> bool:
@@ -78,7 +80,7 @@ def record(kube: Kube, body: dict, wanted: KVTransferStatus, now: float) -> bool
     """Write the condition into the object's status (resourceVersion as precondition, a few attempts); an Event
     when it turns False. True when written."""
     namespace, name = key(body)
-    for _ in range(WRITE_ATTEMPTS):
+    for _ in range(_WRITE_ATTEMPTS):
         try:
             fresh = kube.get(names.KIND, namespace, name)
         except NotFound:

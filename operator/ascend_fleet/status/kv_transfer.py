@@ -104,7 +104,7 @@ def no_engine_counter(engine: str) -> KVTransferStatus:
     )
 
 
-def decide(
+def decide_kv_transfer(
     transferred: float | None,
     requests: float | None,
     window: float = KV_TRANSFER_WINDOW_SECONDS,

@@ -11,7 +11,7 @@ The pieces the KVTransfer test and ``bench/pd`` share:
   as a decode engine pointed at another directory does, and every request is still answered;
 - :func:`condition`: the operator's own KVTransfer decision (:func:`~ascend_fleet.control.kvtransfer.
   kv_transfer_conditions`) over that Prometheus;
-- :class:`Traffic`: a client sending fresh prompts through the sidecar at a steady pace, counting failures.
+- :class:`SteadyClient`: a client sending fresh prompts through the sidecar at a steady pace, counting failures.
 """
 
 from __future__ import annotations
@@ -33,13 +33,15 @@ from ascend_fleet.status.kv_transfer import KVTransferStatus
 from ascend_fleet_dev.fleet.prometheus import Target
 from ascend_fleet_dev.real.disaggregation import SERVED_MODEL, Disaggregated
 
-NAMESPACE = "pd-proof"
-NAME = "pd"
+FLEET_NAMESPACE = "pd-proof"
+FLEET_NAME = "pd"
 # About 367 prompt tokens of the tiny model: whole KV blocks of the CPU build and a remainder.
 PROMPT_WORDS = 100
 
 
-def scrape_targets(pd: Disaggregated, namespace: str = NAMESPACE, name: str = NAME) -> list[Target]:
+def scrape_targets(
+    pd: Disaggregated, namespace: str = FLEET_NAMESPACE, name: str = FLEET_NAME
+) -> list[Target]:
     """The two engines' ``/metrics`` as the chart's pod monitor would label their pods."""
     return [
         Target(engine.host_port, {"namespace": namespace, "inference": name, "pod": f"{name}-{role}-0"})
@@ -67,7 +69,7 @@ class KVSwitch:
         self.point(self.elsewhere)
 
 
-def fleet_body(namespace: str = NAMESPACE, name: str = NAME) -> dict:
+def fleet_body(namespace: str = FLEET_NAMESPACE, name: str = FLEET_NAME) -> dict:
     """The smallest two-role AscendInference the condition's hook reads (its name, namespace and engine)."""
     return {
         "metadata": {"namespace": namespace, "name": name},
@@ -75,7 +77,9 @@ def fleet_body(namespace: str = NAMESPACE, name: str = NAME) -> dict:
     }
 
 
-def condition(url: str, window: float, namespace: str = NAMESPACE, name: str = NAME) -> KVTransferStatus:
+def condition(
+    url: str, window: float, namespace: str = FLEET_NAMESPACE, name: str = FLEET_NAME
+) -> KVTransferStatus:
     """The operator's KVTransfer decision now, over the Prometheus at ``url``."""
     bodies = [fleet_body(namespace, name)]
     decided = asyncio.run(kv_transfer_conditions(Prometheus(url, timeout=5.0), bodies, time.time(), window))
@@ -118,7 +122,7 @@ def complete(
 
 
 @dataclass
-class Traffic:
+class SteadyClient:
     """Fresh prompts to ``url`` one after another, a pause of ``pause`` seconds between them, until stopped."""
 
     url: str
@@ -130,7 +134,7 @@ class Traffic:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def start(self) -> Traffic:
+    def start(self) -> SteadyClient:
         self._thread = threading.Thread(target=self._run, name="kv-traffic", daemon=True)
         self._thread.start()
         return self
