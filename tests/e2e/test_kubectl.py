@@ -106,7 +106,7 @@ def test_kubectl_apply_get_and_scale_against_the_dev_cluster(dev_cluster):
             "READY-REPLICAS 1 in kubectl get ainf",
         )
         header, row = table.splitlines()[:2]
-        columns = "NAME ENGINE TP PP REPLICAS READY-REPLICAS NPUS READY REASON AGE"
+        columns = "NAME ENGINE TP PP REPLICAS READY-REPLICAS NPUS READY REASON KV-TRANSFER AGE"
         assert header.split() == columns.split()
         assert row.split()[:7] == ["qwen-1-5b", "sglang", "2", "1", "1", "1", "2"]
 

@@ -73,6 +73,7 @@ def test_scale_subresource_and_printer_columns():
         "Ready",
         "Reason",
         "Message",
+        "KV-Transfer",
         "Age",
     ]
     # The Ready condition's status and reason, so InvalidSpec shows in `kubectl get ainf`; the message with -o wide.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ascend_fleet_dev.real.disaggregation import (
@@ -50,3 +51,42 @@ def test_both_engines_get_example_connector_over_the_given_directory(tmp_path):
     flags = dict(zip(argv, argv[1:], strict=False))
     assert json.loads(flags["--kv-transfer-config"]) == config
     assert flags["--port"] == "8123" and flags["--host"] == "127.0.0.1" and flags["--dtype"] == "float32"
+
+
+def test_an_ordinary_engine_has_no_kv_connector():
+    """bench/pd's colocated engines: the same serve command, without the connector."""
+    with_kv = tiny_serve_argv(VllmCpu(Path("/cache/env")), 8123, Path("/tmp/kv"))
+    plain = tiny_serve_argv(VllmCpu(Path("/cache/env")), 8123, None)
+    assert "--kv-transfer-config" not in plain and plain == with_kv[: len(plain)]
+    assert len(with_kv) == len(plain) + 2
+
+
+def test_the_kv_switch_points_the_decode_directory_elsewhere_in_one_step(tmp_path):
+    from ascend_fleet_dev.real.kvproof import KVSwitch
+
+    shared = tmp_path / "kv"
+    shared.mkdir()
+    (shared / "prompt-hash").mkdir()
+    switch = KVSwitch(tmp_path / "switch")
+    switch.point(shared)
+    assert (switch.link / "prompt-hash").exists()
+    switch.cut()
+    assert switch.link.is_symlink() and not (switch.link / "prompt-hash").exists()
+    assert list(switch.link.iterdir()) == []
+
+
+def test_the_pair_is_scraped_with_the_labels_the_operator_queries():
+    from types import SimpleNamespace
+
+    from ascend_fleet.status.kv_transfer import DECODE_LEADER_PODS
+    from ascend_fleet_dev.real.kvproof import FLEET_NAME, scrape_targets
+
+    pair = SimpleNamespace(
+        prefill=SimpleNamespace(host_port="127.0.0.1:1"), decode=SimpleNamespace(host_port="127.0.0.1:2")
+    )
+    prefill, decode = scrape_targets(pair)  # type: ignore[arg-type]
+    assert decode.address == "127.0.0.1:2" and re.fullmatch(DECODE_LEADER_PODS, decode.labels["pod"])
+    assert not re.fullmatch(DECODE_LEADER_PODS, prefill.labels["pod"])
+    assert (
+        decode.labels["inference"] == FLEET_NAME and decode.labels["namespace"] == prefill.labels["namespace"]
+    )

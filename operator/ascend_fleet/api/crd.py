@@ -115,6 +115,12 @@ PRINTER_COLUMNS = [
         "priority": 1,  # `kubectl get -o wide` only: the sentences are long
         "jsonPath": '.status.conditions[?(@.type=="Ready")].message',
     },
+    # Two-role fleets: whether the decode engines' own counters show KV arriving by transfer.
+    {
+        "name": "KV-Transfer",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="KVTransfer")].status',
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

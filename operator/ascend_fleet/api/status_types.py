@@ -20,7 +20,9 @@ class TrafficShare(Model):
 class Condition(Model):
     """A standard Kubernetes condition (metav1.Condition shape)."""
 
-    type: str = Field(description="Ready, Progressing, Degraded or MetricsAvailable.")
+    type: str = Field(
+        description="Ready, Progressing, Degraded, MetricsAvailable or KVTransfer (two-role fleets)."
+    )
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="A CamelCase word for why (see docs/troubleshooting.md).")
     message: str = Field(default="", description="What the operator saw and what to do, in a sentence.")
@@ -112,7 +114,8 @@ class AscendInferenceStatus(Model):
         default=None, description="How the parallelism maps onto NPUs and pods."
     )
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Degraded and MetricsAvailable."
+        default_factory=list,
+        description="Ready, Progressing, Degraded, MetricsAvailable and KVTransfer (two-role fleets).",
     )
     actions: list[ActionRecord] = Field(
         default_factory=list, description="The control loop's latest decisions, newest first."

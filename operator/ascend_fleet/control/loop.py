@@ -17,6 +17,8 @@ the same paths as everything else:
   the cooldown: the action may be missing, but it is never repeated early.
 
 ``MetricsAvailable`` is written only when it changes, with a Warning Event when it turns False.
+A fleet with ``spec.disaggregation`` gets its ``KVTransfer`` condition from :mod:`.kvtransfer` (two queries a
+cycle for all of them), likewise written only when its status or reason changes.
 Nothing the next cycle needs is kept in memory.
 """
 
@@ -49,6 +51,7 @@ from .evaluate import (
     evaluate,
     queries_for,
 )
+from .kvtransfer import update_kv_transfer
 from .model import ControlDecision, FleetState
 from .prometheus import Prometheus
 from .queries import Observations, Query
@@ -216,6 +219,8 @@ class ControlLoop:
         for done in await asyncio.gather(*(write(body, ev) for body, ev in changed)):
             report.decisions += done
         report.writes = len(changed)
+        # Two-role fleets: whether KV really moves (a hook of its own, apart from the rules).
+        report.writes += await update_kv_transfer(self.prometheus, self.kube, bodies, now)
         report.seconds = time.perf_counter() - started
         RULE_EVALUATION.observe(report.seconds)
         return report

@@ -155,6 +155,20 @@ class Prometheus:
         )
         return observations
 
+    async def instant(self, promql: str, at: float) -> list:
+        """One instant query outside the rules' windows (the KVTransfer condition's); :class:`Failed` says why
+        there is no answer."""
+        credentials = read_credentials(self.settings)
+        session = self._idle.pop() if self._idle else requests.Session()
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(self._post, session, promql, at, credentials), self.timeout + 1.0
+            )
+        except TimeoutError:
+            raise self._timed_out() from None
+        finally:
+            self._idle.append(session)
+
     async def _one(
         self,
         query: Query,

@@ -277,7 +277,7 @@ def _record(kube: Kube, body: dict, events: list) -> None:
         kube.event(body, event.type, event.reason, event.message)
 
 
-# Condition types this reconciler writes; the control loop owns MetricsAvailable (and status.actions).
+# Condition types this reconciler writes; the control loop owns MetricsAvailable, KVTransfer and status.actions.
 OWN_CONDITIONS = frozenset({"Ready", "Progressing", "Degraded"})
 
 

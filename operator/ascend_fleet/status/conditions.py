@@ -7,7 +7,7 @@ from typing import Literal
 from ..api.times import rfc3339
 from ..api.v1alpha1 import Condition
 
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "MetricsAvailable")
+CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "MetricsAvailable", "KVTransfer")
 # Ready=False reasons the reconciler finds (reconcile/refusals.py, reconcile/routing.py) and status derivation words.
 CHILD_REJECTED = "ChildRejected"
 NAME_CONFLICT = "NameConflict"

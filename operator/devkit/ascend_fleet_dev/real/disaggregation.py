@@ -88,19 +88,20 @@ def kv_transfer_config(shared_directory: str | Path) -> str:
 def tiny_serve_argv(
     environment: VllmCpu,
     port: int,
-    shared_directory: str | Path,
+    shared_directory: str | Path | None,
     *,
     host: str = "127.0.0.1",
     served_name: str = SERVED_MODEL,
     kv_cache_bytes: int = DEFAULT_KV_CACHE_BYTES,
 ) -> list[str]:
     """``vllm serve`` of the tiny model on ``host:port`` as ``served_name``, with ExampleConnector over
-    ``shared_directory``; float32 and a fixed KV cache in host memory as every CPU engine here (see
-    :mod:`.vllm_engine`)."""
+    ``shared_directory`` (None: an ordinary engine without a KV connector); float32 and a fixed KV cache in host
+    memory as every CPU engine here (see :mod:`.vllm_engine`)."""
+    kv = [] if shared_directory is None else ["--kv-transfer-config", kv_transfer_config(shared_directory)]
     return [
         str(environment.vllm), "serve", str(environment.model), "--served-model-name", served_name,
         "--host", host, "--port", str(port), "--dtype", "float32",
-        "--kv-cache-memory-bytes", str(kv_cache_bytes), "--kv-transfer-config", kv_transfer_config(shared_directory),
+        "--kv-cache-memory-bytes", str(kv_cache_bytes), *kv,
     ]  # fmt: skip
 
 
@@ -119,13 +120,14 @@ def prompt_tokens_by_source(metrics_text: str) -> dict[str, float]:
 
 
 class TinyEngine:
-    """One ``vllm serve`` of the tiny model with ExampleConnector, leading its own process group."""
+    """One ``vllm serve`` of the tiny model with ExampleConnector (none without ``shared_directory``), leading
+    its own process group."""
 
     def __init__(
         self,
         environment: VllmCpu,
         role: str,
-        shared_directory: Path,
+        shared_directory: Path | None,
         workdir: Path,
         *,
         host: str = "127.0.0.1",

@@ -1,0 +1,1 @@
+"""``python -m bench.pd``: colocated against disaggregated prefill/decode on real vLLM engines of the tiny model."""
