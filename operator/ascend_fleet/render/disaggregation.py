@@ -94,9 +94,8 @@ def disaggregation_warnings(spec: AscendInferenceSpec) -> list[str]:
     if split is None:
         return []
     warnings = [
-        "spec.disaggregation: the operator renders both roles (ascend-fleet render), but does not reconcile a "
-        "two-role fleet yet: it reports Ready=False with reason NotReconciled and creates no pods, and its control "
-        "loop leaves the fleet alone"
+        "spec.disaggregation: the control loop's rules and autoscaling do not act on a two-role fleet yet; the "
+        "operator runs both roles at the sizes their parallelism.data gives"
     ]
     if split.kv_transfer.connector == STORE_CONNECTOR:
         warnings.append(
