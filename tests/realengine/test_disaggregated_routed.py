@@ -23,13 +23,13 @@ import yaml
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all
-from ascend_fleet.render.routing import picker_args, picker_config, picker_name
+from ascend_fleet.render.routing import pd_scheduling, picker_args, picker_config, picker_name
 from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port
 from ascend_fleet_dev.real.disaggregation import PREFILL_HEADER, SOURCE_COMPUTED, SOURCE_TRANSFERRED
 from ascend_fleet_dev.real.pdpods import DisaggregatedPods
 from ascend_fleet_dev.real.poolendpoints import PoolRef
 from tests.routing.test_dataplane import UPSTREAM_CRDS, binaries, session  # noqa: F401 (binaries: a fixture)
-from tests.routing.test_disaggregation import NAME, ROLE_LABEL, ROLES, inference, pd_config
+from tests.routing.test_disaggregation import NAME, ROLE_LABEL, ROLES, inference
 
 from .support import vllm_cpu_or_skip
 from .test_disaggregated_vllm import prompt, sidecar_or_skip
@@ -140,7 +140,7 @@ async def send(url: str, model: str, count: int) -> list[tuple[int, str | None, 
 
 
 def test_the_picker_sends_each_prefill_to_the_prefill_pod_and_the_decode_pod_loads_it(chain):
-    picker, envoy = chain.start(pd_config(picker_config(chain.obj.spec)))
+    picker, envoy = chain.start(pd_scheduling(picker_config(chain.obj.spec)))
     wait_for(lambda: chain.sent(envoy, 1)[0][0][0] == 200, 120, "an answer through the picker")
     answers, moved = chain.sent(envoy)
     prompt_tokens = sum(tokens for _, _, tokens in answers)

@@ -12,16 +12,16 @@ engines behind the picker is tests/realengine/test_disaggregated_routed.py.
 from __future__ import annotations
 
 import asyncio
-import copy
 import uuid
 
 import pytest
 import yaml
 
+from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all, validate
-from ascend_fleet.render.routing import picker_args, picker_config, picker_name
+from ascend_fleet.render.routing import pd_scheduling, picker_args, picker_config, picker_name
 from ascend_fleet_dev.fleet.engines import SimulatedEngines
 from ascend_fleet_dev.fleet.scenario import Scenario
 from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port
@@ -33,7 +33,7 @@ from tests.support.documents import inference as inference_document
 pytestmark = pytest.mark.e2e
 NAME = "llm"
 # The role label llm-d's picker reads (and the operator writes on two-role fleets), and its values.
-ROLE_LABEL = "llm-d.ai/role"
+ROLE_LABEL = names.LABEL_LLMD_ROLE
 ROLES = ("prefill", "decode")
 REQUESTS = 40
 
@@ -50,29 +50,6 @@ def inference(namespace: str) -> AscendInference:
         .build()
     )
     return validate(doc).obj
-
-
-def pd_config(config: dict) -> dict:
-    """``config`` (the picker's usual configuration) with two profiles: each the usual one after a role filter,
-    the P/D profile handler choosing between them and the header handler naming the prefill pod."""
-    pd = copy.deepcopy(config)
-    (usual,) = pd["schedulingProfiles"]
-    pd["plugins"] += [
-        *(
-            {
-                "type": "pd-role-filter",
-                "name": f"{role}-filter",
-                "parameters": {"label": ROLE_LABEL, "roles": [role]},
-            }
-            for role in ROLES
-        ),
-        {"type": "pd-profile-handler"},
-        {"type": "prefill-header-handler"},
-    ]
-    pd["schedulingProfiles"] = [
-        {"name": role, "plugins": [{"pluginRef": f"{role}-filter"}, *usual["plugins"]]} for role in ROLES
-    ]
-    return pd
 
 
 class Plane:
@@ -164,7 +141,7 @@ def warm(envoy: Envoy) -> None:
 
 
 def test_every_request_decodes_on_the_decode_pod_and_names_the_prefill_pod(plane):
-    picker, envoy = plane.start(pd_config(picker_config(plane.obj.spec)))
+    picker, envoy = plane.start(pd_scheduling(picker_config(plane.obj.spec)))
     try:
         warm(envoy)
         prefill = plane.address("prefill")

@@ -8,7 +8,6 @@ import pytest
 
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
-from ascend_fleet.reconcile.plan import NOT_RECONCILED, TWO_ROLES_NOT_RECONCILED, plan_invalid
 from ascend_fleet.render.children import render_all
 from ascend_fleet.render.validation import InvalidSpec, validate
 from tests.support.documents import inference
@@ -226,14 +225,6 @@ def test_a_colocated_fleet_has_no_role_labels():
     for pod in (o for o in objects if o["kind"] == "Pod"):
         assert names.LABEL_PD_ROLE not in pod["metadata"]["labels"]
         assert "--kv-transfer-config" not in engine_container(pod)["command"]
-
-
-def test_the_reconciler_says_it_does_not_run_two_roles_yet():
-    doc = two_roles()
-    result = plan_invalid(doc, [TWO_ROLES_NOT_RECONCILED], 1000.0, NOT_RECONCILED)
-    ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
-    assert (ready["status"], ready["reason"]) == ("False", NOT_RECONCILED)
-    assert not result.creates and result.events[0].reason == NOT_RECONCILED
 
 
 def test_sglang_refuses_a_second_prefill_instance():

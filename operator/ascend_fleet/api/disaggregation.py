@@ -15,8 +15,12 @@ from pydantic import ConfigDict, Field, model_validator
 
 from ..engines.base import KvConnector, KvTransfer
 from ..engines.registry import facts_of
+from .bounds import MAX_IMAGE_LENGTH
 from .fields import Model
 from .policy import REPLICA_BOUNDS_RULE
+
+# llm-d's published P/D sidecar image, of the llm-d-inference-scheduler release tools/pd-sidecar builds (v0.4.0).
+DEFAULT_PD_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.4.0"
 
 Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, ...] = ("prefill", "decode")
@@ -84,6 +88,12 @@ class Disaggregation(Model):
     prefill: RoleSpec = Field(description="The instances that compute prompts and hand their KV cache over.")
     decode: RoleSpec = Field(description="The instances that receive the KV cache and generate tokens.")
     kv_transfer: KvTransferSpec = Field(default_factory=KvTransferSpec)
+    sidecar_image: str | None = Field(
+        default=None,
+        max_length=MAX_IMAGE_LENGTH,
+        description="Image of llm-d's P/D sidecar, which decode pods run in front of their engine with "
+        "routing.mode inferencePool; default the operator's routing.pdSidecarImage.",
+    )
 
     def role(self, role: str) -> RoleSpec:
         """The settings of one role."""

@@ -16,7 +16,9 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from . import strict_yaml
+from .bounds import MAX_IMAGE_LENGTH
 from .checks import MAX_WINDOW_SECONDS
+from .disaggregation import DEFAULT_PD_SIDECAR_IMAGE
 from .units import format_duration
 from .v1alpha1 import Duration, Model
 
@@ -238,6 +240,13 @@ class RoutingSettings(Model):
         description="Endpoint picker image for spec.routing.mode inferencePool (the release the operator is "
         "tested with).",
     )
+    pd_sidecar_image: str = Field(
+        default=DEFAULT_PD_SIDECAR_IMAGE,
+        min_length=1,
+        max_length=MAX_IMAGE_LENGTH,
+        description="llm-d's P/D sidecar image, for the decode pods of two-role fleets with routing.mode "
+        "inferencePool that name no spec.disaggregation.sidecarImage.",
+    )
 
 
 class OperatorSettings(Model):
@@ -259,7 +268,8 @@ class OperatorSettings(Model):
     )
 
     def with_default_image(self, body: dict) -> dict:
-        """The object with the configured default image filled in where the spec names none.
+        """The object with the configured default images filled in where the spec names none: the engine's,
+        and in a two-role fleet llm-d's P/D sidecar's (``routing.pdSidecarImage``).
 
         ``images`` keys are ``<engine>/<chip>`` (e.g. ``vllm-ascend/ascend910_93`` for A3 builds) or just
         ``<engine>``; the more specific key wins. The operator and ``ascend-fleet render --config`` both use
@@ -270,10 +280,15 @@ class OperatorSettings(Model):
         chip = (spec.get("hardware") or {}).get("chip", "ascend910b")
         kind = engine.get("type", "")
         default = self.images.get(f"{kind}/{chip}") or self.images.get(kind)
-        if not default or engine.get("image"):
+        split = spec.get("disaggregation")
+        sidecar = isinstance(split, dict) and not split.get("sidecarImage")
+        if (not default or engine.get("image")) and not sidecar:
             return body
         body = copy.deepcopy(body)
-        body["spec"]["engine"]["image"] = default
+        if default and not engine.get("image"):
+            body["spec"]["engine"]["image"] = default
+        if sidecar:
+            body["spec"]["disaggregation"]["sidecarImage"] = self.routing.pd_sidecar_image
         return body
 
     @classmethod

@@ -41,6 +41,24 @@ class LayoutStatus(Model):
     total_npus: int = Field(description="NPUs of every replica together.")
 
 
+class RoleStatus(Model):
+    """One role's replicas in a fleet with spec.disaggregation."""
+
+    replicas: int = Field(default=0, description="The role's replicas (gangs) that exist, ready or not.")
+    ready_replicas: int = Field(default=0, description="The role's replicas whose every pod is ready.")
+    updated_replicas: int = Field(default=0, description="The role's replicas running the current revision.")
+    layout: LayoutStatus | None = Field(
+        default=None, description="How the role's parallelism maps onto NPUs and pods."
+    )
+
+
+class RolesStatus(Model):
+    """Each role's replicas; the fleet is Ready only when every replica of both roles is."""
+
+    prefill: RoleStatus | None = Field(default=None, description="The prefill instances.")
+    decode: RoleStatus | None = Field(default=None, description="The decode instances.")
+
+
 class ActionRecord(Model):
     """One control-loop decision, newest first in status.actions."""
 
@@ -62,6 +80,9 @@ class GroupRestart(Model):
     """How often a replica's gang was recreated after a failure, for the restart backoff."""
 
     replica: int = Field(description="The replica (data-parallel group) index.")
+    role: Literal["prefill", "decode"] | None = Field(
+        default=None, description="With spec.disaggregation: the role whose replica it is."
+    )
     count: int = Field(description="Recreations in a row; the backoff doubles with each.")
     last_time: str = Field(description="RFC 3339 time of the last recreation.")
 
@@ -111,7 +132,13 @@ class AscendInferenceStatus(Model):
     )
     revision: str | None = Field(default=None, description="Hash of the current pod template.")
     layout: LayoutStatus | None = Field(
-        default=None, description="How the parallelism maps onto NPUs and pods."
+        default=None,
+        description="How the parallelism maps onto NPUs and pods (absent with spec.disaggregation: each role's "
+        "is in status.roles).",
+    )
+    roles: RolesStatus | None = Field(
+        default=None,
+        description="With spec.disaggregation: each role's replicas (replicas and readyReplicas above are the sums).",
     )
     conditions: list[Condition] = Field(
         default_factory=list,

@@ -272,7 +272,7 @@ class ControlLoop:
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
         if valid.obj.spec.disaggregation is not None:
-            return None  # two roles: not reconciled yet (Ready=False, NotReconciled), so no rule acts on it
+            return None  # two roles: the reconciler runs them, but rules do not act per role yet
         return object_state(valid), valid.layout.pods_per_replica
 
     def _npu_health(

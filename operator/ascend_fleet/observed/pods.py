@@ -107,6 +107,12 @@ class ObservedReplica:
 
     index: int
     pods: list[ObservedPod] = field(default_factory=list)
+    role: str | None = None  # prefill or decode in a fleet with spec.disaggregation
+
+    @property
+    def label(self) -> str:
+        """How events name it: ``replica 2``, or ``decode replica 2`` in a two-role fleet."""
+        return f"{self.role} replica {self.index}" if self.role else f"replica {self.index}"
 
     def complete(self, pods_per_replica: int) -> bool:
         return {p.rank for p in self.pods if not p.deleting} == set(range(pods_per_replica))
@@ -150,12 +156,20 @@ class ObservedReplica:
         return bool(self.pods) and self.revisions() == {revision}
 
 
-def observed_replicas(pods: list[dict]) -> dict[int, ObservedReplica]:
-    """The replicas the pods make up, by replica index (pods without replica/rank labels are skipped)."""
-    groups: dict[int, ObservedReplica] = defaultdict(lambda: ObservedReplica(-1))
+def pod_role(pod: dict) -> str | None:
+    """The prefill/decode role a pod's label gives it (None for a colocated fleet's pod)."""
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_PD_ROLE)
+
+
+def observed_replicas(pods: list[dict], role: str | None = None) -> dict[int, ObservedReplica]:
+    """The replicas the pods make up, by replica index (pods without replica/rank labels are skipped).
+
+    ``role`` keeps one role's pods of a two-role fleet (None: the pods without a role label).
+    """
+    groups: dict[int, ObservedReplica] = defaultdict(lambda: ObservedReplica(-1, role=role))
     for pod in pods:
         state = ObservedPod.from_pod(pod)
-        if state is None:
+        if state is None or pod_role(pod) != role:
             continue
         group = groups[state.replica]
         group.index = state.replica

@@ -11,6 +11,7 @@ from ..api import names
 from ..api.catalog import Catalog
 from ..api.settings import ControlSettings, OperatorSettings
 from ..kube import AlreadyExists, Conflict, Kube, KubeError, NotFound
+from ..layout import plan_roles
 from ..observed import observed_replicas
 from ..promql.guarded import parse_guarded
 from ..render import InvalidSpec, validate
@@ -20,7 +21,7 @@ from ..status.derive import OTHER_WRITERS_KEYS, canonical_status
 from ..telemetry import RECONCILES, REPLICAS
 from .expectations import CREATE, DELETE, PATCH, Expectation
 from .observe import ROUTING_CORE_KINDS, ROUTING_CRD_KINDS, is_picker_object, owned_by
-from .plan import NOT_RECONCILED, TWO_ROLES_NOT_RECONCILED, creation_event, plan_invalid, plan_pass
+from .plan import creation_event, plan_invalid, plan_pass
 from .timing import SETTLE_AFTER_CONFLICT
 from .writes import Event, Observed, PassPlan
 
@@ -96,11 +97,7 @@ def reconcile_once(
     except InvalidSpec as error:
         result = plan_invalid(body, error.problems, now)
         kind = "invalid"
-    if valid is not None and valid.obj.spec.disaggregation is not None:
-        # Rendered, not reconciled yet: say so rather than run a two-role fleet as one role.
-        result = plan_invalid(body, [TWO_ROLES_NOT_RECONCILED], now, NOT_RECONCILED)
-        kind = "invalid"
-    elif valid is not None:
+    if valid is not None:
         picker = PickerSettings(image=settings.routing.picker_image)
         result = plan_pass(
             valid.obj,
@@ -113,7 +110,8 @@ def reconcile_once(
             valid.warnings,
         )
         kind = "changed" if result.writes_children else "converged"
-        _export_gauges(meta, valid.layout.data, result, observed)
+        roles = plan_roles(valid.obj.spec).values()
+        _export_gauges(meta, sum(r.data for r in roles) if roles else valid.layout.data, result, observed)
     try:
         hold = hold_status_until is not None and now < hold_status_until
         written = _apply(kube, body, result, outcome, hold)

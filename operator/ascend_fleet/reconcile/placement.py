@@ -100,7 +100,7 @@ def release_sentence(group: ObservedReplica, timeout: float) -> str:
     placed = [f"{p.name} on {p.node_name}" for p in group.pods if p.node_name and not p.deleting]
     waiting = [p.name for p in group.pods if not p.node_name and not p.deleting]
     return (
-        f"replica {group.index}: {', '.join(waiting)} not placed within {timeout:g}s; deleting the gang to "
+        f"{group.label}: {', '.join(waiting)} not placed within {timeout:g}s; deleting the gang to "
         f"free the NPUs of {', '.join(placed)}"
     )
 

@@ -11,14 +11,15 @@ requests get ``drainSeconds``) and only then delete.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ..api import names
-from ..api.availability import Availability
 from ..api.settings import ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition
-from ..layout import Layout
+from ..layout import Layout, plan_roles
 from ..observed import ObservedReplica, get_condition, observed_replicas
+from ..observed.pods import pod_role
 from ..render import (
     Owner,
     drain_patch,
@@ -68,17 +69,89 @@ def plan_pass(
     warnings: Sequence[str] = (),
 ) -> PassPlan:
     """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``);
-    ``warnings`` (validate's, for a spec that renders but differs from what it asks) go into Ready's message."""
+    ``warnings`` (validate's, for a spec that renders but differs from what it asks) go into Ready's message.
+
+    A two-role fleet (spec.disaggregation) plans each role's replicas as a colocated fleet's, with the role's
+    own layout; pods of a role the spec no longer has (or a colocated fleet's pods beside two roles, and the
+    other way round) are surplus, drained and deleted like a scale-in.
+    """
     result = PassPlan()
     owner = Owner.of(obj)
-    spec = obj.spec
-    rev = revision(spec, owner.name, layout)
+    rev = revision(obj.spec, owner.name, layout)
     _plan_services(obj, layout, owner, observed, now, settings, result)
     routing_problem = plan_routing(obj, owner, observed, now, settings, picker, result, routing_enabled)
-    groups = observed_replicas(observed.pods)
-    restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
-    ppr, wanted = layout.pods_per_replica, layout.data
+    stored = stored_status(obj).get("groupRestarts", [])
+    wanted_roles: dict[str | None, Layout] = {role: each for role, each in plan_roles(obj.spec).items()}
+    wanted_roles = wanted_roles or {None: layout}
+    present = {pod_role(p) for p in observed.pods}
+    scopes: list[RoleScope] = []
+    for role in [*wanted_roles, *sorted(r for r in present if r not in wanted_roles and r is not None)]:
+        scope = RoleScope(role, wanted_roles.get(role), observed_replicas(observed.pods, role))
+        restarts = {r["replica"]: r for r in stored if r.get("role") == role}
+        _plan_replicas(obj, owner, scope, restarts, rev, observed, now, settings, result)
+        scopes.append(scope)
+    if None not in wanted_roles and None in present:  # a colocated fleet's pods beside two roles
+        scope = RoleScope(None, None, observed_replicas(observed.pods))
+        _plan_replicas(obj, owner, scope, {}, rev, observed, now, settings, result)
+    unplaced_problem = placement_problem(
+        [item for scope in scopes for item in scope.unplaced], obj.spec.availability
+    )
+    restarts_out = [r for scope in scopes for r in scope.restarts]
+    result.status = derive_status(
+        obj,
+        layout,
+        scopes[0].groups,
+        rev,
+        restarts_out,
+        now,
+        observed.refused,
+        routing_problem,
+        unplaced_problem,
+        warnings,
+        roles={s.role: (s.layout, s.groups) for s in scopes if s.role is not None and s.layout is not None},
+    )
+    _report_transitions(obj, result.status, routing_problem, result)
+    if result.writes_children:
+        result.later(REQUEUE_AFTER_WRITE_SECONDS)
+    return result
 
+
+@dataclass
+class RoleScope:
+    """The replicas of one role (None: a colocated fleet) as this pass found and planned them.
+
+    ``layout`` is None for a role the spec does not have: every replica of it is surplus.
+    """
+
+    role: str | None
+    layout: Layout | None
+    groups: dict[int, ObservedReplica]
+    restarts: list[dict] = field(default_factory=list)
+    unplaced: list = field(default_factory=list)
+
+    @property
+    def wanted(self) -> int:
+        return self.layout.data if self.layout else 0
+
+    @property
+    def pods_per_replica(self) -> int:
+        return self.layout.pods_per_replica if self.layout else 1
+
+
+def _plan_replicas(
+    obj: AscendInference,
+    owner: Owner,
+    scope: RoleScope,
+    restarts: dict,
+    rev: str,
+    observed: Observed,
+    now: float,
+    settings: ReconcileSettings,
+    result: PassPlan,
+) -> None:
+    """One role's replicas: create, restart, drain, roll out within its budget, and collect what is gone."""
+    spec, groups, role = obj.spec, scope.groups, scope.role
+    ppr, wanted = scope.pods_per_replica, scope.wanted
     for surplus in groups.values():
         if surplus.index >= wanted:
             _drain_then_delete(surplus, "scale-in", spec.disruption.drain_seconds, now, result)
@@ -89,7 +162,10 @@ def plan_pass(
     for index in range(wanted):
         group = groups.get(index)
         if group is None or not group.pods:
-            _create_replica(obj, layout, owner, index, rev, restarts, observed, now, settings, result)
+            assert scope.layout is not None  # wanted > 0
+            _create_replica(
+                obj, scope.layout, owner, index, rev, restarts, observed, now, settings, result, role
+            )
         elif any(p.deleting for p in group.pods):
             # Wait for the old gang to be gone before its names are reused.
             result.later(REQUEUE_AFTER_WRITE_SECONDS)
@@ -109,7 +185,7 @@ def plan_pass(
                     Event(
                         "Normal",
                         "RolloutReplace",
-                        f"replica {index}: replacing not-ready pods with revision {rev}",
+                        f"{group.label}: replacing not-ready pods with revision {rev}",
                     ),
                 )
         elif not _release_hoarding_gang(obj, group, restarts, now, settings, result):
@@ -118,35 +194,19 @@ def plan_pass(
 
     _roll_out(outdated, budget, rev, spec.disruption.drain_seconds, now, result)
     _collect_pod_groups(obj, groups, result)
-    unplaced_problem = _placement_problem(groups, wanted, ppr, now, settings, result, spec.availability)
-    result.status = derive_status(
-        obj,
-        layout,
-        groups,
-        rev,
-        list(restarts.values()),
-        now,
-        observed.refused,
-        routing_problem,
-        unplaced_problem,
-        warnings,
-    )
-    _report_transitions(obj, result.status, routing_problem, result)
-    if result.writes_children:
-        result.later(REQUEUE_AFTER_WRITE_SECONDS)
-    return result
+    scope.unplaced = _unplaced(groups, wanted, ppr, now, settings, result)
+    scope.restarts = list(restarts.values())
 
 
-def _placement_problem(
+def _unplaced(
     groups: dict[int, ObservedReplica],
     wanted: int,
     ppr: int,
     now: float,
     settings: ReconcileSettings,
     result: PassPlan,
-    availability: Availability | None,
-) -> tuple[str, str] | None:
-    """Why wanted replicas that are not ready cannot be placed; looks again when a silent pod's grace ends."""
+) -> list:
+    """The wanted replicas that are not ready and cannot be placed; looks again when a silent pod's grace ends."""
     found = []
     answering = answering_schedulers(groups.values())
     for index in range(wanted):
@@ -157,7 +217,7 @@ def _placement_problem(
             found.append(item)
         if (wait := next_placement_look(group, now, settings)) is not None:
             result.later(wait)
-    return placement_problem(found, availability)
+    return found
 
 
 def _report_transitions(
@@ -194,7 +254,7 @@ def _roll_out(
             Event(
                 "Normal",
                 "RolloutStep",
-                f"replica {group.index}: draining for revision {rev} ({drain_seconds}s)",
+                f"{group.label}: draining for revision {rev} ({drain_seconds}s)",
             )
         )
         result.later(drain_seconds or REQUEUE_AFTER_WRITE_SECONDS)
@@ -211,7 +271,9 @@ def _collect_pod_groups(obj: AscendInference, groups: dict[int, ObservedReplica]
     for group in groups.values():
         alive = [p for p in group.pods if not p.deleting]
         if alive and all(p.name in deleting for p in alive):
-            result.deletes.append(Delete(names.POD_GROUP_KIND, pod_group_name(obj.name, group.index)))
+            result.deletes.append(
+                Delete(names.POD_GROUP_KIND, pod_group_name(obj.name, group.index, group.role))
+            )
 
 
 def _plan_services(
@@ -239,14 +301,16 @@ def _plan_services(
             result.events.append(Event("Normal", "Updated", f"updated {want['kind']} {name}"))
 
 
-def _create_replica(obj, layout, owner, index, rev, restarts, observed, now, settings, result) -> None:
+def _create_replica(
+    obj, layout, owner, index, rev, restarts, observed, now, settings, result, role=None
+) -> None:
     record = restarts.get(index)
     if record:
         ready_at = (parse_rfc3339(record["lastTime"]) or now) + backoff_delay(record["count"], settings)
         if ready_at > now:
             result.later(ready_at - now)
             return
-    pods = render_replica(obj.spec, owner, index, layout, rev)
+    pods = render_replica(obj.spec, owner, index, None if role else layout, rev, role)
     # A gang is created whole or not at all: one refused rank holds the replica back.
     waits = [
         w for p in pods if (w := observed.held_back("Pod", p["metadata"]["name"], now, settings)) is not None
@@ -265,14 +329,14 @@ def creation_event(created: list[dict]) -> Event | None:
     """
     if not created:
         return None
-    replicas: dict[int, int] = {}
+    replicas: dict[tuple[str, int], int] = {}
     revisions: set[str] = set()
     others: list[str] = []
     for obj in created:
         labels = obj["metadata"].get("labels") or {}
         if obj["kind"] == "Pod" and names.LABEL_REPLICA in labels:
-            index = int(labels[names.LABEL_REPLICA])
-            replicas[index] = replicas.get(index, 0) + 1
+            key = (labels.get(names.LABEL_PD_ROLE, ""), int(labels[names.LABEL_REPLICA]))
+            replicas[key] = replicas.get(key, 0) + 1
             revisions.add(labels.get(names.LABEL_REVISION, ""))
         else:
             others.append(f"{obj['kind']} {obj['metadata']['name']}")
@@ -287,7 +351,7 @@ def creation_event(created: list[dict]) -> Event | None:
         )
         plural = "s" if len(replicas) > 1 else ""
         parts.append(
-            f"replica{plural} {', '.join(map(str, sorted(replicas)))} ({pods}, revision "
+            f"replica{plural} {', '.join(f'{role} {i}'.lstrip() for role, i in sorted(replicas))} ({pods}, revision "
             f"{', '.join(sorted(revisions))})"
         )
     if others:
@@ -302,6 +366,8 @@ def _count_restart(
     previous = restarts.get(group.index)
     count = (previous["count"] if previous else 0) + 1
     restarts[group.index] = {"replica": group.index, "count": count, "lastTime": rfc3339_ms(now)}
+    if group.role:
+        restarts[group.index]["role"] = group.role
     return count, backoff_delay(count, settings)
 
 
@@ -345,7 +411,7 @@ def _restart_gang(
         Event(
             "Warning",
             "ReplicaRestart",
-            f"replica {group.index}: {', '.join(failed)} failed; recreating the whole gang"
+            f"{group.label}: {', '.join(failed)} failed; recreating the whole gang"
             + (f" in {delay:g}s (restart {count})" if delay else ""),
         ),
     )
@@ -358,9 +424,7 @@ def _drain_then_delete(
     leader = group.leader
     if leader is None or drain_seconds == 0 or not leader.ready:
         # Nothing is serving from this replica, so there is nothing to drain.
-        _delete_group(
-            group, result, Event("Normal", "DeletedReplica", f"replica {group.index}: deleted ({reason})")
-        )
+        _delete_group(group, result, Event("Normal", "DeletedReplica", f"{group.label}: deleted ({reason})"))
         return
     if leader.drain_started is None:
         result.patches.append(Patch("Pod", leader.name, drain_patch(rfc3339_ms(now), reason)))
@@ -368,7 +432,7 @@ def _drain_then_delete(
             Event(
                 "Normal",
                 "Draining",
-                f"replica {group.index}: left the Service, deleting in {drain_seconds}s ({reason})",
+                f"{group.label}: left the Service, deleting in {drain_seconds}s ({reason})",
             )
         )
         result.later(drain_seconds)
@@ -380,7 +444,7 @@ def _drain_then_delete(
     _delete_group(
         group,
         result,
-        Event("Normal", "DeletedReplica", f"replica {group.index}: drained and deleted ({reason})"),
+        Event("Normal", "DeletedReplica", f"{group.label}: drained and deleted ({reason})"),
     )
 
 
@@ -410,18 +474,8 @@ def _restore_serving(group: ObservedReplica, result: PassPlan) -> None:
 INVALID_SPEC_FIELDS = frozenset({"conditions", "observed_generation"})
 
 
-# A valid spec this operator does not reconcile yet: a fleet with spec.disaggregation (two roles).
-NOT_RECONCILED = "NotReconciled"
-TWO_ROLES_NOT_RECONCILED = (
-    "spec.disaggregation: this operator renders two-role fleets (ascend-fleet render shows the pods) but does not "
-    "reconcile them yet, so it creates no pods rather than run them as one role; remove spec.disaggregation to "
-    "serve colocated, or apply the rendered pods yourself"
-)
-
-
 def plan_invalid(obj: dict, problems: list[str], now: float, reason: str = "InvalidSpec") -> PassPlan:
-    """An invalid spec (or one not reconciled yet, with its own reason): say what is wrong in Ready=False and
-    touch no children."""
+    """An invalid spec: say what is wrong in Ready=False and touch no children."""
     result = PassPlan()
     previous = dict(obj.get("status") or {})
     message = "; ".join(problems)

@@ -26,6 +26,7 @@ from .metadata import (
     pod_name,
     serving_selector,
 )
+from .pdsidecar import behind_sidecar, rename_engine_port, sidecar_container, sidecar_runs
 from .routing import PickerSettings, render_routing
 from .template import ENGINE_CONTAINER, merge_template
 
@@ -146,7 +147,7 @@ def _pod(fleet: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev
             "runAsGroup": ENGINE_UID,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        "containers": [_container(spec, layout, name, at)],
+        "containers": _containers(spec, layout, name, at),
         "volumes": _volumes(spec),
     }
     scheduling = spec.scheduling
@@ -173,6 +174,18 @@ def _pod(fleet: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev
     merged = merge_template(pod, spec)
     apply_availability(merged["spec"], spec.availability, name, at.leader)
     return merged
+
+
+def _containers(spec: AscendInferenceSpec, layout: Layout, name: str, at: Rank) -> list[dict]:
+    """The engine container, and in a routed two-role fleet's decode leader llm-d's P/D sidecar in front of it
+    (render/pdsidecar.py): the engine then listens on the sidecar's engine port."""
+    if not sidecar_runs(spec, at.role):
+        return [_container(spec, layout, name, at)]
+    engine = _container(behind_sidecar(spec), layout, name, at)
+    if not at.leader:
+        return [engine]
+    rename_engine_port(engine)
+    return [engine, sidecar_container(spec)]
 
 
 def default_resources(spec: AscendInferenceSpec, layout: Layout) -> dict:

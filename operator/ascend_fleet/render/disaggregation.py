@@ -7,12 +7,14 @@ against the ports the pods already open, the connector against the image's relea
 
 from __future__ import annotations
 
+from ..api import names
 from ..api.disaggregation import kv_transfer_of, port_problems, two_role_name_problem
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..engines import facts_of
 from ..engines.base import format_version
 from ..layout import Layout
 from .engine import EXPORTER_PORT, exporter_runs, leader_ports
+from .pdsidecar import SIDECAR_ENGINE_PORT_OFFSET, sidecar_engine_port, sidecar_runs
 
 # What the operator does not do for a two-role fleet yet, said where it would otherwise do something wrong.
 STORE_CONNECTOR = "AscendStoreConnector"
@@ -28,12 +30,7 @@ def disaggregation_problems(obj: AscendInference, roles: dict[str, Layout]) -> l
     name = two_role_name_problem(obj.name)
     if name:
         problems.append(name)
-    if spec.routing.mode == "inferencePool":
-        problems.append(
-            "spec.routing.mode: inferencePool does not pair prefill and decode instances yet (the endpoint "
-            "picker's prefill/decode profile is not configured by this operator); use routing.mode service, "
-            "whose Service sends requests to the decode leaders"
-        )
+    problems += _sidecar_port_problems(spec, roles)
     facts = kv_transfer_of(spec.engine.type)
     if facts is None or split.kv_transfer.port is None:
         return problems
@@ -71,6 +68,27 @@ def _taken_ports(spec: AscendInferenceSpec, roles: dict[str, Layout]) -> dict[in
     return taken
 
 
+def _sidecar_port_problems(spec: AscendInferenceSpec, roles: dict[str, Layout]) -> list[str]:
+    """The decode engine behind the sidecar takes spec.engine.port + 200: it must exist and be free."""
+    if not sidecar_runs(spec, names.PD_DECODE) or spec.engine.port is None:
+        return []
+    port = sidecar_engine_port(spec)
+    where = (
+        f"spec.engine.port: with routing.mode inferencePool a decode engine listens on {spec.engine.port} + "
+        f"{SIDECAR_ENGINE_PORT_OFFSET} = {port} behind llm-d's P/D sidecar, which takes {spec.engine.port}"
+    )
+    taken = {k: v for k, v in _taken_ports(spec, roles).items() if k != spec.engine.port}
+    kv = spec.disaggregation.kv_transfer.port if spec.disaggregation else None
+    width = roles[names.PD_DECODE].npus_per_pod if names.PD_DECODE in roles else 0
+    if port > 65535:
+        return [f"{where}, past 65535; use a lower engine port"]
+    if port in taken:
+        return [f"{where}, which is the {taken[port]}; use another engine port"]
+    if kv is not None and kv <= port <= kv + width:
+        return [f"{where}, inside the KV transfer's ports [{kv}, {kv + width}]; use another engine port"]
+    return []
+
+
 def _release_problems(spec: AscendInferenceSpec) -> list[str]:
     """A connector the image's engine release does not register yet."""
     split, image = spec.disaggregation, spec.image()
@@ -94,9 +112,8 @@ def disaggregation_warnings(spec: AscendInferenceSpec) -> list[str]:
     if split is None:
         return []
     warnings = [
-        "spec.disaggregation: the operator renders both roles (ascend-fleet render), but does not reconcile a "
-        "two-role fleet yet: it reports Ready=False with reason NotReconciled and creates no pods, and its control "
-        "loop leaves the fleet alone"
+        "spec.disaggregation: the control loop's rules and autoscaling do not act on a two-role fleet yet; the "
+        "operator runs both roles at the sizes their parallelism.data gives"
     ]
     if split.kv_transfer.connector == STORE_CONNECTOR:
         warnings.append(

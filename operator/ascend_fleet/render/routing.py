@@ -22,6 +22,7 @@ Pure: the same spec gives the same objects; nothing here talks to a cluster.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -217,7 +218,7 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
     ]
     detector = saturation_detector(spec)
     variants = variant_filter(spec)
-    return {
+    config = {
         "apiVersion": PICKER_CONFIG_API_VERSION,
         "kind": "EndpointPickerConfig",
         "featureGates": ["flowControl"],
@@ -256,6 +257,41 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
         "saturationDetector": {"pluginRef": detector["type"]},
         "flowControl": {"defaultRequestTTL": REQUEST_TTL, "priorityBands": bands},
     }
+    return pd_scheduling(config) if spec.disaggregation is not None else config
+
+
+# The project's P/D plugins (tools/epp/disaggregation), which follow llm-d's: a role filter heading each
+# profile, the handler running decode then prefill, and the one naming the prefill pod in the request header
+# the decode pod's sidecar reads (x-prefiller-host-port). The profiles are named as the handler's defaults.
+PD_ROLE_FILTER = "pd-role-filter"
+PD_PROFILE_HANDLER = "pd-profile-handler"
+PD_HEADER_HANDLER = "prefill-header-handler"
+PD_PROFILES = (names.PD_DECODE, names.PD_PREFILL)
+
+
+def pd_scheduling(config: dict) -> dict:
+    """``config`` (the picker's usual configuration) split for a two-role fleet: a ``decode`` and a ``prefill``
+    profile, each the usual one behind a filter on the pods' ``llm-d.ai/role`` label, the P/D profile handler
+    choosing between them and the header handler naming the prefill pod. A new dict; ``config`` is unchanged."""
+    pd = copy.deepcopy(config)
+    (usual,) = pd["schedulingProfiles"]
+    pd["plugins"] += [
+        *(
+            {
+                "type": PD_ROLE_FILTER,
+                "name": f"{role}-filter",
+                "parameters": {"label": names.LABEL_LLMD_ROLE, "roles": [role]},
+            }
+            for role in PD_PROFILES
+        ),
+        {"type": PD_PROFILE_HANDLER},
+        {"type": PD_HEADER_HANDLER},
+    ]
+    pd["schedulingProfiles"] = [
+        {"name": role, "plugins": [{"pluginRef": f"{role}-filter"}, *copy.deepcopy(usual["plugins"])]}
+        for role in PD_PROFILES
+    ]
+    return pd
 
 
 def variant_filter(spec: AscendInferenceSpec) -> list[dict]:

@@ -6,11 +6,20 @@ fields, so a misspelt one fails here instead of being dropped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition, GroupRestart, LayoutStatus
+from ..api.v1alpha1 import (
+    AscendInference,
+    AscendInferenceStatus,
+    Condition,
+    GroupRestart,
+    LayoutStatus,
+    RolesStatus,
+    RoleStatus,
+)
 from ..api.variants import fleet_weights, serving_split, traffic_shares, variant_of
 from ..layout import Layout
 from ..observed import ObservedReplica
@@ -48,22 +57,31 @@ def derive_status(
     routing_problem: str | None = None,
     placement_problem: tuple[str, str] | None = None,
     warnings: Sequence[str] = (),
+    roles: Mapping[str, tuple[Layout, Mapping[int, ObservedReplica]]] | None = None,
 ) -> dict:
     """The status this pass observed; equal inputs give an equal dict, so a converged pass writes nothing.
 
     ``warnings`` (what renders but differs from what the spec asks for) end Ready's message, so that
-    ``kubectl get ainf`` and ``kubectl describe`` show them as ``ascend-fleet validate`` does."""
-    wanted, ppr = layout.data, layout.pods_per_replica
+    ``kubectl get ainf`` and ``kubectl describe`` show them as ``ascend-fleet validate`` does. ``roles`` (a
+    two-role fleet: each role's layout and replicas) replaces ``layout`` and ``groups``: the counts are the
+    roles' sums, so Ready needs every replica of both roles, and status.roles shows each.
+    """
     generation = obj.metadata.get("generation")
-    existing = [g for g in groups.values() if any(not p.deleting for p in g.pods)]
-    counts = ReplicaCounts(
-        wanted=wanted,
-        present=len([g for g in existing if g.index < wanted]),
-        ready=sum(1 for i in range(wanted) if i in groups and groups[i].ready(ppr)),
-        updated=sum(1 for i in range(wanted) if i in groups and groups[i].at_revision(rev)),
-        extra=sum(1 for g in existing if g.index >= wanted),
-        draining=sum(1 for g in existing if g.draining),
-    )
+    if roles:
+        per_role = {role: count_replicas(each, found, rev) for role, (each, found) in roles.items()}
+        counts = ReplicaCounts.total(per_role.values())
+        existing_total = sum(c.existing for c in per_role.values())
+        role_status = _roles_status(roles, per_role)
+        layout_status = None
+    else:
+        counts = count_replicas(layout, groups, rev)
+        existing_total, role_status, per_role = counts.existing, None, {}
+        layout_status = LayoutStatus(
+            npus_per_replica=layout.npus_per_replica,
+            pods_per_replica=layout.pods_per_replica,
+            npus_per_pod=layout.npus_per_pod,
+            total_npus=layout.total_npus,
+        )
     conditions = _conditions(
         stored_status(obj).get("conditions", []),
         counts,
@@ -75,28 +93,25 @@ def derive_status(
         routing_problem,
         placement_problem,
         warnings,
+        per_role if roles else None,
     )
     status = AscendInferenceStatus(
         **kept_fields(obj.status),
         observed_generation=generation,
-        replicas=len(existing),
+        replicas=existing_total,
         ready_replicas=counts.ready,
         updated_replicas=counts.updated,
         selector=",".join(f"{k}={v}" for k, v in leader_selector(obj.name).items()),
         revision=rev,
-        layout=LayoutStatus(
-            npus_per_replica=layout.npus_per_replica,
-            pods_per_replica=ppr,
-            npus_per_pod=layout.npus_per_pod,
-            total_npus=layout.total_npus,
-        ),
+        layout=layout_status,
+        roles=role_status,
         conditions=[Condition.model_validate(c) for c in conditions],
         group_restarts=[
-            GroupRestart(replica=r["replica"], count=r["count"], last_time=r["lastTime"])
-            for r in sorted(restarts, key=lambda r: r["replica"])
+            GroupRestart(replica=r["replica"], role=r.get("role"), count=r["count"], last_time=r["lastTime"])
+            for r in sorted(restarts, key=lambda r: (r.get("role") or "", r["replica"]))
         ],
         # The split the rendered InferenceModelRewrite carries, read back from the object's annotation.
-        traffic=traffic_shares(split_in_force(obj, groups, ppr)) or None,
+        traffic=traffic_shares(split_in_force(obj, groups, layout.pods_per_replica)) or None,
     )
     return wire_status(status)
 
@@ -130,6 +145,52 @@ class ReplicaCounts:
     updated: int  # every pod at the current revision
     extra: int  # present at an index the spec no longer wants
     draining: int  # any index
+    existing: int = 0  # present at any index
+
+    @staticmethod
+    def total(counts: Iterable[ReplicaCounts]) -> ReplicaCounts:
+        """The sums of several roles' counts."""
+        items = list(counts)
+        return ReplicaCounts(
+            *(sum(getattr(c, f.name) for c in items) for f in dataclasses.fields(ReplicaCounts))
+        )
+
+
+def count_replicas(layout: Layout, groups: Mapping[int, ObservedReplica], rev: str) -> ReplicaCounts:
+    """What a pass counts among one role's (or a colocated fleet's) replicas."""
+    wanted, ppr = layout.data, layout.pods_per_replica
+    existing = [g for g in groups.values() if any(not p.deleting for p in g.pods)]
+    return ReplicaCounts(
+        wanted=wanted,
+        present=len([g for g in existing if g.index < wanted]),
+        ready=sum(1 for i in range(wanted) if i in groups and groups[i].ready(ppr)),
+        updated=sum(1 for i in range(wanted) if i in groups and groups[i].at_revision(rev)),
+        extra=sum(1 for g in existing if g.index >= wanted),
+        draining=sum(1 for g in existing if g.draining),
+        existing=len(existing),
+    )
+
+
+def _roles_status(
+    roles: Mapping[str, tuple[Layout, Mapping[int, ObservedReplica]]], counts: Mapping[str, ReplicaCounts]
+) -> RolesStatus:
+    """status.roles: each role's replicas, ready and updated, and its layout."""
+    return RolesStatus(
+        **{
+            role: RoleStatus(
+                replicas=counts[role].existing,
+                ready_replicas=counts[role].ready,
+                updated_replicas=counts[role].updated,
+                layout=LayoutStatus(
+                    npus_per_replica=layout.npus_per_replica,
+                    pods_per_replica=layout.pods_per_replica,
+                    npus_per_pod=layout.npus_per_pod,
+                    total_npus=layout.total_npus,
+                ),
+            )
+            for role, (layout, _) in roles.items()
+        }
+    )
 
 
 def _conditions(
@@ -143,10 +204,13 @@ def _conditions(
     routing_problem: str | None,
     placement_problem: tuple[str, str] | None = None,
     warnings: Sequence[str] = (),
+    per_role: Mapping[str, ReplicaCounts] | None = None,
 ) -> list[dict]:
     """Ready, Progressing and Degraded from this pass's counts; other condition types are kept."""
     wanted, ready, extra = counts.wanted, counts.ready, counts.extra
     readiness = f"{ready} of {wanted} replicas ready"
+    if per_role:
+        readiness += f" ({', '.join(f'{role} {c.ready} of {c.wanted}' for role, c in per_role.items())})"
     if refused:
         refusals = sorted(refused.values(), key=lambda r: (r.reason != NAME_CONFLICT, r.kind, r.name))
         sentence = "; ".join(r.sentence() for r in refusals)
@@ -160,9 +224,10 @@ def _conditions(
         ready_condition = (True, "AllReplicasReady", readiness)
     else:
         ready_condition = (False, "ReplicasNotReady", readiness)
-    status, reason, message = ready_condition
-    message = "; ".join([message, *(f"warning: {w}" for w in warnings)])
-    conditions = set_condition(conditions, "Ready", status, reason, message, now, generation)
+    if warnings:
+        status, reason, message = ready_condition
+        ready_condition = (status, reason, "; ".join([message, *(f"warning: {w}" for w in warnings)]))
+    conditions = set_condition(conditions, "Ready", *ready_condition, now, generation)
     restarting = any(r["replica"] < wanted for r in restarts)
     progressing, reason = _progress(counts, restarting)
     at_revision = f"{counts.updated} of {wanted} replicas at revision {rev}"
@@ -175,13 +240,17 @@ def _conditions(
         now,
         generation,
     )
-    failing = sorted(r["replica"] for r in restarts if r["replica"] < wanted and r["count"] > 1)
+    failing = [
+        f"{r['role']} {r['replica']}" if r.get("role") else str(r["replica"])
+        for r in sorted(restarts, key=lambda r: (r.get("role") or "", r["replica"]))
+        if r["replica"] < wanted and r["count"] > 1
+    ]
     return set_condition(
         conditions,
         "Degraded",
         bool(failing),
         "ReplicaFailing" if failing else "AsExpected",
-        f"replicas {', '.join(map(str, failing))} keep failing; recreating with backoff" if failing else "",
+        f"replicas {', '.join(failing)} keep failing; recreating with backoff" if failing else "",
         now,
         generation,
     )
