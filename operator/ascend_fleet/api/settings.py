@@ -17,6 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from . import strict_yaml
 from .checks import MAX_WINDOW_SECONDS
+from .images import DEFAULT_PICKER_IMAGE
 from .units import format_duration
 from .v1alpha1 import Duration, Model
 
@@ -233,10 +234,10 @@ class RoutingSettings(Model):
         "objects (the chart's rbac.routing: false grants none), and such specs get Ready=False with a sentence.",
     )
     picker_image: str = Field(
-        default="registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0",
+        default=DEFAULT_PICKER_IMAGE,
         min_length=1,
-        description="Endpoint picker image for spec.routing.mode inferencePool (the release the operator is "
-        "tested with).",
+        description="Endpoint picker image for spec.routing.mode inferencePool: the project's picker (the "
+        "upstream picker with the project's plugins) of the operator's own release.",
     )
 
 

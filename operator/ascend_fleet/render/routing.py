@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import yaml
 
 from ..api import names
+from ..api.images import DEFAULT_PICKER_IMAGE
 from ..api.v1alpha1 import AscendInferenceSpec, PriorityClass
 from ..api.variants import default_weights, served_name
 from ..engines import facts_of
@@ -46,10 +47,10 @@ PICKER_METRICS_PORT = 9090
 PICKER_CONFIG_FILE = "epp.yaml"
 PICKER_CONFIG_DIR = "/config"
 PICKER_COMPONENT = "endpoint-picker"
-PICKER_UID = 65532  # the distroless "nonroot" user of the upstream picker image
-# The release whose picker and CRDs the operator is tested with (tools/epp, tests/data/inference-extension).
+PICKER_UID = 65532  # the user images/picker runs as (the distroless "nonroot" user of the upstream image)
+# The Inference Extension release whose picker and CRDs the operator is tested with: tools/epp builds the
+# project's picker (DEFAULT_PICKER_IMAGE) on it, and the chart ships its CRDs.
 PICKER_RELEASE = "v1.5.0"
-DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PICKER_RELEASE}"
 # The body-based router (the Inference Extension's BBR) with the prompt-length classifier plugin
 # (tools/epp/classify): it runs in front of the picker and names the objective of a request that has none.
 CLASSIFIER_PLUGIN = "prompt-length-objective"
@@ -510,7 +511,7 @@ def _picker_deployment(
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": name,
-                    # The upstream image is distroless "nonroot" (uid 65532); the picker needs no privilege.
+                    # images/picker runs as uid 65532, as upstream's distroless "nonroot"; the picker needs no privilege.
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": PICKER_UID,
