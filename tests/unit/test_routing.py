@@ -99,7 +99,7 @@ def test_picker_config_has_one_priority_band_per_class():
     ]})  # fmt: skip
     (config_map,) = by_kind(objects, "ConfigMap")
     config = yaml.safe_load(config_map["data"]["epp.yaml"])
-    assert config == picker_config(obj.spec)
+    assert config == picker_config(obj.spec, Owner.of(obj))
     assert config["featureGates"] == ["flowControl"]
     assert config["flowControl"]["priorityBands"] == [
         {"priority": 10, "maxRequests": 100}, {"priority": -1, "maxRequests": 5}]  # fmt: skip

@@ -9,9 +9,11 @@ and this module renders nothing. With ``inferencePool`` it renders, all owned by
 - the endpoint picker (EPP): ServiceAccount, Role and RoleBinding (read pods, the pool and its objectives),
   ConfigMap with its ``EndpointPickerConfig`` (queue, KV-cache and prefix-cache scorers over the engines'
   own metrics; flow control with one priority band per class, the class's ``maxQueue`` as the band's
-  request limit), Deployment and Service (ext_proc gRPC on 9002);
+  request limit; with classes, the prompt-length classifier, which the project's picker runs in front of
+  itself), Deployment and Service (ext_proc gRPC on 9002);
 - one ``InferenceObjective`` (``inference.networking.x-k8s.io/v1alpha2``) per priority class, named
   ``<inference>-<class>``: a client picks its class by sending ``x-gateway-inference-objective: <that name>``;
+  a request without the header gets the class its prompt length reaches;
 - an ``HTTPRoute`` from the Gateway named in ``spec.routing.gateway`` to the pool, when one is named;
 - with ``spec.variants``, an ``InferenceModelRewrite`` (``inference.networking.x-k8s.io/v1alpha2``) named like
   the inference: the picker rewrites a request's ``model`` from ``model.name`` to one variant's served name,
@@ -51,11 +53,17 @@ PICKER_UID = 65532  # the user images/picker runs as (the distroless "nonroot" u
 # The Inference Extension release whose picker and CRDs the operator is tested with: tools/epp builds the
 # project's picker (DEFAULT_PICKER_IMAGE) on it, and the chart ships its CRDs.
 PICKER_RELEASE = "v1.5.0"
-# The body-based router (the Inference Extension's BBR) with the prompt-length classifier plugin
-# (tools/epp/classify): it runs in front of the picker and names the objective of a request that has none.
+# The prompt-length classifier (tools/epp/classify): it names the objective of a request that has none. The
+# project's picker runs it in front of itself (CLASSIFY_FLAG); the Inference Extension's body-based router (BBR)
+# built with it (the picker image's /classifier, classifier_args) serves gateways that chain one themselves.
 CLASSIFIER_PLUGIN = "prompt-length-objective"
 # The picker's filter by pod label that sends a rewritten request to a pod of the variant it was rewritten to.
 VARIANT_FILTER = "variant-filter"
+# The project's picker runs the classifier in front of itself, in the same process (tools/epp/front): the front
+# takes the picker's gRPC port and the picker listens on this loopback port behind it, without TLS.
+CLASSIFY_FLAG = "--classify-requests"
+CLASSIFY_PICKER_PORT_FLAG = "--classify-picker-port"
+CLASSIFY_PICKER_PORT = 9012
 CLASSIFIER_GRPC_PORT = 9004  # the upstream router's defaults
 CLASSIFIER_HEALTH_PORT = 9005
 CLASSIFIER_METRICS_PORT = 9091
@@ -206,8 +214,17 @@ def render_httproute(spec: AscendInferenceSpec, owner: Owner) -> dict:
     }
 
 
-def picker_config(spec: AscendInferenceSpec) -> dict:
-    """The endpoint picker's ``EndpointPickerConfig``: scorers over the engine's metrics, flow control per class."""
+def classifies(spec: AscendInferenceSpec) -> bool:
+    """Whether the picker classifies requests that name no objective: wherever the fleet has priority classes."""
+    return bool(spec.routing.classes)
+
+
+def picker_config(spec: AscendInferenceSpec, owner: Owner | None = None) -> dict:
+    """The endpoint picker's ``EndpointPickerConfig``: scorers over the engine's metrics, flow control per class.
+
+    With ``owner`` (the objectives' names come from it) and classes, also the prompt-length classifier, which
+    needs the picker started with :data:`CLASSIFY_FLAG` (:func:`picker_args` with ``classify``).
+    """
     extractor: dict = {"type": "core-metrics-extractor"}
     picker_engine = facts_of(spec.engine.type).picker_engine
     if picker_engine is not None:  # the extractor reads vLLM's metric names unless told otherwise
@@ -218,6 +235,11 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
     ]
     detector = saturation_detector(spec)
     variants = variant_filter(spec)
+    classifier = (
+        [{"type": CLASSIFIER_PLUGIN, "parameters": classifier_plugin(spec, owner)}]
+        if owner is not None and classifies(spec)
+        else []
+    )
     return {
         "apiVersion": PICKER_CONFIG_API_VERSION,
         "kind": "EndpointPickerConfig",
@@ -235,6 +257,7 @@ def picker_config(spec: AscendInferenceSpec) -> dict:
             extractor,
             detector,
             *variants,
+            *classifier,
         ],
         "schedulingProfiles": [
             {
@@ -296,14 +319,19 @@ def picker_args(
     health_port: int = PICKER_HEALTH_PORT,
     metrics_port: int = PICKER_METRICS_PORT,
     leader_election: bool = False,
+    classify: bool = False,
+    classify_picker_port: int = CLASSIFY_PICKER_PORT,
 ) -> list[str]:
     """The endpoint picker's command-line flags (the image's entrypoint is the picker).
 
     The ports are the pod's; a picker run as a local process (tests, benchmarks) picks free ones.
-    ``leader_election``: one of several replicas, which elect a leader.
+    ``leader_election``: one of several replicas, which elect a leader. ``classify``: the classifier of the
+    picker's configuration runs in front of the picker on ``grpc_port``, the picker behind it on
+    ``classify_picker_port`` (loopback).
     """
     election = [PICKER_LEADER_ELECTION_FLAG] if leader_election else []
-    return [*election,
+    front = [CLASSIFY_FLAG, CLASSIFY_PICKER_PORT_FLAG, str(classify_picker_port)] if classify else []
+    return [*election, *front,
         "--pool-name", owner.name,
         "--pool-namespace", owner.namespace,
         "--pool-group", "inference.networking.k8s.io",
@@ -365,7 +393,7 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(owner, name, labels),
-        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)},
+        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec, owner), sort_keys=False)},
     }
     service_account = {
         "apiVersion": "v1",
@@ -441,7 +469,7 @@ def _picker_access(owner: Owner, labels: dict[str, str], elects: bool) -> list[d
     return [role, binding]
 
 
-def _picker_container(owner: Owner, picker: PickerSettings, elects: bool) -> dict:
+def _picker_container(owner: Owner, picker: PickerSettings, elects: bool, classify: bool) -> dict:
     def health(service: str) -> dict:
         return {"grpc": {"port": PICKER_HEALTH_PORT, "service": service}}
 
@@ -451,7 +479,7 @@ def _picker_container(owner: Owner, picker: PickerSettings, elects: bool) -> dic
         "name": "epp",
         "image": picker.image,
         "imagePullPolicy": "IfNotPresent",
-        "args": picker_args(owner, leader_election=elects),
+        "args": picker_args(owner, leader_election=elects, classify=classify),
         "env": [
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -520,7 +548,7 @@ def _picker_deployment(
                     },
                     "terminationGracePeriodSeconds": 130,
                     **({"affinity": apart} if replicas > 1 else {}),
-                    "containers": [_picker_container(owner, picker, elects)],
+                    "containers": [_picker_container(owner, picker, elects, classifies(spec))],
                     "volumes": [{"name": "config", "configMap": {"name": name}}],
                 },
             },
