@@ -102,4 +102,4 @@ def test_release_runs_on_version_tags_and_publishes_the_chart_and_crds():
 def test_the_operators_default_picker_is_the_released_one():
     """The operator without the chart (its settings' default) runs the picker the release pushes, as the chart does."""
     assert workflow()["env"]["REGISTRY"] == PROJECT_REGISTRY
-    assert DEFAULT_PICKER_IMAGE == default_images()["picker"].format(version=package_version())
+    assert default_images()["picker"].format(version=package_version()) == DEFAULT_PICKER_IMAGE

@@ -385,7 +385,9 @@ def test_picker_image_builds_with_the_script_make_epp_runs(tmp_path, monkeypatch
     monkeypatch.setattr(controlplane, "cache_dir", lambda name: tmp_path / name)
     monkeypatch.setattr(controlplane.subprocess, "run", record)
     binary = dataplane.ensure_picker()
-    builds = [argv for argv in started if argv[0] != "go" and not argv[0].endswith("/go")]  # go env: the digest
+    builds = [
+        argv for argv in started if argv[0] != "go" and not argv[0].endswith("/go")
+    ]  # go env: the digest
     assert builds == [["bash", str(ROOT / "tools" / "epp" / "build.sh"), str(binary)]]
     assert "ensure_picker" in (ROOT / "Makefile").read_text().split("\nepp:")[1].split("\n\n")[0]
     # Static binaries: the image's final stage is empty but for them.

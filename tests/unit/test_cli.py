@@ -70,7 +70,9 @@ def test_no_example_turns_on_what_validate_warns_about(tmp_path):
         allowed = RENDER_ONLY.get(name)
         rest = [w for w in warnings if not (allowed and w.startswith(allowed))]
         assert not rest, f"examples/{name}: {rest}"
-        assert len(rest) == len(warnings) - (1 if allowed else 0), f"examples/{name} no longer warns: {allowed}"
+        assert len(rest) == len(warnings) - (1 if allowed else 0), (
+            f"examples/{name} no longer warns: {allowed}"
+        )
 
 
 BAD_STREAM = """\

@@ -49,4 +49,6 @@ def test_the_docs_name_the_objective_header_the_picker_reads():
     routing = (ROOT / "docs" / "routing.md").read_text()
     assert f"`{OBJECTIVE_HEADER}" in routing
     headers = set(re.findall(r"x-gateway-[a-z-]+", routing))
-    assert headers <= {OBJECTIVE_HEADER, "x-gateway-destination-endpoint", "x-gateway-model-name-rewrite"}, headers
+    assert headers <= {OBJECTIVE_HEADER, "x-gateway-destination-endpoint", "x-gateway-model-name-rewrite"}, (
+        headers
+    )
