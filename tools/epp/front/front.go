@@ -178,19 +178,17 @@ func relayRequests(ctx context.Context, down extProcPb.ExternalProcessor_Process
 				}
 				headers, whole := Classify(ctx, c, held, message, body)
 				held, body = nil, nil
-				if err := up.Send(headers); err != nil {
+				if err := sendAll(up, headers, Chunks(whole, ChunkSize)...); err != nil {
 					return err
 				}
-				message = whole
+				continue
 			}
 		case *extProcPb.ProcessingRequest_RequestTrailers:
 			if held != nil { // a body that ended without end-of-stream: classify what came
 				headers, whole := Classify(ctx, c, held, nil, body)
 				held, body = nil, nil
-				for _, m := range []*extProcPb.ProcessingRequest{headers, whole} {
-					if err := up.Send(m); err != nil {
-						return err
-					}
+				if err := sendAll(up, headers, Chunks(whole, ChunkSize)...); err != nil {
+					return err
 				}
 			}
 		}
@@ -230,6 +228,34 @@ func Classify(ctx context.Context, c Classifier, headers, last *extProcPb.Proces
 		RequestBody: &extProcPb.HttpBody{Body: body, EndOfStream: true},
 	}
 	return outHeaders, whole
+}
+
+// ChunkSize is the largest body piece the front sends the picker in one message: gRPC servers refuse messages
+// over 4 MiB by default, and a request body (images in base64) can be larger.
+const ChunkSize = 64 * 1024
+
+// Chunks splits a body message into messages of at most size bytes of body each, the last one ending the stream.
+func Chunks(whole *extProcPb.ProcessingRequest, size int) []*extProcPb.ProcessingRequest {
+	body := whole.GetRequestBody().GetBody()
+	var out []*extProcPb.ProcessingRequest
+	for start := 0; start == 0 || start < len(body); start += size {
+		end := min(start+size, len(body))
+		piece := proto.Clone(whole).(*extProcPb.ProcessingRequest)
+		piece.Request = &extProcPb.ProcessingRequest_RequestBody{
+			RequestBody: &extProcPb.HttpBody{Body: body[start:end], EndOfStream: end == len(body)},
+		}
+		out = append(out, piece)
+	}
+	return out
+}
+
+func sendAll(up extProcPb.ExternalProcessor_ProcessClient, first *extProcPb.ProcessingRequest, rest ...*extProcPb.ProcessingRequest) error {
+	for _, message := range append([]*extProcPb.ProcessingRequest{first}, rest...) {
+		if err := up.Send(message); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func headerValue(h *corev3.HeaderValue) string {

@@ -124,3 +124,27 @@ func TestThePluginRefusesWithoutTheFront(t *testing.T) {
 		t.Fatalf("with the front: %v", err)
 	}
 }
+
+func TestBodiesGoToThePickerInPieces(t *testing.T) {
+	body := []byte(strings.Repeat("x", 2*ChunkSize+5))
+	whole := &extProcPb.ProcessingRequest{ObservabilityMode: true, Request: &extProcPb.ProcessingRequest_RequestBody{
+		RequestBody: &extProcPb.HttpBody{Body: body, EndOfStream: true}}}
+	pieces := Chunks(whole, ChunkSize)
+	if len(pieces) != 3 {
+		t.Fatalf("%d pieces", len(pieces))
+	}
+	var joined []byte
+	for i, piece := range pieces {
+		joined = append(joined, piece.GetRequestBody().GetBody()...)
+		if piece.GetRequestBody().GetEndOfStream() != (i == 2) || !piece.ObservabilityMode {
+			t.Fatalf("piece %d: end of stream %v", i, piece.GetRequestBody().GetEndOfStream())
+		}
+	}
+	if string(joined) != string(body) {
+		t.Fatal("the pieces are not the body")
+	}
+	empty := &extProcPb.ProcessingRequest{Request: &extProcPb.ProcessingRequest_RequestBody{RequestBody: &extProcPb.HttpBody{}}}
+	if pieces := Chunks(empty, ChunkSize); len(pieces) != 1 || !pieces[0].GetRequestBody().GetEndOfStream() {
+		t.Fatal("an empty body is one message that ends the stream")
+	}
+}
