@@ -51,7 +51,7 @@ def default_images() -> dict[str, str]:
     """Every image the chart's values name by default, as repository:<version><suffix>: the operator, the
     endpoint picker and each engine by the chip it serves."""
     values = helm.default_values()
-    assert "pickerImage" not in values["config"]["routing"], "the default picker is the pickerImage value"
+    assert not values["config"]["routing"]["pickerImage"], "the default picker is the pickerImage value"
     images = {
         "operator": values["operator"]["image"]["repository"] + ":{version}",
         "picker": values["pickerImage"]["repository"] + ":{version}",

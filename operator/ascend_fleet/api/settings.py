@@ -235,10 +235,14 @@ class RoutingSettings(Model):
     )
     picker_image: str = Field(
         default=DEFAULT_PICKER_IMAGE,
-        min_length=1,
-        description="Endpoint picker image for spec.routing.mode inferencePool: the project's picker (the "
+        description="Endpoint picker image for spec.routing.mode inferencePool; empty: the project's picker (the "
         "upstream picker with the project's plugins) of the operator's own release.",
     )
+
+    @field_validator("picker_image")
+    @classmethod
+    def _empty_is_the_default(cls, image: str) -> str:
+        return image or DEFAULT_PICKER_IMAGE
 
 
 class OperatorSettings(Model):
