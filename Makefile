@@ -163,7 +163,7 @@ bench: setup
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
-# The operator and engine images (images/*/Dockerfile), tagged with the package version, for linux/arm64 (Ascend
+# The operator, engine and endpoint picker images (images/*/Dockerfile), tagged with the package version, for linux/arm64 (Ascend
 # servers) and linux/amd64 through buildx. Where no Docker engine answers, say so and succeed: `make test`
 # checks the Dockerfiles without one. REGISTRY=registry.example.com/ai tags them for another registry;
 # PUSH=1 pushes the multi-platform result (a local image store holds one platform only); PLATFORMS overrides.
@@ -177,7 +177,7 @@ images:
 	version=$$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml); \
 	registry=$${REGISTRY:-ghcr.io/ascend-fleet}; \
 	output=$$([ -n "$(PUSH)" ] && echo --push || echo); \
-	for image in operator vllm-ascend sglang; do \
+	for image in operator vllm-ascend sglang picker; do \
 	  echo "docker buildx build --platform $(PLATFORMS) -f images/$$image/Dockerfile -t $$registry/$$image:$$version $$output ."; \
 	  docker buildx build --platform $(PLATFORMS) -f images/$$image/Dockerfile -t $$registry/$$image:$$version $$output .; \
 	done

@@ -18,14 +18,8 @@ from ascend_fleet.api import names
 from ascend_fleet.api.policy import default_classes
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.render import Owner, validate
-from ascend_fleet.render.routing import (
-    OBJECTIVE_HEADER,
-    classifier_args,
-    objective_name,
-    picker_args,
-    picker_config,
-    picker_name,
-)
+from ascend_fleet.render.picker_config import OBJECTIVE_HEADER, objective_name, picker_config
+from ascend_fleet.render.routing import classifier_args, picker_args, picker_name
 from ascend_fleet.simulate.flow import seed_order
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.real.dataplane import Classifier, Envoy, Picker, ensure_classifier, ensure_picker

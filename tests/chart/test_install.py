@@ -183,7 +183,10 @@ def test_config_file_carries_the_values(releases):
         "vllm-ascend/ascend910_93": "ghcr.io/ascend-fleet/vllm-ascend:0.1.0-a3",
         "sglang/ascend910_93": "ghcr.io/ascend-fleet/sglang:0.1.0-a3",
     }
+    # The project's picker at the chart's appVersion, unless config.routing.pickerImage names another image.
+    assert defaults.routing.picker_image == "ghcr.io/ascend-fleet/picker:0.1.0"
     everything = settings_of(releases["everything"])
+    assert everything.routing.picker_image == "registry.example.com/inference/epp:v1.5.0"
     assert everything.prometheus.url == "http://prometheus-operated.monitoring.svc:9090"
     assert (everything.control.interval, everything.control.min_samples_fraction) == (30.0, 0.9)
     assert everything.control.catalog_preset == "npu-exporter"

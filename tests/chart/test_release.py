@@ -7,7 +7,7 @@ import tomllib
 
 import yaml
 
-from ascend_fleet.api.images import default_image
+from ascend_fleet.api.images import DEFAULT_PICKER_IMAGE, PROJECT_REGISTRY, default_image
 from tests.chart import helm
 from tests.support.paths import ROOT
 
@@ -42,14 +42,20 @@ def test_chart_version_and_default_image_tags_are_the_package_version():
     assert chart()["version"] == version and chart()["appVersion"] == version
     values = helm.default_values()
     assert values["operator"]["image"]["tag"] in ("", version)
+    assert values["pickerImage"]["tag"] in ("", version)
     for key, image in values["engineImages"].items():
         assert image["tag"] in ("", version), key
 
 
 def default_images() -> dict[str, str]:
-    """Every image the chart's values name by default, as repository:<version><suffix>, by the chip it serves."""
+    """Every image the chart's values name by default, as repository:<version><suffix>: the operator, the
+    endpoint picker and each engine by the chip it serves."""
     values = helm.default_values()
-    images = {"operator": values["operator"]["image"]["repository"] + ":{version}"}
+    assert not values["config"]["routing"]["pickerImage"], "the default picker is the pickerImage value"
+    images = {
+        "operator": values["operator"]["image"]["repository"] + ":{version}",
+        "picker": values["pickerImage"]["repository"] + ":{version}",
+    }
     for key, image in values["engineImages"].items():
         images[key] = image["repository"] + ":{version}" + image.get("suffix", "")
     return images
@@ -72,7 +78,8 @@ def test_release_builds_every_image_the_chart_names():
     for key, image in default_images().items():
         entry = built[image]
         assert (ROOT / "images" / entry["image"] / "Dockerfile").is_file()
-        if key == "operator":
+        if key in ("operator", "picker"):
+            assert not entry["build-args"], f"{image} builds from this checkout alone"
             continue
         engine, _, chip = key.partition("/")
         base = default_image(engine, chip or DEFAULT_CHIP)
@@ -90,3 +97,9 @@ def test_release_runs_on_version_tags_and_publishes_the_chart_and_crds():
     assert re.search(r"gh release create .*\n.*\n\s+crds/\*\.yaml", scripts)
     # The tag must be the package's and the chart's version, or the chart would name images nobody pushed.
     assert 'if [ "$version" != "$package" ]' in scripts
+
+
+def test_the_operators_default_picker_is_the_released_one():
+    """The operator without the chart (its settings' default) runs the picker the release pushes, as the chart does."""
+    assert workflow()["env"]["REGISTRY"] == PROJECT_REGISTRY
+    assert default_images()["picker"].format(version=package_version()) == DEFAULT_PICKER_IMAGE

@@ -18,7 +18,8 @@ import pytest
 from ascend_fleet.api import names
 from ascend_fleet.kube import NotFound, wait_for
 from ascend_fleet.render import Owner, validate
-from ascend_fleet.render.routing import OBJECTIVE_HEADER, picker_name, render_routing
+from ascend_fleet.render.picker_config import OBJECTIVE_HEADER
+from ascend_fleet.render.routing import picker_name, render_routing
 from ascend_fleet.status.conditions import ROUTING_UNAVAILABLE
 from ascend_fleet_dev.real.localpods import is_picker_pod
 from ascend_fleet_dev.real.pickerfailover import kill_serving_picker

@@ -11,7 +11,8 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.kube import KubeError, wait_for
-from ascend_fleet.render.routing import VARIANT_FILTER, picker_name
+from ascend_fleet.render.picker_config import VARIANT_FILTER
+from ascend_fleet.render.routing import picker_name
 from tests.e2e.fleet import example
 from tests.e2e.test_routing import apply_crds
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from ascend_fleet.api.images import DEFAULT_IMAGES
+from ascend_fleet.render.routing import PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT, PICKER_UID
 from tests.support.paths import ROOT
 
 IMAGES = ROOT / "images"
@@ -120,8 +122,8 @@ def dockerfile(request) -> Path:
     return DOCKERFILES[request.param]
 
 
-def test_the_three_images_exist():
-    assert set(DOCKERFILES) == {"operator", "vllm-ascend", "sglang"}
+def test_the_four_images_exist():
+    assert set(DOCKERFILES) == {"operator", "vllm-ascend", "sglang", "picker"}
 
 
 def test_parses(dockerfile):
@@ -163,6 +165,8 @@ def test_buildkit_parser_agrees(dockerfile):
 
 def test_bases_are_pinned(dockerfile):
     for image in base_images(dockerfile):
+        if image == "scratch":  # the empty image, nothing pulled
+            continue
         assert "$" not in image, f"{image}: an ARG without a default"
         name, _, digest = image.partition("@")
         tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
@@ -349,6 +353,61 @@ def test_engine_images_extend_the_operators_default_upstream_image(engine):
         engine
     ]
     assert f"import {module}" in runs, "the build proves the exporter imports"
+
+
+def picker_build() -> tuple[str, str]:
+    """The build stage's working directory and the RUN that builds the picker."""
+    _, all_stages = stages(parse(DOCKERFILES["picker"].read_text()))
+    build = all_stages[0]
+    (workdir,) = [i.args for i in build if i.keyword == "WORKDIR"]
+    (run,) = [i.args for i in build if i.keyword == "RUN" and "build.sh" in i.args]
+    return workdir, run
+
+
+def test_picker_image_builds_with_the_script_make_epp_runs(tmp_path, monkeypatch):
+    """The image runs tools/epp/build.sh, the command the local build (`make epp`, the tests' picker) runs, so the
+    two cannot drift: no `go build` of the image's own, and the dev kit's build calls the same script."""
+    from ascend_fleet_dev.real import controlplane, dataplane
+
+    workdir, run = picker_build()
+    text = DOCKERFILES["picker"].read_text()
+    assert workdir == "/src/tools/epp" and "COPY tools/epp/ ./" in text
+    assert re.fullmatch(r"GOOS=\$TARGETOS GOARCH=\$TARGETARCH bash build\.sh /out/epp", run), run
+    assert "go build" not in text, "the image builds through tools/epp/build.sh alone"
+    # The dev kit's build (what `make epp` calls), caught at the subprocess it starts.
+    started: list[list[str]] = []
+
+    def record(argv, **_):
+        started.append([str(a) for a in argv])
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.delenv("ASCEND_FLEET_EPP", raising=False)
+    monkeypatch.setattr(controlplane, "cache_dir", lambda name: tmp_path / name)
+    monkeypatch.setattr(controlplane.subprocess, "run", record)
+    binary = dataplane.ensure_picker()
+    builds = [
+        argv for argv in started if argv[0] != "go" and not argv[0].endswith("/go")
+    ]  # go env: the digest
+    assert builds == [["bash", str(ROOT / "tools" / "epp" / "build.sh"), str(binary)]]
+    assert "ensure_picker" in (ROOT / "Makefile").read_text().split("\nepp:")[1].split("\n\n")[0]
+    # Static binaries: the image's final stage is empty but for them.
+    assert "export CGO_ENABLED=0" in (ROOT / "tools" / "epp" / "build.sh").read_text()
+
+
+def test_picker_image_is_the_binaries_the_operator_renders_for():
+    instructions = parse(DOCKERFILES["picker"].read_text())
+    assert base_images(DOCKERFILES["picker"])[-1] == "scratch"
+    _, all_stages = stages(instructions)
+    build_from = all_stages[0][0]
+    assert build_from.flags == ["--platform=$BUILDPLATFORM"], "cross-compiled on the builder, no emulation"
+    copied = [i.words() for i in all_stages[-1] if i.keyword == "COPY"]
+    assert copied == [["/out/epp", "/epp"], ["/out/classifier", "/classifier"]]
+    assert [i.words() for i in instructions if i.keyword == "ENTRYPOINT"] == [["/epp"]]
+    (user,) = [i.args for i in all_stages[-1] if i.keyword == "USER"]
+    assert user == f"{PICKER_UID}:{PICKER_UID}", "the rendered pod's runAsUser"
+    (exposed,) = [i.words() for i in instructions if i.keyword == "EXPOSE"]
+    assert exposed == [str(p) for p in (PICKER_GRPC_PORT, PICKER_HEALTH_PORT, PICKER_METRICS_PORT)]
+    assert sent_to_builder("tools/epp/main.go") and not sent_to_builder("tools/controlplane/go.mod")
 
 
 def test_pip_installs_keep_no_cache():

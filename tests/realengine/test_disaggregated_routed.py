@@ -23,7 +23,8 @@ import yaml
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all
-from ascend_fleet.render.routing import pd_scheduling, picker_args, picker_config, picker_name
+from ascend_fleet.render.picker_config import pd_scheduling, picker_config
+from ascend_fleet.render.routing import picker_args, picker_name
 from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port
 from ascend_fleet_dev.real.disaggregation import PREFILL_HEADER, SOURCE_COMPUTED, SOURCE_TRANSFERRED
 from ascend_fleet_dev.real.pdpods import DisaggregatedPods

@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
-from ascend_fleet.render.routing import SATURATION_QUEUE_DEPTH
+from ascend_fleet.render.picker_config import SATURATION_QUEUE_DEPTH
 from ascend_fleet_dev.fleet.prometheus import PrometheusServer
 from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable, ensure_picker
 from ascend_fleet_dev.real.localpods import LocalPods, install_inference_extension, is_picker_pod

@@ -1,10 +1,11 @@
-"""The server classifies: requests without an objective header get their class from their prompt length.
+"""The picker classifies: requests without an objective header get their class from their prompt length.
 
 On the real control plane, as tests/routing/test_dataplane.py: the upstream CRDs and every rendered object
-are applied, the node agent serves the engine pods as simulated engines, and Envoy chains the classifier (the
-upstream body-based router with the prompt-length plugin of tools/epp/classify) before the upstream endpoint
-picker, each with its rendered command line. The picker's own request counter, labelled by the priority of
-the objective it resolved, shows where each request went.
+are applied, the node agent serves the engine pods as simulated engines, and Envoy calls the project's picker
+(tools/epp) alone, with the command line and EndpointPickerConfig the operator renders for a fleet with classes:
+the classifier runs in front of the picker in its own process (tools/epp/front), as in a user's cluster, where
+the gateway calls the picker's Service and nothing else. The picker's own request counter, labelled by the
+priority of the objective it resolved, shows where each request went.
 """
 
 from __future__ import annotations
@@ -23,22 +24,16 @@ import yaml
 from ascend_fleet.api import names
 from ascend_fleet.kube import wait_for
 from ascend_fleet.render import Owner, render_all, validate
-from ascend_fleet.render.routing import (
-    OBJECTIVE_HEADER,
-    classifier_args,
-    picker_args,
-    picker_config,
-    picker_name,
-)
+from ascend_fleet.render.picker_config import OBJECTIVE_HEADER
+from ascend_fleet.render.routing import CLASSIFY_FLAG, CLASSIFY_PICKER_PORT_FLAG, picker_name, render_routing
 from ascend_fleet_dev.fleet.engines import SimulatedEngines
 from ascend_fleet_dev.fleet.scenario import Scenario
 from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.real.argv import replace_flag
 from ascend_fleet_dev.real.dataplane import (
-    Classifier,
     DataPlaneUnavailable,
     Envoy,
     Picker,
-    ensure_classifier,
     ensure_picker,
     envoy_binary,
 )
@@ -54,11 +49,7 @@ REQUESTS = re.compile(r"^inference_objective_request_total\{([^}]*)\} ([0-9.e+]+
 @pytest.fixture(scope="module")
 def binaries():
     try:
-        return (
-            ensure_picker(progress=lambda line: print(line, flush=True)),
-            ensure_classifier(),
-            envoy_binary(),
-        )
+        return ensure_picker(progress=lambda line: print(line, flush=True)), envoy_binary()
     except DataPlaneUnavailable as error:
         if os.environ.get("CI"):
             pytest.fail(f"CI must run the data plane: {error}")
@@ -67,7 +58,7 @@ def binaries():
 
 @pytest.fixture(scope="module")
 def fleet(real_cluster, binaries, tmp_path_factory):
-    """The seeds' default classes with engine priority; (url, picker, classifier)."""
+    """The seeds' default classes with engine priority; (url, picker)."""
     namespace = f"classify-{uuid.uuid4().hex[:6]}"
     real_cluster.kubectl("create", "namespace", namespace)
     real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
@@ -91,38 +82,38 @@ def fleet(real_cluster, binaries, tmp_path_factory):
         kubeconfig = real_cluster.cluster.control_plane.write_kubeconfig(
             tmp_path_factory.mktemp("epp") / "kubeconfig", token=token, namespace=namespace
         )
-        owner = Owner.of(obj)
-        ports = {"grpc_port": free_port(), "health_port": free_port(), "metrics_port": free_port()}
-        picker = Picker(picker_args(owner, **ports), picker_config(obj.spec), kubeconfig, binary=binaries[0])
+        args, config = rendered_picker(obj)
+        assert CLASSIFY_FLAG in args, "the operator renders the classifier for a fleet with classes"
+        # The pod's ports, moved to free ones for a local process (the front's, the picker's behind it).
+        for name in ("--grpc-port", "--grpc-health-port", "--metrics-port", CLASSIFY_PICKER_PORT_FLAG):
+            args = replace_flag(args, name, str(free_port()))
+        picker = Picker(args, config, kubeconfig, binary=binaries[0])
         processes.append(picker.start())
-        ports = {"grpc_port": free_port(), "health_port": free_port(), "metrics_port": free_port()}
-        classifier = Classifier(classifier_args(obj.spec, owner, **ports), kubeconfig, binary=binaries[1])
-        processes.append(classifier.start())
         pool = PoolRef(real_cluster.kube, namespace, NAME)
-        envoy = Envoy(
-            picker_port=picker.grpc_port,
-            classifier_port=classifier.grpc_port,
-            pool=pool,
-            fallbacks=picker.fallbacks,
-        )
+        envoy = Envoy(picker_port=picker.grpc_port, pool=pool, fallbacks=picker.fallbacks)
         processes.append(envoy.start())
         try:
-            wait_for(
-                lambda: complete(envoy.url, 4)[0] == 200,
-                90,
-                "an answer through the classifier and picker",
-                0.2,
-            )
+            wait_for(lambda: complete(envoy.url, 4)[0] == 200, 90, "an answer through the picker", 0.2)
         except AssertionError:
-            raise AssertionError(f"no answer\nclassifier:\n{classifier.log()[-3000:]}\nEPP:\n"
-                                 f"{picker.log()[-3000:]}\nEnvoy:\n{envoy.log()[-2000:]}") from None  # fmt: skip
-        yield envoy.url, picker, classifier
+            raise AssertionError(
+                f"no answer\nEPP:\n{picker.log()[-4000:]}\nEnvoy:\n{envoy.log()[-2000:]}"
+            ) from None
+        yield envoy.url, picker
     finally:
         for process in reversed(processes):
             process.stop()
         real_cluster.kubelet.remove_listener(engines)
         engines.close()
         real_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def rendered_picker(obj) -> tuple[list[str], dict]:
+    """The picker container's args and its EndpointPickerConfig, as the operator renders them."""
+    objects = render_routing(obj.spec, Owner.of(obj))
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["args"], yaml.safe_load(config_map["data"]["epp.yaml"])
 
 
 def complete(url: str, words: int, headers: dict[str, str] | None = None) -> tuple[int, str]:
@@ -165,20 +156,20 @@ def sent_one(picker: Picker, before: dict[str, float]) -> dict[str, float]:
 
 def test_prompts_without_a_header_are_classed_by_length(fleet):
     """3000 words is the long class (priority 0), 600 medium (1), 10 short (2): the seeds' thresholds."""
-    url, picker, classifier = fleet
+    url, picker = fleet
     for words, priority in ((3000, "0"), (600, "1"), (10, "2")):
         before = requests_by_priority(picker)
         status, body = complete(url, words)
         assert status == 200, body
-        assert sent_one(picker, before) == {priority: 1.0}, (words, classifier.log()[-2000:])
+        assert sent_one(picker, before) == {priority: 1.0}, (words, picker.log()[-3000:])
     # The classifier's own account: each prompt's estimated tokens (max of words and characters / 4).
-    classified = [json.loads(line) for line in classifier.log().splitlines() if "classified request" in line]
+    classified = [json.loads(line) for line in picker.log().splitlines() if "classified request" in line]
     estimates = {entry["objective"]: entry["promptTokens"] for entry in classified}
     assert estimates["llm-long"] >= 3000 and 600 <= estimates["llm-medium"] <= 2048, estimates
 
 
 def test_a_header_the_client_sends_still_wins(fleet):
-    url, picker, _ = fleet
+    url, picker = fleet
     before = requests_by_priority(picker)
     status, body = complete(url, 3000, {OBJECTIVE_HEADER: f"{NAME}-short"})
     assert status == 200, body

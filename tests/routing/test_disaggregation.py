@@ -21,7 +21,8 @@ from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.kube import scaled, wait_for
 from ascend_fleet.render import Owner, render_all, validate
-from ascend_fleet.render.routing import pd_scheduling, picker_args, picker_config, picker_name
+from ascend_fleet.render.picker_config import pd_scheduling, picker_config
+from ascend_fleet.render.routing import picker_args, picker_name
 from ascend_fleet_dev.fleet.engines import SimulatedEngines
 from ascend_fleet_dev.fleet.scenario import Scenario
 from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port

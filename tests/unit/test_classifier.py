@@ -9,13 +9,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from ascend_fleet.api import names
 from ascend_fleet.render import Owner, validate
+from ascend_fleet.render.picker_config import CLASSIFIER_PLUGIN, OBJECTIVE_HEADER, classifier_plugin
 from ascend_fleet.render.routing import (
-    CLASSIFIER_PLUGIN,
-    OBJECTIVE_HEADER,
+    CLASSIFY_FLAG,
+    CLASSIFY_PICKER_PORT,
+    CLASSIFY_PICKER_PORT_FLAG,
+    PICKER_GRPC_PORT,
     classifier_args,
-    classifier_plugin,
+    render_routing,
 )
 from ascend_fleet_dev.real.argv import flag
 from ascend_fleet_dev.real.envoyconfig import envoy_config
@@ -42,6 +47,31 @@ def plugin_parameters(args: list[str]) -> dict:
     kind, name, parameters = flag(args, "--plugin").split(":", 2)
     assert (kind, name) == (CLASSIFIER_PLUGIN, CLASSIFIER_PLUGIN)
     return json.loads(parameters)
+
+
+def picker_of(obj) -> tuple[list[str], dict]:
+    """The rendered picker container's args and its EndpointPickerConfig."""
+    objects = render_routing(obj.spec, Owner.of(obj))
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["args"], yaml.safe_load(config_map["data"]["epp.yaml"])
+
+
+def test_the_picker_classifies_wherever_classes_are_on():
+    """The rendered picker, not a separate router, classes a request that names no objective: its configuration
+    holds the classifier and its command line starts the front that runs it (tools/epp/front)."""
+    obj = inference(scheduling={"priority": True})
+    args, config = picker_of(obj)
+    (plugin,) = [p for p in config["plugins"] if p["type"] == CLASSIFIER_PLUGIN]
+    assert plugin["parameters"] == classifier_plugin(obj.spec, Owner.of(obj))
+    assert CLASSIFY_FLAG in args and flag(args, CLASSIFY_PICKER_PORT_FLAG) == str(CLASSIFY_PICKER_PORT)
+    # The front takes the port the pool and the picker Service name; the picker moves behind it.
+    assert flag(args, "--grpc-port") == str(PICKER_GRPC_PORT) != str(CLASSIFY_PICKER_PORT)
+    # No classes: neither the classifier nor the front.
+    args, config = picker_of(inference(routing={"mode": "inferencePool", "classes": []}))
+    assert CLASSIFY_FLAG not in args and CLASSIFIER_PLUGIN not in {p["type"] for p in config["plugins"]}
+    assert config["flowControl"]["priorityBands"] == []
 
 
 def test_classifier_names_each_class_objective_at_its_threshold():

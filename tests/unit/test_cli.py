@@ -38,6 +38,46 @@ def test_validate_accepts_every_example():
     assert result.stdout.count(" is valid (") == len(EXAMPLES)
 
 
+# Warnings an example may still draw, each with why: the feature the example shows is reconciled but not yet
+# operated by the control loop. The test fails once they no longer warn.
+NOT_YET_OPERATED = (
+    "spec.disaggregation: the control loop's rules and autoscaling do not act on a two-role fleet"
+)
+RENDER_ONLY = {
+    name: NOT_YET_OPERATED
+    for name in ("sglang-disaggregated.yaml", "vllm-disaggregated.yaml", "vllm-disaggregated-routed.yaml")
+}
+
+
+def chart_settings(tmp_path) -> str:
+    """The operator's settings as the chart installs them by default: its engine images at the chart's
+    appVersion (an example validated without them draws the upstream images' no-exporter warning)."""
+    chart = ROOT / "charts" / "ascend-fleet"
+    version = yaml.safe_load((chart / "Chart.yaml").read_text())["appVersion"]
+    values = yaml.safe_load((chart / "values.yaml").read_text())
+    images = {key: f"{image['repository']}:{image['tag'] or version}{image.get('suffix', '')}"
+              for key, image in values["engineImages"].items()}  # fmt: skip
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"images": images}))
+    return str(path)
+
+
+def test_no_example_turns_on_what_validate_warns_about(tmp_path):
+    result = cli("validate", "--config", chart_settings(tmp_path), "-o", "json", *map(str, EXAMPLES))
+    assert result.returncode == 0, result.stderr
+    warned = {
+        item["source"].rsplit("/", 1)[-1]: item["warnings"] for item in json.loads(result.stdout)["items"]
+    }
+    assert set(warned) == {path.name for path in EXAMPLES}
+    for name, warnings in warned.items():
+        allowed = RENDER_ONLY.get(name)
+        rest = [w for w in warnings if not (allowed and w.startswith(allowed))]
+        assert not rest, f"examples/{name}: {rest}"
+        assert len(rest) == len(warnings) - (1 if allowed else 0), (
+            f"examples/{name} no longer warns: {allowed}"
+        )
+
+
 BAD_STREAM = """\
 apiVersion: inference.ascendfleet.io/v1alpha1
 kind: AscendInference
@@ -93,25 +133,6 @@ def test_render_is_a_yaml_stream_with_namespace():
     assert sorted({o["kind"] for o in objects}) == ["Pod", "PodDisruptionBudget", "Service"]
     assert {o["metadata"]["namespace"] for o in objects} == {"llm"}
     assert len([o for o in objects if o["kind"] == "Pod"]) == 2
-
-
-def test_render_json_is_one_list_of_the_same_objects_as_kubectl_prints():
-    stream = list(yaml.safe_load_all(cli("render", "-n", "llm", str(SEED)).stdout))
-    result = cli("render", "-n", "llm", "-o", "json", str(SEED))
-    assert result.returncode == 0, result.stderr
-    listed = json.loads(result.stdout)
-    assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")
-    assert listed["items"] == stream
-    # -o yaml is the stream, as without -o.
-    assert (
-        cli("render", "-n", "llm", "-o", "yaml", str(SEED)).stdout
-        == cli("render", "-n", "llm", str(SEED)).stdout
-    )
-
-
-def test_render_json_refuses_invalid_input_with_nothing_on_stdout():
-    result = cli("render", "-o", "json", "-", stdin=BAD_STREAM)
-    assert result.returncode == 2 and result.stdout == ""
 
 
 def test_render_refuses_invalid_input():

@@ -25,3 +25,17 @@ def test_a_spec_image_is_never_replaced():
 def test_no_configured_default_keeps_the_upstream_one():
     original = body()
     assert with_default_image(original, OperatorSettings()) is original
+
+
+def test_the_default_picker_is_the_projects_of_this_release():
+    """Unset or empty, the operator runs the project's picker image of its own version; a name set is kept."""
+    from ascend_fleet import __version__
+    from ascend_fleet.api.images import DEFAULT_PICKER_IMAGE
+
+    assert f"ghcr.io/ascend-fleet/picker:{__version__}" == DEFAULT_PICKER_IMAGE
+    assert OperatorSettings().routing.picker_image == DEFAULT_PICKER_IMAGE
+    assert OperatorSettings.model_validate({"routing": {"pickerImage": ""}}).routing.picker_image == (
+        DEFAULT_PICKER_IMAGE
+    )
+    mirrored = OperatorSettings.model_validate({"routing": {"pickerImage": "mirror.example/epp:1"}})
+    assert mirrored.routing.picker_image == "mirror.example/epp:1"

@@ -9,8 +9,10 @@ from ascend_fleet.api import names
 from ascend_fleet.api.disaggregation import DEFAULT_PD_SIDECAR_IMAGE
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.render.children import render_all
+from ascend_fleet.render.metadata import Owner
 from ascend_fleet.render.pdsidecar import PD_SIDECAR_CONTAINER
-from ascend_fleet.render.routing import PICKER_CONFIG_FILE, picker_config
+from ascend_fleet.render.picker_config import picker_config
+from ascend_fleet.render.routing import PICKER_CONFIG_FILE
 from ascend_fleet.render.validation import validate
 from tests.unit.test_disaggregation import engine_container, flag, problems, two_roles
 
@@ -77,7 +79,8 @@ def test_the_pool_targets_the_sidecar_and_prefill_port_and_selects_both_roles():
     assert pool["spec"]["targetPorts"] == [{"number": 8000}]
     assert names.LABEL_PD_ROLE not in pool["spec"]["selector"]["matchLabels"]  # prefill pods are in the pool
     config = yaml.safe_load(next(o for o in rendered if o["kind"] == "ConfigMap")["data"][PICKER_CONFIG_FILE])
-    assert config == picker_config(validate(routed()).obj.spec)
+    obj = validate(routed()).obj
+    assert config == picker_config(obj.spec, Owner.of(obj))  # with the classifier: the example has classes
     profiles = {p["name"]: [r["pluginRef"] for r in p["plugins"]] for p in config["schedulingProfiles"]}
     assert list(profiles) == ["decode", "prefill"]
     assert profiles["decode"][0] == "decode-filter" and profiles["prefill"][0] == "prefill-filter"

@@ -13,7 +13,7 @@ import pytest
 
 from ascend_fleet.kube import KubeError, wait_for
 from ascend_fleet.render import InvalidSpec, validate
-from ascend_fleet.render.routing import picker_config
+from ascend_fleet.render.picker_config import picker_config
 from ascend_fleet_dev.real.dataplane import Envoy
 from ascend_fleet_dev.real.envoyconfig import envoy_config, picker_fallbacks
 from ascend_fleet_dev.real.poolendpoints import (

@@ -17,13 +17,8 @@ from kubernetes_validate import validate as k8s_validate
 from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.render import InvalidSpec, Owner, render_all, render_services, validate
-from ascend_fleet.render.routing import (
-    OBJECTIVE_HEADER,
-    PickerSettings,
-    objective_name,
-    picker_config,
-    render_routing,
-)
+from ascend_fleet.render.picker_config import OBJECTIVE_HEADER, objective_name, picker_config
+from ascend_fleet.render.routing import PickerSettings, render_routing
 from ascend_fleet_dev.fleet.serving import ShortRequestFirst, engine_config
 from tests.support.crdcheck import api_server_errors
 from tests.support.documents import inference
@@ -99,7 +94,7 @@ def test_picker_config_has_one_priority_band_per_class():
     ]})  # fmt: skip
     (config_map,) = by_kind(objects, "ConfigMap")
     config = yaml.safe_load(config_map["data"]["epp.yaml"])
-    assert config == picker_config(obj.spec)
+    assert config == picker_config(obj.spec, Owner.of(obj))
     assert config["featureGates"] == ["flowControl"]
     assert config["flowControl"]["priorityBands"] == [
         {"priority": 10, "maxRequests": 100}, {"priority": -1, "maxRequests": 5}]  # fmt: skip

@@ -13,7 +13,7 @@ from ascend_fleet.api.variants import current_weights, default_weights, parse_we
 from ascend_fleet.reconcile.plan import plan_pass
 from ascend_fleet.reconcile.writes import Observed
 from ascend_fleet.render import InvalidSpec, Owner, render_all, render_replica, revision, validate
-from ascend_fleet.render.routing import VARIANT_FILTER, picker_config
+from ascend_fleet.render.picker_config import VARIANT_FILTER, picker_config
 from tests.support.crdcheck import api_server_errors
 from tests.support.documents import inference
 from tests.support.paths import CRD_FILE, ROOT

@@ -138,7 +138,7 @@ The Prometheus credentials' volumes and their mounts ("volumes" or "mounts"), fr
 {{- end }}
 
 {{/*
-The operator's settings file (config.yaml): the `config` values plus the default engine images.
+The operator's settings file (config.yaml): the `config` values plus the default engine and picker images.
 Its keys are exactly those of the operator's settings schema; a chart test validates the rendered file.
 */}}
 {{- define "ascend-fleet.settings" -}}
@@ -151,6 +151,10 @@ Its keys are exactly those of the operator's settings schema; a chart test valid
 {{- $settings := deepCopy .Values.config }}
 {{- if not .Values.rbac.routing }}
 {{- $_ := set $settings.routing "enabled" false }}
+{{- end }}
+{{- if not $settings.routing.pickerImage }}
+{{- $picker := .Values.pickerImage }}
+{{- $_ := set $settings.routing "pickerImage" (printf "%s:%s" $picker.repository (default .Chart.AppVersion $picker.tag)) }}
 {{- end }}
 {{- if not .Values.rbac.npuHealth }}
 {{- $_ := set $settings.control "npuHealth" false }}

@@ -11,11 +11,14 @@ since the project's images are built on top of the defaults.
 
 from __future__ import annotations
 
+from .. import __version__
 from ..engines.base import Version, format_version, parse_version, repository
 from ..engines.registry import UnknownEngine, builtin_facts, facts_of, has_exporter
 
 __all__ = [
     "DEFAULT_IMAGES",
+    "DEFAULT_PICKER_IMAGE",
+    "PROJECT_REGISTRY",
     "Version",
     "default_image",
     "default_version",
@@ -34,6 +37,15 @@ DEFAULT_IMAGES: dict[tuple[str, str], str] = {
     for release in facts.releases
     for chip in release.chips
 }
+
+
+# Where the release workflow pushes the project's images (.github/workflows/release.yml's REGISTRY), the
+# repositories the chart's values name.
+PROJECT_REGISTRY = "ghcr.io/ascend-fleet"
+# The project's endpoint picker (images/picker): the upstream picker of the release tools/epp/go.mod pins, with
+# the project's plugins registered, tagged with the package version as the release workflow tags it. The
+# upstream image would refuse every configuration naming one of those plugins.
+DEFAULT_PICKER_IMAGE = f"{PROJECT_REGISTRY}/picker:{__version__}"
 
 
 def default_image(engine: str, chip: str) -> str | None:

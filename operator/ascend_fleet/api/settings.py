@@ -19,6 +19,7 @@ from . import strict_yaml
 from .bounds import MAX_IMAGE_LENGTH
 from .checks import MAX_WINDOW_SECONDS
 from .disaggregation import DEFAULT_PD_SIDECAR_IMAGE
+from .images import DEFAULT_PICKER_IMAGE
 from .units import format_duration
 from .v1alpha1 import Duration, Model
 
@@ -235,10 +236,9 @@ class RoutingSettings(Model):
         "objects (the chart's rbac.routing: false grants none), and such specs get Ready=False with a sentence.",
     )
     picker_image: str = Field(
-        default="registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0",
-        min_length=1,
-        description="Endpoint picker image for spec.routing.mode inferencePool (the release the operator is "
-        "tested with).",
+        default=DEFAULT_PICKER_IMAGE,
+        description="Endpoint picker image for spec.routing.mode inferencePool; empty: the project's picker (the "
+        "upstream picker with the project's plugins) of the operator's own release.",
     )
     pd_sidecar_image: str = Field(
         default=DEFAULT_PD_SIDECAR_IMAGE,
@@ -247,6 +247,11 @@ class RoutingSettings(Model):
         description="llm-d's P/D sidecar image, for the decode pods of two-role fleets with routing.mode "
         "inferencePool that name no spec.disaggregation.sidecarImage.",
     )
+
+    @field_validator("picker_image")
+    @classmethod
+    def _empty_is_the_default(cls, image: str) -> str:
+        return image or DEFAULT_PICKER_IMAGE
 
 
 class OperatorSettings(Model):

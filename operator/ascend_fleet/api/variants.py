@@ -4,7 +4,7 @@ A fleet with ``spec.variants`` runs each replica as one of the variants (replica
 ``i mod len(variants)``, so numbering stays stable and unique while the fleet scales), every engine serving the
 model under ``<model>-<variant>``. The endpoint picker's InferenceModelRewrite splits requests for the base
 model name between those names by weight. The weights are whole percents summing to 100; they live in the
-``inference.ascendfleet.io/traffic`` annotation (``names.ANNOTATION_TRAFFIC``), which the control loop's ``shift_traffic`` writes, and show in
+``inference.ascendfleet.io/traffic`` annotation, which the control loop's ``shift_traffic`` writes, and show in
 ``status.traffic``; without it the split is even, as the replicas are. The functions here are pure: they read and move weights, never write them.
 The variant and its share are fields of the spec and the status (``workload``, ``status_types``), so this module
 sits above the spec and reads it.

@@ -7,11 +7,13 @@ and this module renders nothing. With ``inferencePool`` it renders, all owned by
   inference, selecting the same serving leaders as the Service: a drain flips the serving label, so a
   draining replica leaves the pool exactly as it leaves the Service;
 - the endpoint picker (EPP): ServiceAccount, Role and RoleBinding (read pods, the pool and its objectives),
-  ConfigMap with its ``EndpointPickerConfig`` (queue, KV-cache and prefix-cache scorers over the engines'
+  ConfigMap with its ``EndpointPickerConfig`` (:mod:`.picker_config`: queue, KV-cache and prefix-cache scorers over the engines'
   own metrics; flow control with one priority band per class, the class's ``maxQueue`` as the band's
-  request limit), Deployment and Service (ext_proc gRPC on 9002);
+  request limit; with classes, the prompt-length classifier, which the project's picker runs in front of
+  itself), Deployment and Service (ext_proc gRPC on 9002);
 - one ``InferenceObjective`` (``inference.networking.x-k8s.io/v1alpha2``) per priority class, named
   ``<inference>-<class>``: a client picks its class by sending ``x-gateway-inference-objective: <that name>``;
+  a request without the header gets the class its prompt length reaches;
 - an ``HTTPRoute`` from the Gateway named in ``spec.routing.gateway`` to the pool, when one is named;
 - with ``spec.variants``, an ``InferenceModelRewrite`` (``inference.networking.x-k8s.io/v1alpha2``) named like
   the inference: the picker rewrites a request's ``model`` from ``model.name`` to one variant's served name,
@@ -22,7 +24,6 @@ Pure: the same spec gives the same objects; nothing here talks to a cluster.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,48 +31,33 @@ from dataclasses import dataclass
 import yaml
 
 from ..api import names
+from ..api.images import DEFAULT_PICKER_IMAGE
 from ..api.v1alpha1 import AscendInferenceSpec, PriorityClass
 from ..api.variants import default_weights, served_name
-from ..engines import facts_of
 from .metadata import Owner, common_labels, metadata, serving_selector
+from .picker_config import CLASSIFIER_PLUGIN, classifier_plugin, classifies, objective_name, picker_config
 
 POOL_API_VERSION = "inference.networking.k8s.io/v1"
 OBJECTIVE_API_VERSION = "inference.networking.x-k8s.io/v1alpha2"
-PICKER_CONFIG_API_VERSION = "inference.networking.x-k8s.io/v1alpha1"
 HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
-# The header the endpoint picker reads a request's objective from.
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
 PICKER_GRPC_PORT = 9002  # ext_proc, what Envoy calls
 PICKER_HEALTH_PORT = 9003  # gRPC health
 PICKER_METRICS_PORT = 9090
 PICKER_CONFIG_FILE = "epp.yaml"
 PICKER_CONFIG_DIR = "/config"
 PICKER_COMPONENT = "endpoint-picker"
-PICKER_UID = 65532  # the distroless "nonroot" user of the upstream picker image
-# The release whose picker and CRDs the operator is tested with (tools/epp, tests/data/inference-extension).
+PICKER_UID = 65532  # the user images/picker runs as (the distroless "nonroot" user of the upstream image)
+# The Inference Extension release whose picker and CRDs the operator is tested with: tools/epp builds the
+# project's picker (DEFAULT_PICKER_IMAGE) on it, and the chart ships its CRDs.
 PICKER_RELEASE = "v1.5.0"
-DEFAULT_PICKER_IMAGE = f"registry.k8s.io/gateway-api-inference-extension/epp:{PICKER_RELEASE}"
-# The body-based router (the Inference Extension's BBR) with the prompt-length classifier plugin
-# (tools/epp/classify): it runs in front of the picker and names the objective of a request that has none.
-CLASSIFIER_PLUGIN = "prompt-length-objective"
-# The picker's filter by pod label that sends a rewritten request to a pod of the variant it was rewritten to.
-VARIANT_FILTER = "variant-filter"
+# The project's picker runs the classifier in front of itself, in the same process (tools/epp/front): the front
+# takes the picker's gRPC port and the picker listens on this loopback port behind it, without TLS.
+CLASSIFY_FLAG = "--classify-requests"
+CLASSIFY_PICKER_PORT_FLAG = "--classify-picker-port"
+CLASSIFY_PICKER_PORT = 9012
 CLASSIFIER_GRPC_PORT = 9004  # the upstream router's defaults
 CLASSIFIER_HEALTH_PORT = 9005
 CLASSIFIER_METRICS_PORT = 9091
-# The request body field vLLM (``--scheduling-policy priority``) and SGLang (``--enable-priority-scheduling``)
-# read a request's priority from.
-ENGINE_PRIORITY_FIELD = "priority"
-# How long a request may wait in the picker's queues before it is shed, unless the client sets a deadline.
-REQUEST_TTL = "60s"
-# Engine queue depth at which the picker counts an endpoint as saturated and holds requests back: small, so
-# queuing (and with it priority order) happens at the picker, yet the engine always has the next batch.
-SATURATION_QUEUE_DEPTH = 4
-SATURATION_KV_CACHE = 0.9
-# Gauges older than this make the picker count an engine as full and pass it over. The upstream default
-# (200 ms) is shorter than a busy engine's /metrics sometimes takes to answer: the picker then sends
-# everything to the one engine whose last scrape happened to be quick.
-METRICS_STALENESS = "1s"
 # With routing.picker.leaderElection, several picker pods elect a leader through a Lease (the picker's own flag,
 # as the upstream chart sets it in its active-passive mode); only the leader answers its gRPC health service
 # "readiness", so only it is Ready and in the picker Service, while "liveness" passes on every pod (a standby is
@@ -92,11 +78,6 @@ class PickerSettings:
 def picker_name(name: str) -> str:
     """The endpoint picker's Deployment, Service, ConfigMap and ServiceAccount: ``<name>-epp``."""
     return f"{name}-epp"
-
-
-def objective_name(name: str, priority_class: PriorityClass) -> str:
-    """The InferenceObjective of one class: ``<name>-<class>``, the value clients send in the objective header."""
-    return f"{name}-{priority_class.name}"
 
 
 def render_routing(
@@ -206,124 +187,6 @@ def render_httproute(spec: AscendInferenceSpec, owner: Owner) -> dict:
     }
 
 
-def picker_config(spec: AscendInferenceSpec) -> dict:
-    """The endpoint picker's ``EndpointPickerConfig``: scorers over the engine's metrics, flow control per class."""
-    extractor: dict = {"type": "core-metrics-extractor"}
-    picker_engine = facts_of(spec.engine.type).picker_engine
-    if picker_engine is not None:  # the extractor reads vLLM's metric names unless told otherwise
-        extractor["parameters"] = {"defaultEngine": picker_engine}
-    bands = [
-        {"priority": c.priority, "maxRequests": c.max_queue}
-        for c in sorted(spec.routing.classes, key=lambda c: -c.priority)
-    ]
-    detector = saturation_detector(spec)
-    variants = variant_filter(spec)
-    config = {
-        "apiVersion": PICKER_CONFIG_API_VERSION,
-        "kind": "EndpointPickerConfig",
-        "featureGates": ["flowControl"],
-        "plugins": [
-            {"type": "queue-scorer"},
-            {"type": "kv-cache-utilization-scorer"},
-            {"type": "prefix-cache-scorer"},
-            # The best endpoint and spec.routing.picker.fallbacks more, in order, for the gateway to retry on.
-            {
-                "type": "max-score-picker",
-                "parameters": {"maxNumOfEndpoints": 1 + spec.routing.picker.fallbacks},
-            },
-            {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": "/metrics"}},
-            extractor,
-            detector,
-            *variants,
-        ],
-        "schedulingProfiles": [
-            {
-                "name": "default",
-                "plugins": [
-                    # With spec.variants, first: only the pods of the variant the rewrite drew can answer. The
-                    # detector then passes over the saturated ones among them, and keeps them all when every
-                    # one is saturated; after it, a saturated variant would be left with no pod at all.
-                    *({"pluginRef": v["type"]} for v in variants),
-                    # As a filter, before any scorer: an engine whose gauges are stale (its scrapes fail: a
-                    # dead engine or node) or that is saturated is passed over while another is not.
-                    {"pluginRef": detector["type"]},
-                    {"pluginRef": "queue-scorer", "weight": 2},
-                    {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
-                    {"pluginRef": "prefix-cache-scorer", "weight": 3},
-                    {"pluginRef": "max-score-picker"},
-                ],
-            }
-        ],
-        "saturationDetector": {"pluginRef": detector["type"]},
-        "flowControl": {"defaultRequestTTL": REQUEST_TTL, "priorityBands": bands},
-    }
-    return pd_scheduling(config) if spec.disaggregation is not None else config
-
-
-# The project's P/D plugins (tools/epp/disaggregation), which follow llm-d's: a role filter heading each
-# profile, the handler running decode then prefill, and the one naming the prefill pod in the request header
-# the decode pod's sidecar reads (x-prefiller-host-port). The profiles are named as the handler's defaults.
-PD_ROLE_FILTER = "pd-role-filter"
-PD_PROFILE_HANDLER = "pd-profile-handler"
-PD_HEADER_HANDLER = "prefill-header-handler"
-PD_PROFILES = (names.PD_DECODE, names.PD_PREFILL)
-
-
-def pd_scheduling(config: dict) -> dict:
-    """``config`` (the picker's usual configuration) split for a two-role fleet: a ``decode`` and a ``prefill``
-    profile, each the usual one behind a filter on the pods' ``llm-d.ai/role`` label, the P/D profile handler
-    choosing between them and the header handler naming the prefill pod. A new dict; ``config`` is unchanged."""
-    pd = copy.deepcopy(config)
-    (usual,) = pd["schedulingProfiles"]
-    pd["plugins"] += [
-        *(
-            {
-                "type": PD_ROLE_FILTER,
-                "name": f"{role}-filter",
-                "parameters": {"label": names.LABEL_LLMD_ROLE, "roles": [role]},
-            }
-            for role in PD_PROFILES
-        ),
-        {"type": PD_PROFILE_HANDLER},
-        {"type": PD_HEADER_HANDLER},
-    ]
-    pd["schedulingProfiles"] = [
-        {"name": role, "plugins": [{"pluginRef": f"{role}-filter"}, *copy.deepcopy(usual["plugins"])]}
-        for role in PD_PROFILES
-    ]
-    return pd
-
-
-def variant_filter(spec: AscendInferenceSpec) -> list[dict]:
-    """The project's variant filter (tools/epp/variants) for a fleet with spec.variants, else nothing.
-
-    The upstream picker rewrites a request's model to one variant's served name but then picks among every pod
-    of the pool; this filter keeps the pods labelled with that variant. Its parameters map each served name to
-    the variant label's value.
-    """
-    if not spec.variants:
-        return []
-    models = {served_name(spec.model.name, v): v.name for v in spec.variants}
-    return [{"type": VARIANT_FILTER, "parameters": {"label": names.LABEL_VARIANT, "models": models}}]
-
-
-def saturation_detector(spec: AscendInferenceSpec) -> dict:
-    """When the picker holds requests back in its priority bands instead of sending them to an engine's queue.
-
-    From the engines' own queue and KV-cache gauges (the picker scrapes them every 50 ms): an engine with
-    ``SATURATION_QUEUE_DEPTH`` requests waiting is full. Requests that arrive within one scrape of each other
-    can still pass before the gauges show it; they then wait in the engine's queue.
-    """
-    return {
-        "type": "utilization-detector",
-        "parameters": {
-            "queueDepthThreshold": SATURATION_QUEUE_DEPTH,
-            "kvCacheUtilThreshold": SATURATION_KV_CACHE,
-            "metricsStalenessThreshold": METRICS_STALENESS,
-        },
-    }
-
-
 def picker_args(
     owner: Owner,
     *,
@@ -331,14 +194,19 @@ def picker_args(
     health_port: int = PICKER_HEALTH_PORT,
     metrics_port: int = PICKER_METRICS_PORT,
     leader_election: bool = False,
+    classify: bool = False,
+    classify_picker_port: int = CLASSIFY_PICKER_PORT,
 ) -> list[str]:
     """The endpoint picker's command-line flags (the image's entrypoint is the picker).
 
     The ports are the pod's; a picker run as a local process (tests, benchmarks) picks free ones.
-    ``leader_election``: one of several replicas, which elect a leader.
+    ``leader_election``: one of several replicas, which elect a leader. ``classify``: the classifier of the
+    picker's configuration runs in front of the picker on ``grpc_port``, the picker behind it on
+    ``classify_picker_port`` (loopback).
     """
     election = [PICKER_LEADER_ELECTION_FLAG] if leader_election else []
-    return [*election,
+    front = [CLASSIFY_FLAG, CLASSIFY_PICKER_PORT_FLAG, str(classify_picker_port)] if classify else []
+    return [*election, *front,
         "--pool-name", owner.name,
         "--pool-namespace", owner.namespace,
         "--pool-group", "inference.networking.k8s.io",
@@ -351,24 +219,6 @@ def picker_args(
         "--tracing=false",
         "--zap-encoder", "json",
     ]  # fmt: skip
-
-
-def classifier_plugin(spec: AscendInferenceSpec, owner: Owner) -> dict:
-    """The prompt-length classifier's parameters: one entry per class, its objective and where it starts.
-
-    With ``scheduling.priority`` the request body also gets ``priority``: the class's priority negated,
-    because both engines (as rendered) serve lower values first while the picker dispatches higher first.
-    """
-    classes = []
-    for c in spec.routing.classes:
-        entry: dict = {"objective": objective_name(owner.name, c), "minPromptTokens": c.min_prompt_tokens}
-        if spec.scheduling.priority:
-            entry["enginePriority"] = -c.priority
-        classes.append(entry)
-    parameters: dict = {"header": OBJECTIVE_HEADER, "classes": classes}
-    if spec.scheduling.priority:
-        parameters["priorityField"] = ENGINE_PRIORITY_FIELD
-    return parameters
 
 
 def classifier_args(
@@ -400,7 +250,7 @@ def render_picker(spec: AscendInferenceSpec, owner: Owner, picker: PickerSetting
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(owner, name, labels),
-        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec), sort_keys=False)},
+        "data": {PICKER_CONFIG_FILE: yaml.safe_dump(picker_config(spec, owner), sort_keys=False)},
     }
     service_account = {
         "apiVersion": "v1",
@@ -476,7 +326,7 @@ def _picker_access(owner: Owner, labels: dict[str, str], elects: bool) -> list[d
     return [role, binding]
 
 
-def _picker_container(owner: Owner, picker: PickerSettings, elects: bool) -> dict:
+def _picker_container(owner: Owner, picker: PickerSettings, elects: bool, classify: bool) -> dict:
     def health(service: str) -> dict:
         return {"grpc": {"port": PICKER_HEALTH_PORT, "service": service}}
 
@@ -486,7 +336,7 @@ def _picker_container(owner: Owner, picker: PickerSettings, elects: bool) -> dic
         "name": "epp",
         "image": picker.image,
         "imagePullPolicy": "IfNotPresent",
-        "args": picker_args(owner, leader_election=elects),
+        "args": picker_args(owner, leader_election=elects, classify=classify),
         "env": [
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -546,7 +396,7 @@ def _picker_deployment(
                 "metadata": {"labels": labels},
                 "spec": {
                     "serviceAccountName": name,
-                    # The upstream image is distroless "nonroot" (uid 65532); the picker needs no privilege.
+                    # images/picker runs as uid 65532, as upstream's distroless "nonroot"; the picker needs no privilege.
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": PICKER_UID,
@@ -555,7 +405,7 @@ def _picker_deployment(
                     },
                     "terminationGracePeriodSeconds": 130,
                     **({"affinity": apart} if replicas > 1 else {}),
-                    "containers": [_picker_container(owner, picker, elects)],
+                    "containers": [_picker_container(owner, picker, elects, classifies(spec))],
                     "volumes": [{"name": "config", "configMap": {"name": name}}],
                 },
             },

@@ -5,7 +5,7 @@ model's (batch slots, prefill and decode from the batch curve). What the real la
 
 - ``service``: kube-proxy sends each connection to a serving replica at random; every engine queues what it
   cannot batch, first come, first served. Kept as is.
-- ``pool``: the endpoint picker's choice (as ``render.routing.picker_config`` configures it): it filters out
+- ``pool``: the endpoint picker's choice (as ``render.picker_config.picker_config`` configures it): it filters out
   engines whose waiting queue reached the saturation depth (4) while another has room, then scores the rest
   by queue depth (weight 2) and KV-cache use (weight 2); the prefix scorer adds nothing for prompts that share
   no prefix. The two equal weights make "fewest requests waiting plus running" the score here: the running
@@ -33,7 +33,7 @@ from typing import Literal
 
 from ..api.policy import PriorityClass, default_classes
 from ..api.units import parse_duration
-from ..render.routing import REQUEST_TTL, SATURATION_QUEUE_DEPTH
+from ..render.picker_config import REQUEST_TTL, SATURATION_QUEUE_DEPTH
 
 RoutingChoice = Literal["service", "pool", "classes", "classes-seed-order", "classes-engine-priority"]
 ROUTINGS: tuple[RoutingChoice, ...] = (

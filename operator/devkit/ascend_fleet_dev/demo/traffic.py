@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from ascend_fleet.api.v1alpha1 import Routing
-from ascend_fleet.render.routing import OBJECTIVE_HEADER, objective_name
+from ascend_fleet.render.picker_config import OBJECTIVE_HEADER, objective_name
 from ascend_fleet.simulate.traces import PROMPT_MEDIAN, PROMPT_RANGE, PROMPT_SIGMA
 from ascend_fleet_dev.demo.view import ClassFigures
 

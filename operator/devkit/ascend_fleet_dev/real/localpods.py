@@ -43,7 +43,11 @@ import yaml
 
 from ascend_fleet.api.names import LABEL_APP_COMPONENT
 from ascend_fleet.kube import Kube, KubeError
-from ascend_fleet.render.routing import PICKER_COMPONENT, PICKER_LEADER_ELECTION_FLAG
+from ascend_fleet.render.routing import (
+    CLASSIFY_PICKER_PORT_FLAG,
+    PICKER_COMPONENT,
+    PICKER_LEADER_ELECTION_FLAG,
+)
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.local.process import LocalProcess
 from ascend_fleet_dev.real.argv import flag, replace_flag
@@ -325,6 +329,8 @@ class LocalPods:
         for port_flag in port_flags:  # given or left at the program's default, each binds every interface
             if flag(args, port_flag) != "0":  # 0: that listener is off
                 args = replace_flag(args, port_flag, str(free_port()))
+        if flag(args, CLASSIFY_PICKER_PORT_FLAG) is not None:  # the picker behind its classifier, when given
+            args = replace_flag(args, CLASSIFY_PICKER_PORT_FLAG, str(free_port()))
         account = (pod.get("spec") or {}).get("serviceAccountName") or "default"
         token = self.kube.request_token(namespace, account)
         kubeconfig = self.cluster.write_kubeconfig(work / "kubeconfig", token=token, namespace=namespace)
