@@ -32,6 +32,7 @@ from ..status import set_condition
 from ..status.conditions import ROUTING_UNAVAILABLE
 from ..status.derive import derive_status, kept_fields, stored_status, wire_status
 from .drift import drifted, managed_spec
+from .nodeloss import avoid_nodes, fail_over_lost
 from .placement import (
     REASON_GANG_RELEASED,
     REASON_NO_SCHEDULER,
@@ -75,6 +76,9 @@ def plan_pass(
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
     ppr, wanted = layout.pods_per_replica, layout.data
 
+    # Replicas on a dead node leave the Service and go now (nodeloss.py); they are made again next pass.
+    lost = fail_over_lost(groups, observed.dead_nodes, result)
+
     for surplus in groups.values():
         if surplus.index >= wanted:
             _drain_then_delete(surplus, "scale-in", spec.disruption.drain_seconds, now, result)
@@ -84,7 +88,9 @@ def plan_pass(
     outdated: list[ObservedReplica] = []
     for index in range(wanted):
         group = groups.get(index)
-        if group is None or not group.pods:
+        if index in lost:
+            result.later(REQUEUE_AFTER_WRITE_SECONDS)  # its pods are being deleted: the names are taken
+        elif group is None or not group.pods:
             _create_replica(obj, layout, owner, index, rev, restarts, observed, now, settings, result)
         elif any(p.deleting for p in group.pods):
             # Wait for the old gang to be gone before its names are reused.
@@ -241,7 +247,7 @@ def _create_replica(obj, layout, owner, index, rev, restarts, observed, now, set
         if ready_at > now:
             result.later(ready_at - now)
             return
-    pods = render_replica(obj.spec, owner, index, layout, rev)
+    pods = [avoid_nodes(p, observed.dead_nodes) for p in render_replica(obj.spec, owner, index, layout, rev)]
     # A gang is created whole or not at all: one refused rank holds the replica back.
     waits = [
         w for p in pods if (w := observed.held_back("Pod", p["metadata"]["name"], now, settings)) is not None
