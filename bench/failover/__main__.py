@@ -324,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     for grace, fallbacks in node_runs:
         print(f"node grace {grace} s, {fallbacks} fallbacks ...", file=sys.stderr, flush=True)
         runs.append(run_once(grace, args.toleration, fallbacks))
-    print(report(runs))
+    if runs:
+        print(report(runs))
     picker = planned = elected = None
     if not args.no_picker:
         print(
