@@ -346,23 +346,12 @@ def main(argv: list[str] | None = None) -> int:
             npu.append(run_npu(interval))
         print()
         print(npu_report(npu))
-    operator = None
-    if not args.no_operator:
-        print("the acting operator killed ...", file=sys.stderr, flush=True)
-        operator = run_operator_takeover()
-        print()
-        print(operator_report(operator))
-    service = None
-    if not args.no_service:
-        print("a node dies under a Service-mode fleet, nothing tainted ...", file=sys.stderr, flush=True)
-        service = run_service()
-        print()
-        print(service_report(service))
+    operator = None if args.no_operator else operator_run()
+    service = None if args.no_service else service_run()
     if args.json:
         figures = as_json(runs, picker, planned, npu, operator, elected, service)
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-    count = len(runs) + len(npu) + (picker is not None) + (elected is not None) + (operator is not None)
-    count += service is not None
+    count = len(runs) + len(npu) + sum(r is not None for r in (picker, elected, operator, service))
     print(f"\n{count} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
     missed = unseen(runs, picker, npu, operator) + unseen([], elected, []) + service_unseen(service)
     if missed:
@@ -394,6 +383,22 @@ def unseen(
     if operator is not None and operator.acts is None:
         missed.append("the standby operator acting")
     return missed
+
+
+def operator_run() -> OperatorRun:
+    print("the acting operator killed ...", file=sys.stderr, flush=True)
+    operator = run_operator_takeover()
+    print()
+    print(operator_report(operator))
+    return operator
+
+
+def service_run() -> ServiceRun:
+    print("a node dies under a Service-mode fleet, nothing tainted ...", file=sys.stderr, flush=True)
+    service = run_service()
+    print()
+    print(service_report(service))
+    return service
 
 
 def service_unseen(run: ServiceRun | None) -> list[str]:
