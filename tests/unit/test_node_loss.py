@@ -59,15 +59,38 @@ class FakeKube:
 def test_node_leases_reports_each_death_once_on_its_clock():
     kube, clock = FakeKube(), [0.0]
     leases = NodeLeases(kube, clock=lambda: clock[0])  # type: ignore[arg-type]
-    assert leases.refresh() == frozenset()
-    clock[0] = 15.0
-    kube.leases = [lease("n1", "t2"), lease("n2", "t1")]
-    assert leases.refresh() == frozenset()
-    clock[0] = NODE_LEASE_STALE_SECONDS + 1
-    assert leases.refresh() == {"n2"} and leases.dead == {"n2"}
-    clock[0] += 1
-    assert leases.refresh() == frozenset() and leases.dead == {"n2"}  # already told
+    died = []
+    for second in range(int(NODE_LEASE_STALE_SECONDS) + 3):  # one list a second
+        clock[0] = float(second)
+        if second == 10:
+            kube.leases = [lease("n1", "t2"), lease("n2", "t1")]  # n1 renews, n2 stays silent
+        died.append(leases.refresh())
+    first = int(NODE_LEASE_STALE_SECONDS) + 1  # silent for more than the threshold since it was first seen
+    assert [d for d in died[:first] if d] == []
+    assert died[first] == {"n2"} and leases.dead == {"n2"}
+    assert died[first + 1] == frozenset() and leases.dead == {"n2"}  # told once, still dead
     assert kube.calls[0] == ("Lease", names.NODE_LEASE_NAMESPACE, True)
+
+
+def test_after_a_gap_in_the_lists_every_node_is_watched_afresh():
+    kube, clock = FakeKube(), [0.0]
+    leases = NodeLeases(kube, clock=lambda: clock[0])  # type: ignore[arg-type]
+    leases.refresh()
+    clock[0] = NODE_LEASE_STALE_SECONDS + 10  # an API outage: nothing listed, nothing renewed
+    kube.leases = [lease("n1", "t2"), lease("n2", "t1")]
+    assert leases.refresh() == frozenset()  # n2's silence during the gap proves nothing
+    for second in range(int(NODE_LEASE_STALE_SECONDS) + 2):
+        clock[0] = NODE_LEASE_STALE_SECONDS + 10 + second
+        kube.leases = [lease("n1", f"t{second}"), lease("n2", "t1")]
+        leases.refresh()
+    assert leases.dead == {"n2"}
+
+
+def test_every_node_silent_at_once_is_no_node_dead():
+    seen = observe_leases({}, [lease("a", "t"), lease("b", "t")], now=0.0)
+    assert dead_nodes(seen, NODE_LEASE_STALE_SECONDS + 1) == frozenset()
+    seen = observe_leases(seen, [lease("a", "t2"), lease("b", "t")], now=NODE_LEASE_STALE_SECONDS)
+    assert dead_nodes(seen, NODE_LEASE_STALE_SECONDS + 1) == {"b"}
 
 
 def on_nodes(observed: Observed, nodes: list[str]) -> Observed:

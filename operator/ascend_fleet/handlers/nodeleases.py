@@ -22,8 +22,8 @@ import kopf
 
 from ..api import names
 from ..kube import Kube
-from ..reconcile.nodeleases import Renewal, dead_nodes, observe_leases
-from ..reconcile.timing import NODE_LEASE_POLL_SECONDS, NODE_LEASE_STALE_SECONDS
+from ..reconcile.nodeleases import Renewal, dead_nodes, observe_leases, watched_through
+from ..reconcile.timing import NODE_LEASE_GAP_SECONDS, NODE_LEASE_POLL_SECONDS, NODE_LEASE_STALE_SECONDS
 from .wakeups import Wakeups
 
 _log = logging.getLogger(__name__)
@@ -42,11 +42,15 @@ class NodeLeases:
         self.renewals: dict[str, Renewal] = {}
         self.dead: frozenset[str] = frozenset()
         self.failing = False  # the last list failed (logged once per outage)
+        self.listed: float | None = None  # when the last list succeeded (on ``clock``)
 
     def refresh(self) -> frozenset[str]:
         """List the node Leases once; the nodes that turned dead since the last list."""
         leases = self.kube.list("Lease", names.NODE_LEASE_NAMESPACE, cached=True)
         now = self.clock()
+        if not watched_through(self.listed, now, NODE_LEASE_GAP_SECONDS):
+            self.renewals = {}  # renewals may have gone unseen: every node is watched afresh
+        self.listed = now
         self.renewals = observe_leases(self.renewals, leases, now)
         before, self.dead = self.dead, dead_nodes(self.renewals, now, self.stale)
         return self.dead - before

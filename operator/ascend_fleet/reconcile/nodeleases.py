@@ -41,5 +41,16 @@ def observe_leases(previous: Mapping[str, Renewal], leases: Iterable[dict], now:
 def dead_nodes(
     renewals: Mapping[str, Renewal], now: float, stale: float = NODE_LEASE_STALE_SECONDS
 ) -> frozenset[str]:
-    """The nodes whose Lease has not been renewed for more than ``stale`` seconds at ``now``."""
-    return frozenset(node for node, renewal in renewals.items() if now - renewal.seen > stale)
+    """The nodes whose Lease has not been renewed for more than ``stale`` seconds at ``now``; none when that is
+    every node: all of them silent at once says more about the API server or the network than about the nodes
+    (the node lifecycle controller stops evicting in such a full disruption too), and there would be no node
+    to make a replica again on."""
+    dead = frozenset(node for node, renewal in renewals.items() if now - renewal.seen > stale)
+    return frozenset() if dead and len(dead) == len(renewals) else dead
+
+
+def watched_through(last_list: float | None, now: float, gap: float) -> bool:
+    """Whether the Leases were listed without a gap longer than ``gap`` up to ``now``. After a gap (an API
+    outage, the operator's own stall) a renewal may have come and gone unseen, so every node is watched
+    afresh, as by an operator that just started: none is called dead before ``stale`` seconds more."""
+    return last_list is not None and now - last_list <= gap

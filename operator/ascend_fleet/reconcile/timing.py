@@ -55,3 +55,6 @@ NODE_LEASE_STALE_SECONDS = 2 * KUBELET_LEASE_RENEW_SECONDS
 # How often the operator lists the node Leases (from the API server's watch cache): a dead node is noticed
 # at most this late after its Lease went stale.
 NODE_LEASE_POLL_SECONDS = 1.0
+# A list of the Leases later than this after the previous one (an API outage, a stalled operator) starts every
+# node's clock again: a renewal may have come and gone unseen meanwhile.
+NODE_LEASE_GAP_SECONDS = 5 * NODE_LEASE_POLL_SECONDS
