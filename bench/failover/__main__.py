@@ -40,6 +40,7 @@ from bench.failover import NAME, example, seconds
 from bench.failover.npu import NpuRun, npu_report, run_npu
 from bench.failover.operator import OperatorRun, operator_report, run_operator_takeover
 from bench.failover.picker import PickerRun, PlannedRun, Traffic, client_view, routed, run_routed
+from bench.failover.service import ServiceRun, run_service
 
 UPSTREAM_GRACE_SECONDS = 50  # kube-controller-manager's default --node-monitor-grace-period (1.32+)
 NAMESPACE = "failover"
@@ -138,6 +139,45 @@ def report(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+def service_json(run: ServiceRun | None) -> dict:
+    """The Service-mode run's figures (null when not run or not seen)."""
+    f = run.failure if run else None
+    return {
+        "service_node_failover_s": None if run is None or run.failover is None else round(run.failover, 2),
+        "failed_requests_service_node": None if run is None else run.failed,
+        "replica_restored_untainted_s": None if f is None or f.restored is None else round(f.restored, 2),
+        "service_run": None
+        if run is None or f is None
+        else {
+            "node_grace_s": f.grace_seconds,
+            "heartbeat_age_s": round(f.heartbeat_age, 2),
+            "left_service_s": f.out_of_service,
+            "dead_pods_gone_s": f.evicted,
+            "node_unknown_s": f.node_unknown,
+            "serving_replicas_left": f.fewest_survivors,
+            "client_failover_s": run.failover,
+            "failed_requests": run.failed,
+            "sent_requests": run.sent,
+            "dead_replica_answered_before": run.dead_replica_answered,
+        },
+    }
+
+
+def service_report(run: ServiceRun) -> str:
+    f = run.failure
+    return "\n".join(
+        [
+            "| routing | node grace | heartbeat age at cut | left the Service (API) | dead pods gone "
+            "| node Unknown | restored elsewhere (no taint) | serving replicas left | client: no failure after "
+            "| failed requests | sent | answered by the dead replica before |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            f"| service | {f.grace_seconds} s | {f.heartbeat_age:.1f} s | {seconds(f.out_of_service)} "
+            f"| {seconds(f.evicted)} | {seconds(f.node_unknown)} | {seconds(f.restored)} | {f.fewest_survivors} "
+            f"| {seconds(run.failover)} | {run.failed} | {run.sent} | {run.dead_replica_answered} |",
+        ]
+    )
+
+
 def picker_report(runs: Sequence[PickerRun]) -> str:
     """One row per picker run: both pickers serving, or electing a leader (the leader killed)."""
     rows = []
@@ -169,13 +209,17 @@ def as_json(
     npu: Sequence[NpuRun] = (),
     operator: OperatorRun | None = None,
     elected: PickerRun | None = None,
+    service: ServiceRun | None = None,
 ) -> dict:
     """The measured runs (nodes: client side and, per step, server side; NPU faults: server side, the
     leader's Ready condition; picker: client side, ``picker`` with both pickers serving and ``elected`` with a
     leader elected; operator: through the API), null for what was not run or not seen. ``npu_unhealthy_replaced_s`` is the first NPU run's (the default control interval);
-    ``node_failover_s``, ``failed_requests_node`` and ``replica_restored_s`` the baseline node run's."""
+    ``node_failover_s``, ``failed_requests_node`` and ``replica_restored_s`` the baseline node run's;
+    ``service_node_failover_s``, ``failed_requests_service_node`` and ``replica_restored_untainted_s`` the
+    Service-mode run's (no picker, nothing tainted)."""
     base_run = baseline(runs)
     return {
+        **service_json(service),
         "operator_takeover_s": None if operator is None or operator.acts is None else round(operator.acts, 2),
         "operator_lease_taken_s": None
         if operator is None or operator.leads is None
@@ -266,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-npu", action="store_true", help="skip the NPU-fault runs")
     parser.add_argument("--no-operator", action="store_true", help="skip the operator takeover run")
+    parser.add_argument(
+        "--no-service", action="store_true", help="skip the Service-mode node run (no picker, no taint)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -277,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     for grace, fallbacks in node_runs:
         print(f"node grace {grace} s, {fallbacks} fallbacks ...", file=sys.stderr, flush=True)
         runs.append(run_once(grace, args.toleration, fallbacks))
-    print(report(runs))
+    if runs:
+        print(report(runs))
     picker = planned = elected = None
     if not args.no_picker:
         print(
@@ -298,18 +346,14 @@ def main(argv: list[str] | None = None) -> int:
             npu.append(run_npu(interval))
         print()
         print(npu_report(npu))
-    operator = None
-    if not args.no_operator:
-        print("the acting operator killed ...", file=sys.stderr, flush=True)
-        operator = run_operator_takeover()
-        print()
-        print(operator_report(operator))
+    operator = None if args.no_operator else operator_run()
+    service = None if args.no_service else service_run()
     if args.json:
-        figures = as_json(runs, picker, planned, npu, operator, elected)
+        figures = as_json(runs, picker, planned, npu, operator, elected, service)
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
-    count = len(runs) + len(npu) + (picker is not None) + (elected is not None) + (operator is not None)
+    count = len(runs) + len(npu) + sum(r is not None for r in (picker, elected, operator, service))
     print(f"\n{count} runs in {time.monotonic() - started:.0f} s", file=sys.stderr)
-    missed = unseen(runs, picker, npu, operator) + unseen([], elected, [])
+    missed = unseen(runs, picker, npu, operator) + unseen([], elected, []) + service_unseen(service)
     if missed:
         print("not seen within the timeout: " + "; ".join(missed), file=sys.stderr)
     return 1 if missed else 0
@@ -338,6 +382,37 @@ def unseen(
     missed += [f"NPU run at {r.interval:g} s: the replica serving again" for r in npu if r.restored is None]
     if operator is not None and operator.acts is None:
         missed.append("the standby operator acting")
+    return missed
+
+
+def operator_run() -> OperatorRun:
+    print("the acting operator killed ...", file=sys.stderr, flush=True)
+    operator = run_operator_takeover()
+    print()
+    print(operator_report(operator))
+    return operator
+
+
+def service_run() -> ServiceRun:
+    print("a node dies under a Service-mode fleet, nothing tainted ...", file=sys.stderr, flush=True)
+    service = run_service()
+    print()
+    print(service_report(service))
+    return service
+
+
+def service_unseen(run: ServiceRun | None) -> list[str]:
+    if run is None:
+        return []
+    missed = []
+    if run.failure.out_of_service is None:
+        missed.append("service mode: the dead replica out of the Service")
+    if run.failure.restored is None:
+        missed.append("service mode: the replica restored elsewhere without a taint")
+    if run.failover is None:
+        missed.append("service mode: answers without failures (client)")
+    if not run.dead_replica_answered:
+        missed.append("service mode: client traffic on the dead replica before the cut")
     return missed
 
 

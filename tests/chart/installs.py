@@ -130,3 +130,8 @@ def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 
 def prometheus_rules(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return {"groups": one(objects, "PrometheusRule")["spec"]["groups"]}
+
+
+def node_lease_roles(objects: list[dict]) -> list[dict]:
+    """The Role that lets the operator list the node Leases in kube-node-lease (node failover)."""
+    return [r for r in find(objects, "Role") if r["metadata"]["name"].endswith("-node-leases")]

@@ -37,6 +37,7 @@ from tests.chart.installs import (
     container,
     find,
     granted,
+    node_lease_roles,
     one,
     prometheus_rules,
     settings_of,
@@ -119,6 +120,7 @@ def test_defaults_create_only_the_core_objects(releases):
     assert sorted(o["kind"] for o in releases["defaults"]) == sorted(
         ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
         + ["Role", "RoleBinding"]  # the NPU health reads in kube-system
+        + ["Role", "RoleBinding"]  # the node Lease reads in kube-node-lease
     )
 
 
@@ -140,11 +142,12 @@ def test_every_option_creates_every_kind(releases):
         "CustomResourceDefinition",  # the Inference Extension's, with inferenceExtension.installCRDs
     }
     # The operator's Role in each watched namespace, the leader-election Role in the release namespace and the
-    # NPU health reads in kube-system.
+    # NPU health reads in kube-system and the node Lease reads in kube-node-lease.
     assert {o["metadata"]["namespace"] for o in find(releases["everything"], "Role")} == {
         *WATCHED,
         NAMESPACE,
         "kube-system",
+        "kube-node-lease",
     }
 
 
@@ -313,9 +316,7 @@ def test_leader_election_rbac_is_a_role_on_leases_in_the_release_namespace(relea
         if b["roleRef"]["name"] == elected[0]["metadata"]["name"]
     ]
     assert binding["subjects"][0]["name"] == one(releases["peering"], "ServiceAccount")["metadata"]["name"]
-    assert not [
-        r for r in find(releases["defaults"], "Role") if r not in npu_health_roles(releases["defaults"])
-    ]
+    assert not [r for r in find(releases["defaults"], "Role") if r not in node_roles(releases["defaults"])]
 
 
 NPU_HEALTH = {("", "configmaps"): {"list"}}
@@ -333,6 +334,19 @@ def test_npu_health_is_a_list_of_configmaps_in_kube_system_only(releases, releas
     ]
 
 
+def node_roles(objects: list[dict]) -> list[dict]:
+    """The Roles outside the watched and release namespaces: NPU health and node Leases."""
+    return npu_health_roles(objects) + node_lease_roles(objects)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_node_failover_lists_node_leases_in_kube_node_lease_only(releases, release):
+    """The kubelets' Leases tell the operator a node died: list them there, nothing more, nowhere else."""
+    assert [(r["metadata"]["namespace"], granted(r)) for r in node_lease_roles(releases[release])] == [
+        ("kube-node-lease", {("coordination.k8s.io", "leases"): {"list"}})
+    ]
+
+
 def test_without_the_npu_health_grant_the_operator_does_not_read_it(releases):
     assert not npu_health_roles(releases["restricted"])
     assert settings_of(releases["restricted"]).control.npu_health is False
@@ -341,14 +355,12 @@ def test_without_the_npu_health_grant_the_operator_does_not_read_it(releases):
 
 def test_namespaced_rbac(releases):
     assert granted(one(releases["namespaced"], "ClusterRole")) == {**CRD_READ, **NAMESPACE_WATCH}
-    roles = [
-        r for r in find(releases["namespaced"], "Role") if r not in npu_health_roles(releases["namespaced"])
-    ]
+    roles = [r for r in find(releases["namespaced"], "Role") if r not in node_roles(releases["namespaced"])]
     assert sorted(r["metadata"]["namespace"] for r in roles) == WATCHED
     for role in roles:
         assert granted(role) == NAMESPACED_RULES
     for role in find(releases["everything"], "Role"):
-        if role in npu_health_roles(releases["everything"]):
+        if role in node_roles(releases["everything"]):
             continue
         elected = role["metadata"]["name"].endswith("-leader-election")
         assert granted(role) == (LEASES if elected else {**NAMESPACED_RULES, **NAMESPACED_PEERING})

@@ -22,6 +22,7 @@ from tests.chart.installs import (
     container,
     find,
     granted,
+    node_lease_roles,
     one,
     prometheus_rules,
     settings_of,
@@ -115,7 +116,7 @@ WITHOUT_ROUTING = {
 def test_without_routing_nothing_of_routing_is_granted(releases):
     objects = releases["restricted"]
     assert granted(one(objects, "ClusterRole")) == {**CRD_READ, **NAMESPACE_WATCH}
-    (role,) = find(objects, "Role")
+    (role,) = [r for r in find(objects, "Role") if r not in node_lease_roles(objects)]
     assert role["metadata"]["namespace"] == "llm-prod"
     assert granted(role) == WITHOUT_ROUTING
     # The operator knows: it never lists routing objects and says why a routing spec cannot be served.
@@ -139,6 +140,7 @@ def test_every_alert_links_its_runbook(releases):
 def test_cluster_wide_without_routing_grants_the_rest_cluster_wide(releases):
     objects = releases["clusterwide-no-routing"]
     assert granted(one(objects, "ClusterRole")) == {**CRD_READ, **WITHOUT_ROUTING}
-    # Only the NPU health reads, which live in kube-system whatever the rest of the grant.
-    assert [r["metadata"]["namespace"] for r in find(objects, "Role")] == ["kube-system"]
+    # Only the NPU health and node Lease reads, which live in kube-system and kube-node-lease whatever the rest
+    # of the grant.
+    assert [r["metadata"]["namespace"] for r in find(objects, "Role")] == ["kube-system", "kube-node-lease"]
     assert settings_of(objects).routing.enabled is False

@@ -128,3 +128,36 @@ def test_the_operator_figure_is_the_standby_acting_and_not_acting_fails_the_benc
     assert unseen([], None, [], OperatorRun(9.3, "operator-a_1", leads=10.2)) == [
         "the standby operator acting"
     ]
+
+
+def test_the_service_client_counts_failover_until_its_last_failure():
+    from bench.failover.service import settled_view
+
+    before = [(t / 10, True) for t in range(50)]
+    mixed = [(5.0, False), (5.1, True), (5.2, True), (5.3, True), (5.4, True), (5.5, True), (6.0, False)]
+    after = [(6.1 + t / 10, True) for t in range(20)]
+    settled, failed = settled_view(before + mixed + after, killed=5.0)
+    assert round(settled, 1) == 1.1 and failed == 2  # five answers in a row before 6.0 did not count
+    assert settled_view([(1.0, True), (6.0, False)], killed=5.0) == (None, 1)
+
+
+def test_json_names_the_service_mode_figures():
+    from bench.failover.__main__ import service_json, service_report, service_unseen
+    from bench.failover.service import ServiceRun
+
+    failure = NodeFailure("n2", ["qwen-1-5b-1"], 3.2, 50, out_of_service=18.2, evicted=18.2, restored=19.9)
+    failure.fewest_survivors = 1
+    run = ServiceRun(failure, 18.4, 28, 205, 22)
+    figures = as_json([], None, service=run)
+    assert figures["service_node_failover_s"] == 18.4
+    assert figures["failed_requests_service_node"] == 28
+    assert figures["replica_restored_untainted_s"] == 19.9
+    assert figures["service_run"]["left_service_s"] == 18.2
+    assert service_json(None)["service_node_failover_s"] is None
+    assert (
+        "| service | 50 s | 3.2 s | 18.2 s | 18.2 s | not seen | 19.9 s | 1 | 18.4 s | 28 | 205 | 22 |"
+        in (service_report(run))
+    )
+    assert service_unseen(run) == []
+    failure.restored = None
+    assert service_unseen(run) == ["service mode: the replica restored elsewhere without a taint"]

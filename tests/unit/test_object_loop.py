@@ -113,3 +113,17 @@ def test_while_an_earlier_create_is_not_in_the_cache_no_pass_runs():
     loop.read_children = lambda: ([pod("a-0-0")], [], [])  # the watch delivered it
     run(loop, 1)
     assert len(calls) == 1
+
+
+def test_each_pass_sees_the_dead_nodes_as_they_are_when_it_starts():
+    seen, dead = [], [frozenset(), frozenset({"node-2"})]
+    loop, _, _ = make_loop([converged, converged])
+
+    def reconcile_pass(kube, snapshot, observed, settings, now, outcome, hold_until):
+        seen.append(observed.dead_nodes)
+        return converged(outcome)
+
+    loop.reconcile_pass = reconcile_pass
+    loop.read_dead_nodes = lambda: dead[len(seen)]
+    run(loop, 2)
+    assert seen == [frozenset(), frozenset({"node-2"})]

@@ -47,6 +47,9 @@ POD_GROUP_KIND = "PodGroup"
 # On an AscendInference: the Volcano queue its PodGroups join (Volcano's own key, which LeaderWorkerSet reads too).
 ANNOTATION_VOLCANO_QUEUE = "scheduling.volcano.sh/queue-name"
 
+# Where every kubelet renews its node's Lease (named as the node); the operator reads them to call a node dead.
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
 # Well-known labels, for tools that group by app.
 LABEL_APP_NAME = "app.kubernetes.io/name"
 LABEL_APP_INSTANCE = "app.kubernetes.io/instance"

@@ -27,6 +27,7 @@ from ..reconcile.expectations import Expectations
 from ..reconcile.object_loop import ObjectLoop
 from ..reconcile.timing import API_RETRY_DELAYS, RESTART_BACKOFF
 from . import kopf_compat
+from .nodeleases import NodeLeases, node_leases_hook
 from .wakeups import Wakeups
 
 _log = logging.getLogger(__name__)
@@ -45,6 +46,12 @@ class OperatorContext:
     extra_startup: list = field(default_factory=list)  # callables(registry-scoped) e.g. the control loop
     # False: only the watch caches (indexes) and the extra hooks, no reconcilers (the control-loop benchmark).
     reconcile: bool = True
+    # The node Leases the reconcilers read dead nodes from (made from ``kube`` when not given).
+    node_leases: NodeLeases | None = None
+
+    def __post_init__(self) -> None:
+        if self.node_leases is None:
+            self.node_leases = NodeLeases(self.kube)
 
 
 class RetryForever:
@@ -78,6 +85,8 @@ def build_registry(ctx: OperatorContext) -> kopf.OperatorRegistry:
     for hook in ctx.extra_startup:
         hook(registry)
     if ctx.reconcile:
+        assert ctx.node_leases is not None  # made in __post_init__
+        node_leases_hook(ctx.node_leases, ctx.wakeups)(registry)
         _register_reconcilers(registry, ctx)
     kopf_compat.install(registry)
     return registry
@@ -198,6 +207,7 @@ async def run_reconciler(
         read_object=lambda: _snapshot(body),
         read_children=lambda: (_values(pods, key), _values(services, key), _values(pdbs, key)),
         logger=logger,
+        read_dead_nodes=lambda: ctx.node_leases.dead if ctx.node_leases else frozenset(),
     )
     try:
         await loop.run(lambda: bool(stopped) or uid in ctx.gone, ctx.wakeups.flag(namespace, name))

@@ -243,9 +243,19 @@ class Kube:
         )
         return answer["status"]["token"]
 
-    def list(self, kind: str, namespace: str | None, selector: dict[str, str] | None = None) -> list[dict]:
-        """Objects of a kind in a namespace, or in every namespace with ``namespace=None``."""
+    def list(
+        self,
+        kind: str,
+        namespace: str | None,
+        selector: dict[str, str] | None = None,
+        *,
+        cached: bool = False,
+    ) -> list[dict]:
+        """Objects of a kind in a namespace, or in every namespace with ``namespace=None``; ``cached`` lets the
+        API server answer from its watch cache (``resourceVersion=0``) instead of reading etcd."""
         query = [("labelSelector", ",".join(f"{k}={v}" for k, v in selector.items()))] if selector else []
+        if cached:
+            query.append(("resourceVersion", "0"))
         return self._call("GET", self._path(kind, namespace), query=query).get("items", [])
 
     def create(
@@ -281,14 +291,18 @@ class Kube:
         """Replace (PUT) an object or its ``status``/``scale`` subresource; Conflict on a stale resourceVersion."""
         return self._call("PUT", self._path(kind, namespace, name, subresource), body=body)
 
-    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
-        """Delete in the background (dependents follow); False when it was already gone."""
+    def delete(self, kind: str, namespace: str | None, name: str, grace_seconds: int | None = None) -> bool:
+        """Delete in the background (dependents follow); False when it was already gone. ``grace_seconds=0``
+        on a pod removes it at once, without its kubelet's confirmation (a force delete)."""
+        options: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": "Background",
+        }
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
         try:
-            self._call(
-                "DELETE",
-                self._path(kind, namespace, name),
-                body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"},
-            )
+            self._call("DELETE", self._path(kind, namespace, name), body=options)
             return True
         except NotFound:
             return False

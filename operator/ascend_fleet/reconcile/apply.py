@@ -163,7 +163,7 @@ def _apply(kube: Kube, body: dict, result: PassPlan, outcome: PassOutcome, hold:
             )
         )
     for delete in result.deletes:
-        kube.delete(delete.kind, namespace, delete.name)
+        kube.delete(delete.kind, namespace, delete.name, 0 if delete.force else None)
         outcome.expectations.append(Expectation(DELETE, delete.kind, delete.name, time.time()))
     if status_can_wait(
         canonical_status(body.get("status")),

@@ -90,6 +90,8 @@ class ObjectLoop:
     clock: Clock = field(default_factory=SystemClock)
     reconcile_pass: Callable[..., PassResult] = reconcile_once
     list_routing: Callable[..., tuple[dict, frozenset[str]]] = observe_routing
+    # The nodes whose Lease went stale (handlers.nodeleases), read at the start of each pass.
+    read_dead_nodes: Callable[[], frozenset[str]] = frozenset
     written: dict | None = None  # our last status write, until the watch has delivered it
     refusals: dict[tuple[str, str], Refusal] = field(default_factory=dict)  # refused creates, for backoff
     hold_status_until: float | None = None
@@ -147,6 +149,7 @@ class ObjectLoop:
         outcome: PassOutcome,
     ) -> PassResult:
         observed = observed_children(self.uid, *candidates)
+        observed.dead_nodes = self.read_dead_nodes()
         self.refusals = current(self.refusals, generation, owned)
         observed.refused = dict(self.refusals)
         picker_service = observed.services.get(picker_name(self.name))

@@ -35,6 +35,7 @@ from ..status import set_condition
 from ..status.conditions import ROUTING_UNAVAILABLE
 from ..status.derive import derive_status, kept_fields, stored_status, wire_status
 from .drift import drifted, managed_spec
+from .nodeloss import avoid_nodes, fail_over_lost
 from .placement import (
     REASON_GANG_RELEASED,
     REASON_NO_SCHEDULER,
@@ -152,6 +153,10 @@ def _plan_replicas(
     """One role's replicas: create, restart, drain, roll out within its budget, and collect what is gone."""
     spec, groups, role = obj.spec, scope.groups, scope.role
     ppr, wanted = scope.pods_per_replica, scope.wanted
+
+    # Replicas on a dead node leave the Service and go now (nodeloss.py); they are made again next pass.
+    lost = fail_over_lost(groups, observed.dead_nodes, result)
+
     for surplus in groups.values():
         if surplus.index >= wanted:
             _drain_then_delete(surplus, "scale-in", spec.disruption.drain_seconds, now, result)
@@ -161,7 +166,9 @@ def _plan_replicas(
     outdated: list[ObservedReplica] = []
     for index in range(wanted):
         group = groups.get(index)
-        if group is None or not group.pods:
+        if index in lost:
+            result.later(REQUEUE_AFTER_WRITE_SECONDS)  # its pods are being deleted: the names are taken
+        elif group is None or not group.pods:
             assert scope.layout is not None  # wanted > 0
             _create_replica(
                 obj, scope.layout, owner, index, rev, restarts, observed, now, settings, result, role
@@ -310,7 +317,10 @@ def _create_replica(
         if ready_at > now:
             result.later(ready_at - now)
             return
-    pods = render_replica(obj.spec, owner, index, None if role else layout, rev, role)
+    pods = [
+        avoid_nodes(p, observed.dead_nodes)
+        for p in render_replica(obj.spec, owner, index, None if role else layout, rev, role)
+    ]
     # A gang is created whole or not at all: one refused rank holds the replica back.
     waits = [
         w for p in pods if (w := observed.held_back("Pod", p["metadata"]["name"], now, settings)) is not None

@@ -42,3 +42,19 @@ RESTART_BACKOFF = (1.0, 30.0)  # first restart of kopf after it stopped on an er
 # kopf's retries of one API request, then the last delay again for as long as the outage lasts (kopf's own
 # default sequence is 1, 2, 5, 10, 30 seconds, after which it escalates and a failed watch stops the operator).
 API_RETRY_DELAYS = (1.0, 2.0, 5.0, 10.0)
+
+# Node death (reconcile/nodeleases.py). A kubelet renews its node's Lease in kube-node-lease every 10 s (a
+# quarter of the Lease's 40 s duration); kube-controller-manager's node lifecycle controller calls a node
+# unreachable after --node-monitor-grace-period without a renewal: 50 s since Kubernetes 1.32 (40 s before).
+# Only then do a Service's endpoints lose its pods (Ready=False) and, after the pods' toleration, does the
+# taint manager evict them, which on a dead node never completes. The operator calls a node dead after two
+# renewals missed in a row: its serving leaders leave the Service and its replicas are made again elsewhere.
+KUBELET_LEASE_RENEW_SECONDS = 10.0
+NODE_MONITOR_GRACE_SECONDS = 50.0  # upstream default, for comparison; the operator does not wait for it
+NODE_LEASE_STALE_SECONDS = 2 * KUBELET_LEASE_RENEW_SECONDS
+# How often the operator lists the node Leases (from the API server's watch cache): a dead node is noticed
+# at most this late after its Lease went stale.
+NODE_LEASE_POLL_SECONDS = 1.0
+# A list of the Leases later than this after the previous one (an API outage, a stalled operator) starts every
+# node's clock again: a renewal may have come and gone unseen meanwhile.
+NODE_LEASE_GAP_SECONDS = 5 * NODE_LEASE_POLL_SECONDS

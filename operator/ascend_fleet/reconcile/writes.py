@@ -20,6 +20,8 @@ class Patch:
 class Delete:
     kind: str
     name: str
+    # Remove at once, without the kubelet's confirmation: only the operator's own pods on a dead node.
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class Observed:
     routing: dict[tuple[str, str], dict] = field(default_factory=dict)
     # Routing kinds whose API the server does not serve this pass (their CRD is not installed).
     routing_missing: frozenset[str] = frozenset()
+    # Nodes whose Lease has not been renewed for NODE_LEASE_STALE_SECONDS (reconcile.nodeleases).
+    dead_nodes: frozenset[str] = frozenset()
 
     def held_back(self, kind: str, name: str, now: float, settings: ReconcileSettings) -> float | None:
         """Seconds until a refused child may be tried again (None: it may be created now)."""

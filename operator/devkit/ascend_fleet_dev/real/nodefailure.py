@@ -17,6 +17,11 @@ watches it through the API:
    its terminating pods, which no kubelet will confirm, and the operator recreates the replica on another node:
    restored once as many replicas serve on the surviving nodes as served before.
 
+The operator does not wait for steps 1 to 4: once the node's Lease in ``kube-node-lease`` has gone unrenewed for
+its threshold, it takes the replica's leader out of the serving Service (the label the Service selects on),
+force-deletes its own pods there and makes the replica again on another node. With ``restore`` this module
+waits for that, tainting nothing.
+
 The floor of step 2 is the grace period less the age of the node's last heartbeat at the cut: no controller
 can know a node is dead before it has been silent that long.
 """
@@ -105,10 +110,11 @@ def kill_serving_node(
     timeout: float = 120.0,
     out_of_service: bool = False,
     spare: Collection[str] = (),
+    restore: bool = False,
 ) -> NodeFailure:
     """Cut the power of the first node (by name) under a serving leader of ``name``, bar the ``spare`` ones,
-    and time what Kubernetes does: until the pods are evicted, or with ``out_of_service`` until the replica
-    serves again elsewhere."""
+    and time what Kubernetes does: until the pods are evicted, or with ``out_of_service`` (the taint applied
+    once they are) or ``restore`` (no taint) until the replica serves again elsewhere."""
     before = serving_leaders(kube, namespace, name)
     if len(set(before.values())) < 2:
         raise RuntimeError(f"{name} serves from {len(set(before.values()))} node(s); a failover needs 2")
@@ -121,7 +127,7 @@ def kill_serving_node(
     pods = agent.power_off(node)
     failure = NodeFailure(node, pods, age, grace_seconds, fewest_survivors=len(before))
     deadline = began + timeout
-    while time.monotonic() < deadline and not _done(failure, out_of_service):
+    while time.monotonic() < deadline and not _done(failure, out_of_service or restore):
         _observe(kube, namespace, name, failure, len(before), time.monotonic() - began)
         if out_of_service and failure.evicted is not None and failure.tainted is None:
             _taint_out_of_service(kube, node)
@@ -130,17 +136,19 @@ def kill_serving_node(
     return failure
 
 
-def _engine_pods_evicted(kube: Kube, namespace: str, name: str, node: str) -> bool:
-    """Whether every engine pod of ``name`` on ``node`` is being deleted. Only the engine pods tolerate the
-    node's taints for ``spec.availability``'s short time; anything else there (a picker pod) keeps the
-    default 300 s."""
+def _engine_pods_gone(kube: Kube, namespace: str, name: str, node: str, cut: Collection[str]) -> bool:
+    """Whether every engine pod of ``name`` on ``node`` is being deleted or gone (the operator force-deletes
+    them once the node's Lease is stale). Only the engine pods tolerate the node's taints for
+    ``spec.availability``'s short time; anything else there (a picker pod) keeps the default 300 s."""
     pods = [
         p
         for p in kube.list("Pod", namespace, {names.LABEL_NAME: name})
         if (p.get("spec") or {}).get("nodeName") == node
         and names.LABEL_REPLICA in p["metadata"].get("labels", {})
     ]
-    return bool(pods) and all(p["metadata"].get("deletionTimestamp") for p in pods)
+    if not pods:  # gone: only if the cut hit engine pods of ``name`` there at all
+        return any(pod.startswith(f"{name}-") for pod in cut)
+    return all(p["metadata"].get("deletionTimestamp") for p in pods)
 
 
 def _done(failure: NodeFailure, out_of_service: bool) -> bool:
@@ -157,7 +165,7 @@ def _observe(kube: Kube, namespace: str, name: str, failure: NodeFailure, servin
         failure.node_unknown = now
     if failure.out_of_service is None and node not in ready.values():
         failure.out_of_service = now
-    if failure.evicted is None and _engine_pods_evicted(kube, namespace, name, node):
+    if failure.evicted is None and _engine_pods_gone(kube, namespace, name, node, failure.pods):
         failure.evicted = now
     if failure.out_of_service is not None and failure.restored is None and survivors >= serving:
         failure.restored = now
