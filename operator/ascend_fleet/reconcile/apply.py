@@ -103,7 +103,14 @@ def reconcile_once(
     elif valid is not None:
         picker = PickerSettings(image=settings.routing.picker_image)
         result = plan_pass(
-            valid.obj, valid.layout, observed, now, settings.reconcile, picker, settings.routing.enabled
+            valid.obj,
+            valid.layout,
+            observed,
+            now,
+            settings.reconcile,
+            picker,
+            settings.routing.enabled,
+            settings.network_policy,
         )
         kind = "changed" if result.writes_children else "converged"
         _export_gauges(meta, valid.layout.data, result, observed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..api import names
 from ..api.availability import Availability
-from ..api.settings import ReconcileSettings
+from ..api.settings import NetworkPolicySettings, ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition
 from ..layout import Layout
@@ -20,6 +20,7 @@ from ..observed import ObservedReplica, get_condition, observed_replicas
 from ..render import (
     Owner,
     drain_patch,
+    network_policy,
     pod_group_name,
     render_pdb,
     render_replica,
@@ -63,13 +64,15 @@ def plan_pass(
     settings: ReconcileSettings,
     picker: PickerSettings | None = None,
     routing_enabled: bool = True,
+    network: NetworkPolicySettings | None = None,
 ) -> PassPlan:
-    """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``)."""
+    """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``;
+    ``network``: the operator's NetworkPolicy setting, by default on)."""
     result = PassPlan()
     owner = Owner.of(obj)
     spec = obj.spec
     rev = revision(spec, owner.name, layout)
-    _plan_services(obj, layout, owner, observed, now, settings, result)
+    _plan_services(obj, layout, owner, observed, now, settings, result, network)
     routing_problem = plan_routing(obj, owner, observed, now, settings, picker, result, routing_enabled)
     groups = observed_replicas(observed.pods)
     restarts = {r["replica"]: r for r in stored_status(obj).get("groupRestarts", [])}
@@ -217,11 +220,27 @@ def _plan_services(
     now: float,
     settings: ReconcileSettings,
     result: PassPlan,
+    network: NetworkPolicySettings | None = None,
 ) -> None:
-    desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner, layout)]
+    """The Services, the PDB and the NetworkPolicy: created when missing, patched back when they drift; the
+    NetworkPolicy deleted when the operator's settings turn it off."""
+    policy = network_policy(obj.spec, owner, network)
+    desired = [
+        *render_services(obj.spec, owner, layout),
+        render_pdb(obj.spec, owner, layout),
+        *([policy] if policy else []),
+    ]
+    have_policy = observed.network_policy
+    if policy is None and have_policy is not None and not have_policy["metadata"].get("deletionTimestamp"):
+        result.deletes.append(Delete("NetworkPolicy", have_policy["metadata"]["name"]))
+        result.events.append(
+            Event("Normal", "Deleted", f"deleted NetworkPolicy {have_policy['metadata']['name']}")
+        )
     for want in desired:
         name = want["metadata"]["name"]
-        have = observed.pdb if want["kind"] == "PodDisruptionBudget" else observed.services.get(name)
+        have = {"PodDisruptionBudget": observed.pdb, "NetworkPolicy": have_policy}.get(
+            want["kind"], observed.services.get(name)
+        )
         if have is None:
             wait = observed.held_back(want["kind"], name, now, settings)
             if wait is not None:

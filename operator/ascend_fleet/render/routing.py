@@ -45,7 +45,7 @@ PICKER_HEALTH_PORT = 9003  # gRPC health
 PICKER_METRICS_PORT = 9090
 PICKER_CONFIG_FILE = "epp.yaml"
 PICKER_CONFIG_DIR = "/config"
-PICKER_COMPONENT = "endpoint-picker"
+PICKER_COMPONENT = names.COMPONENT_PICKER
 PICKER_UID = 65532  # the distroless "nonroot" user of the upstream picker image
 # The release whose picker and CRDs the operator is tested with (tools/epp, tests/data/inference-extension).
 PICKER_RELEASE = "v1.5.0"
