@@ -250,7 +250,7 @@ class PeerSettings(Model):
 
 
 class NetworkPolicySettings(Model):
-    """The NetworkPolicy the operator writes for every fleet (see docs/security.md)."""
+    """The NetworkPolicy the operator writes for every fleet (see docs/install.md, "Network policy")."""
 
     enabled: bool = Field(
         default=True,
