@@ -145,7 +145,7 @@ def _register_reconcilers(registry: kopf.OperatorRegistry, ctx: OperatorContext)
     # kopf's callback protocols type ``namespace`` as optional for every resource; these are namespaced.
     @kopf.on.event("pods", labels=child_filter, registry=registry)
     @kopf.on.event("services", labels=child_filter, registry=registry)
-    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
     @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=child_filter, registry=registry)  # type: ignore[arg-type]
     async def child_changed(namespace: str, labels: Mapping[str, str], **_) -> None:
         ctx.wakeups.wake(namespace, labels[names.LABEL_NAME])
