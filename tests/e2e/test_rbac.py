@@ -37,11 +37,10 @@ NOT_EXERCISED: set[tuple[str, str, str]] = {
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "get"),
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "list"),
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "watch"),
-    # The fleet's NetworkPolicy: read after a create answered AlreadyExists (as the PDB above), patched back only
-    # when someone loosened it, deleted only when config.networkPolicy.enabled is turned off
-    # (tests/unit/test_network_policy.py plans each; tests/realapi/test_network_policy.py shows it stored as rendered).
+    # The fleet's NetworkPolicy: read after a create answered AlreadyExists (as the PDB above), deleted only when
+    # config.networkPolicy.enabled is turned off (tests/unit/test_network_policy.py plans it). Its patch-back is
+    # exercised by tests/e2e/test_network_policy.py.
     ("networking.k8s.io", "networkpolicies", "get"),
-    ("networking.k8s.io", "networkpolicies", "patch"),
     ("networking.k8s.io", "networkpolicies", "delete"),
     # The picker's leader Lease (spec.routing.picker.replicas above 1), granted by its Role in the same way.
     ("coordination.k8s.io", "leases", "get"),
