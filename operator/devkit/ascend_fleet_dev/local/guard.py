@@ -16,6 +16,7 @@ to the workers an engine forks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -44,10 +45,8 @@ def start_time(pid: int) -> str | None:
 
 def _signal(groups: set[int], signum: int) -> None:
     for pgid in groups:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def end_groups(groups: set[int], grace: float = GRACE_SECONDS) -> None:
