@@ -94,6 +94,8 @@ NAMESPACED_RULES = {
     ("", "services"): WATCHED_AND_OWNED,
     ("policy", "poddisruptionbudgets"): WATCHED_AND_OWNED,
     ("", "events"): {"create", "patch"},
+    # the fleet's NetworkPolicy: watched, created, patched back, deleted when config.networkPolicy is off
+    ("networking.k8s.io", "networkpolicies"): WATCHED_AND_OWNED,
     # spec.routing.mode inferencePool: listed per pass, created, patched back, collected
     ("inference.networking.k8s.io", "inferencepools"): WATCHED_AND_OWNED,
     ("inference.networking.x-k8s.io", "inferenceobjectives"): WATCHED_AND_OWNED,

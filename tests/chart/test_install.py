@@ -121,12 +121,16 @@ def test_defaults_create_only_the_core_objects(releases):
         ["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"]
         + ["Role", "RoleBinding"]  # the NPU health reads in kube-system
         + ["Role", "RoleBinding"]  # the node Lease reads in kube-node-lease
+        # no write in kube-system and the other system namespaces (rbac.protectedNamespaces)
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )
 
 
 def test_every_option_creates_every_kind(releases):
     kinds = {o["kind"] for o in releases["everything"]}
     assert kinds == {
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ServiceAccount",
         "ConfigMap",
         "ClusterRole",

@@ -144,3 +144,29 @@ def test_cluster_wide_without_routing_grants_the_rest_cluster_wide(releases):
     # of the grant.
     assert [r["metadata"]["namespace"] for r in find(objects, "Role")] == ["kube-system", "kube-node-lease"]
     assert settings_of(objects).routing.enabled is False
+
+
+def test_the_system_namespaces_are_protected_but_never_the_release_namespace(cluster, api):
+    """The policy lists kube-system, kube-public and kube-node-lease, matches only the operator's ServiceAccount,
+    and leaves out the release namespace (its Lease lives there); [] installs none."""
+
+    def policy(values, namespace=NAMESPACE):
+        objects = helm.install(
+            cluster, f"pn-{namespace}-{len(str(values))}", namespace, values, driver=HELM_DRIVER
+        ).objects
+        return next((o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"), None)
+
+    default = policy(None)
+    assert default is not None
+    [expression] = default["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert expression["values"] == ["kube-system", "kube-public", "kube-node-lease"]
+    [condition] = default["spec"]["matchConditions"]
+    assert f"system:serviceaccount:{NAMESPACE}:" in condition["expression"]
+    mixed = policy({"rbac": {"protectedNamespaces": [NAMESPACE, "kube-system"]}})
+    assert mixed is not None
+    assert mixed["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "kube-system"
+    ]
+    only_home = policy({"rbac": {"protectedNamespaces": [NAMESPACE]}})
+    assert only_home is None
+    assert policy({"rbac": {"protectedNamespaces": []}}) is None

@@ -26,6 +26,7 @@ from ascend_fleet.api.settings import PrometheusSettings
 from ascend_fleet.control.prometheus import Prometheus
 from ascend_fleet.control.queries import Observations, Query, QueryWindow
 from ascend_fleet_dev.local.ports import free_port
+from ascend_fleet_dev.local.process import guarded_popen
 
 pytestmark = pytest.mark.prometheus
 USER, PASSWORD, TENANT, TOKEN = "fleet", "s3cret-password", "team-a", "token-of-the-operator"
@@ -115,7 +116,7 @@ def secure_prometheus(prometheus_binary, tmp_path_factory):
     (home / "prometheus.yml").write_text(
         yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]})
     )
-    process = subprocess.Popen(
+    process = guarded_popen(
         [
             prometheus_binary,
             f"--config.file={home / 'prometheus.yml'}",

@@ -18,6 +18,7 @@ import yaml
 import ascend_fleet
 from ascend_fleet.kube import wait_for
 from ascend_fleet_dev.cluster import EMULATOR_CONTEXT, DevCluster
+from ascend_fleet_dev.local.process import guarded_popen
 from ascend_fleet_dev.testing import api_client
 
 PACKAGE_ROOT = Path(ascend_fleet.__file__).resolve().parents[1]
@@ -97,7 +98,7 @@ def test_serve_runs_until_a_signal_and_prints_how_to_connect(tmp_path, stop_sign
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])),
     }
-    process = subprocess.Popen(
+    process = guarded_popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from ascend_fleet.kube import scaled, wait_for
+from ascend_fleet_dev.local.process import guarded_popen
 from tests.e2e.conftest import BACKEND
 from tests.support.paths import ROOT
 from tests.support.realcluster import control_plane_or_skip
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(shutil.which("kubectl") is Non
 
 
 def start(*args, env=None) -> subprocess.Popen:
-    return subprocess.Popen(
+    return guarded_popen(
         [sys.executable, "-m", "ascend_fleet.cli.main", *args],
         cwd=ROOT,
         text=True,

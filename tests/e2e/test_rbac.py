@@ -1,4 +1,4 @@
-"""The chart's ClusterRole grants exactly what the operator uses.
+"""The chart's ClusterRole grants exactly what the operator uses, in the default install.
 
 Every request kopf and the operator's client sent during the reconciler and control-loop suites is
 recorded as (API group, resource, verb): on the real control plane from the API server's audit log (the
@@ -37,6 +37,11 @@ NOT_EXERCISED: set[tuple[str, str, str]] = {
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "get"),
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "list"),
     ("inference.networking.x-k8s.io", "inferencemodelrewrites", "watch"),
+    # The fleet's NetworkPolicy: read after a create answered AlreadyExists (as the PDB above), deleted only when
+    # config.networkPolicy.enabled is turned off (tests/unit/test_network_policy.py plans it). Its patch-back is
+    # exercised by tests/e2e/test_network_policy.py.
+    ("networking.k8s.io", "networkpolicies", "get"),
+    ("networking.k8s.io", "networkpolicies", "delete"),
     # The picker's leader Lease (spec.routing.picker.replicas above 1), granted by its Role in the same way.
     ("coordination.k8s.io", "leases", "get"),
     ("coordination.k8s.io", "leases", "create"),

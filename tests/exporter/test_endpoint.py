@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.local.process import guarded_popen
 from ascend_fleet_exporter import metrics
 
 from .scrape import by_device, parse, scrape
@@ -50,7 +51,7 @@ class Pod:
         if visible is not None:
             command = [*command[:2], "0", str(stats), "1"]
             env["ASCEND_RT_VISIBLE_DEVICES"] = visible
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+        process = guarded_popen(command, env=env, stdout=subprocess.PIPE, text=True)
         assert process.stdout is not None and process.stdout.readline().strip() == "started"
         self.ranks[device] = process
 

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.local.process import guarded_popen
 from ascend_fleet_exporter import metrics, runtime
 from ascend_fleet_exporter.collectors import NpuSmi, TorchNpuStats
 from ascend_fleet_exporter.config import ExporterConfig
@@ -158,7 +159,7 @@ def test_a_forked_child_lets_go_of_the_port_and_arms_itself(tmp_path):
         time.sleep(0.5)
         os._exit(0)  # the serving process dies; its forked child lives on
     """)
-    process = subprocess.Popen(
+    process = guarded_popen(
         [sys.executable, "-c", script],
         stdout=subprocess.PIPE,
         text=True,

@@ -13,6 +13,7 @@ import tomllib
 import pytest
 
 from ascend_fleet.kube import wait_for
+from ascend_fleet_dev.local.process import guarded_popen
 from ascend_fleet_exporter import metrics
 
 from .scrape import by_device, parse, scrape
@@ -121,7 +122,7 @@ def test_the_exporter_starts_only_once_the_engine_binds_a_device(tmp_path):
         },  # no npu-smi: allocator metrics alone
         python_path=[tmp_path],
     )
-    engine = subprocess.Popen(
+    engine = guarded_popen(
         [sys.executable, "-c", script], env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
     try:

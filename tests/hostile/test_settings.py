@@ -6,6 +6,8 @@ import pytest
 
 from ascend_fleet.cli.documents import DocumentError
 from ascend_fleet.cli.inputs import read_settings
+from tests.hostile.conftest import CORPUS, expected, validate_in_child
+from tests.support.paths import EXAMPLES
 
 
 def refusal(tmp_path, text: str) -> str:
@@ -78,3 +80,24 @@ def test_a_zero_interval_from_the_environment_is_refused(tmp_path):
 
 def test_the_defaults_load():
     assert read_settings(None, {}).control.interval == 15.0
+
+
+SETTINGS_CORPUS = sorted((CORPUS.parent / "settings").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SETTINGS_CORPUS, ids=[p.name for p in SETTINGS_CORPUS])
+def test_hostile_settings_files_get_one_line_from_validate(path):
+    """``validate --config`` reads settings as the operator does: each hostile file gets exit 2, one line."""
+    done = validate_in_child("--config", str(path), str(EXAMPLES[0]))
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(lines) == 1, lines
+    assert expected(path) in lines[0]
+
+
+def test_the_settings_corpus_covers_every_duration_the_operator_repeats_by():
+    names = {p.stem for p in SETTINGS_CORPUS}
+    assert len(names) >= 20
+    for field in ("interval", "step", "resync", "watch-timeout", "backoff", "timeout"):
+        assert any(field in name and "zero" in name for name in names), field

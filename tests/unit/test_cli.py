@@ -130,7 +130,7 @@ def test_render_is_a_yaml_stream_with_namespace():
     result = cli("render", "-n", "llm", str(SEED))
     assert result.returncode == 0, result.stderr
     objects = list(yaml.safe_load_all(result.stdout))
-    assert sorted({o["kind"] for o in objects}) == ["Pod", "PodDisruptionBudget", "Service"]
+    assert sorted({o["kind"] for o in objects}) == ["NetworkPolicy", "Pod", "PodDisruptionBudget", "Service"]
     assert {o["metadata"]["namespace"] for o in objects} == {"llm"}
     assert len([o for o in objects if o["kind"] == "Pod"]) == 2
 

@@ -172,7 +172,12 @@ def test_other_kinds_are_skipped_with_one_line_each(tmp_path):
         f"{stream}#1: skipped ConfigMap/settings: not an AscendInference",
         f"{stream}#3: skipped Secret/s: not an AscendInference",
     ]
-    assert {o["kind"] for o in yaml.safe_load_all(result.stdout)} == {"Pod", "Service", "PodDisruptionBudget"}
+    assert {o["kind"] for o in yaml.safe_load_all(result.stdout)} == {
+        "Pod",
+        "Service",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    }
 
 
 def test_render_writes_no_anchors():
@@ -192,7 +197,15 @@ def operator_creates(body: dict, settings: OperatorSettings) -> list[dict]:
     picker = PickerSettings(image=settings.routing.picker_image)
     observed, created = Observed(), []
     for _ in range(5):
-        creates = plan_pass(valid.obj, valid.layout, observed, 0.0, ReconcileSettings(), picker).creates
+        creates = plan_pass(
+            valid.obj,
+            valid.layout,
+            observed,
+            0.0,
+            ReconcileSettings(),
+            picker,
+            network=settings.network_policy,
+        ).creates
         if not creates:
             break
         created += creates
@@ -204,6 +217,8 @@ def operator_creates(body: dict, settings: OperatorSettings) -> list[dict]:
                 observed.services[name] = obj
             elif kind == "PodDisruptionBudget" and not is_picker_object(obj):
                 observed.pdb = obj
+            elif kind == "NetworkPolicy":
+                observed.network_policy = obj
             else:
                 observed.routing[(kind, name)] = obj
     return created
@@ -214,12 +229,16 @@ def test_render_with_config_is_what_the_operator_creates(tmp_path):
     config.write_text(
         "images:\n  vllm-ascend: registry.example.com/ai/vllm-ascend:0.1.0\n"
         "routing:\n  pickerImage: registry.example.com/mirror/epp:v1.5.0\n"
+        "networkPolicy:\n  extraPeers:\n  - {namespaceLabels: {team: callers}, podLabels: {}}\n"
     )
     result = cli("render", "--config", str(config), str(ROUTED))
     assert result.returncode == 0, result.stderr
     rendered = list(yaml.safe_load_all(result.stdout))
     images = {c["image"] for o in rendered for c in _containers(o)}
     assert images == {"registry.example.com/ai/vllm-ascend:0.1.0", "registry.example.com/mirror/epp:v1.5.0"}
+    policy = next(o for o in rendered if o["kind"] == "NetworkPolicy")
+    callers = {"namespaceSelector": {"matchLabels": {"team": "callers"}}, "podSelector": {}}
+    assert callers in policy["spec"]["ingress"][1]["from"]
     expected = operator_creates(
         yaml.safe_load(ROUTED.read_text()), OperatorSettings.load(str(config), environ={})
     )

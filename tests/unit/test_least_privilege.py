@@ -12,7 +12,8 @@ from tests.unit.test_reconcile_routing import CLASSES, NOW, SETTINGS, kinds, mak
 def test_routing_off_creates_no_routing_object_and_says_why():
     valid = make(classes=CLASSES)
     result = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS, routing_enabled=False)
-    assert kinds(result.creates) == ["PodDisruptionBudget", "Service", "Service"]  # the engines' own only
+    # the engines' own only
+    assert kinds(result.creates) == ["NetworkPolicy", "PodDisruptionBudget", "Service", "Service"]
     assert not result.deletes and not result.patches
     condition = ready(result)
     assert (condition["status"], condition["reason"]) == ("False", ROUTING_UNAVAILABLE)

@@ -11,7 +11,7 @@ from ascend_fleet.api.settings import ReconcileSettings
 from ascend_fleet.api.times import rfc3339, rfc3339_ms
 from ascend_fleet.reconcile.plan import backoff_delay, plan_invalid, plan_pass
 from ascend_fleet.reconcile.writes import Observed
-from ascend_fleet.render import render_pdb, render_replica, render_services, validate
+from ascend_fleet.render import network_policy, render_pdb, render_replica, render_services, validate
 from tests.support.documents import inference
 
 NOW = 1_800_000_000.0
@@ -71,14 +71,19 @@ def fleet(valid, replicas=None, **pod_state):
         if p["kind"] == "Pod"
     ]
     services = {s["metadata"]["name"]: s for s in render_services(obj.spec, owner, layout)}
-    return Observed(pods=pods, services=services, pdb=render_pdb(obj.spec, owner, layout))
+    return Observed(
+        pods=pods,
+        services=services,
+        pdb=render_pdb(obj.spec, owner, layout),
+        network_policy=network_policy(obj.spec, owner),
+    )
 
 
 def test_empty_cluster_creates_every_child():
     valid = make(data=2, tensor=8, pipeline=2)
     result = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
     kinds = sorted(o["kind"] for o in result.creates)
-    assert kinds == ["Pod"] * 4 + ["PodDisruptionBudget", "Service", "Service"]
+    assert kinds == ["NetworkPolicy"] + ["Pod"] * 4 + ["PodDisruptionBudget", "Service", "Service"]
     assert result.status["layout"] == {
         "npusPerReplica": 16,
         "podsPerReplica": 2,

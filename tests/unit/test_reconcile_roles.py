@@ -10,7 +10,7 @@ from ascend_fleet.api.settings import ReconcileSettings
 from ascend_fleet.api.times import rfc3339_ms
 from ascend_fleet.reconcile.plan import creation_event, plan_pass
 from ascend_fleet.reconcile.writes import Observed
-from ascend_fleet.render import Owner, render_pdb, render_replica, render_services, validate
+from ascend_fleet.render import Owner, network_policy, render_pdb, render_replica, render_services, validate
 from ascend_fleet.render.children import revision
 from tests.support.documents import inference
 from tests.unit.test_reconcile_plan import running
@@ -54,7 +54,12 @@ def role_pods(valid, role, replicas, **state):
 def cluster(valid, pods):
     owner = Owner.of(valid.obj)
     services = {s["metadata"]["name"]: s for s in render_services(valid.obj.spec, owner)}
-    return Observed(pods=pods, services=services, pdb=render_pdb(valid.obj.spec, owner))
+    return Observed(
+        pods=pods,
+        services=services,
+        pdb=render_pdb(valid.obj.spec, owner),
+        network_policy=network_policy(valid.obj.spec, owner),
+    )
 
 
 def condition(result, kind="Ready"):
@@ -76,7 +81,7 @@ def test_an_empty_cluster_gets_both_roles_pods_with_their_labels():
     }
     assert npus == {"pd-prefill-0": "4", "pd-decode-0": "2", "pd-decode-1": "2"}  # each role's own layout
     kinds = sorted(o["kind"] for o in result.creates if o["kind"] != "Pod")
-    assert kinds == ["PodDisruptionBudget", "Service", "Service"]
+    assert kinds == ["NetworkPolicy", "PodDisruptionBudget", "Service", "Service"]
     assert result.status["roles"] == {
         "prefill": {
             "replicas": 0,

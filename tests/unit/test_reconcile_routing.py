@@ -7,7 +7,7 @@ import copy
 from ascend_fleet.api.settings import ReconcileSettings
 from ascend_fleet.reconcile.plan import plan_pass
 from ascend_fleet.reconcile.writes import Observed
-from ascend_fleet.render import Owner, render_pdb, render_services, validate
+from ascend_fleet.render import Owner, network_policy, render_pdb, render_services, validate
 from ascend_fleet.render.routing import PickerSettings, picker_name, render_routing
 from ascend_fleet.status.conditions import ROUTING_UNAVAILABLE
 from tests.support.documents import inference
@@ -66,7 +66,12 @@ def existing(valid, picker=None) -> Observed:
             services[child["metadata"]["name"]] = served(child)
         else:
             routing[(child["kind"], child["metadata"]["name"])] = served(child)
-    return Observed(services=services, pdb=served(render_pdb(obj.spec, owner, layout)), routing=routing)
+    return Observed(
+        services=services,
+        pdb=served(render_pdb(obj.spec, owner, layout)),
+        network_policy=served(network_policy(obj.spec, owner)),
+        routing=routing,
+    )
 
 
 def kinds(objects) -> list[str]:
@@ -80,7 +85,7 @@ def ready(result) -> dict:
 def test_the_pickers_service_comes_first_then_every_routing_object():
     valid = make()
     first = plan_pass(valid.obj, valid.layout, Observed(), NOW, SETTINGS)
-    assert kinds(first.creates) == ["PodDisruptionBudget", "Service", "Service", "Service"]
+    assert kinds(first.creates) == ["NetworkPolicy", "PodDisruptionBudget", "Service", "Service", "Service"]
     assert picker_name("llm") in {o["metadata"]["name"] for o in first.creates}
 
     observed = existing(make(mode="service"))
@@ -194,7 +199,8 @@ def test_missing_crds_make_ready_false_and_create_no_routing_object():
     valid = make()
     observed = Observed(routing_missing=frozenset({"InferencePool", "InferenceObjective", "HTTPRoute"}))
     result = plan_pass(valid.obj, valid.layout, observed, NOW, SETTINGS)
-    assert kinds(result.creates) == ["PodDisruptionBudget", "Service", "Service"]  # the engines' own only
+    # the engines' own only
+    assert kinds(result.creates) == ["NetworkPolicy", "PodDisruptionBudget", "Service", "Service"]
     condition = ready(result)
     assert (condition["status"], condition["reason"]) == ("False", ROUTING_UNAVAILABLE)
     assert "inferencepools.inference.networking.k8s.io" in condition["message"]

@@ -56,6 +56,9 @@ LABEL_APP_INSTANCE = "app.kubernetes.io/instance"
 LABEL_APP_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_APP_COMPONENT = "app.kubernetes.io/component"
 APP_NAME = "ascend-fleet-engine"
+# LABEL_APP_COMPONENT's values: the engine pods, and the endpoint picker's pods and objects.
+COMPONENT_ENGINE = "engine"
+COMPONENT_PICKER = "endpoint-picker"
 MANAGED_BY = "ascend-fleet"
 
 # The Ascend device plugin's NPU health, as it publishes it (the operator reads these, never writes them).

@@ -254,6 +254,47 @@ class RoutingSettings(Model):
         return image or DEFAULT_PICKER_IMAGE
 
 
+class PeerSettings(Model):
+    """Pods allowed to reach the engine ports, as a NetworkPolicy peer: both selectors must match."""
+
+    namespace_labels: dict[str, str] = Field(
+        description="Labels of the peer's namespace (kubernetes.io/metadata.name names one); {} is every namespace."
+    )
+    pod_labels: dict[str, str] = Field(description="Labels of the peer's pods; {} is every pod there.")
+
+
+class NetworkPolicySettings(Model):
+    """The NetworkPolicy the operator writes for every fleet (see docs/install.md, "Network policy")."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Write one NetworkPolicy per AscendInference: engine ports open only to the fleet's endpoint "
+        "picker, the gateway and Prometheus; every other port only to the fleet's own pods. Off: none is "
+        "written, and the ones written before are deleted.",
+    )
+    # Envoy Gateway runs its proxies in its own namespace, labelled with the component and name below.
+    gateway: PeerSettings = Field(
+        default_factory=lambda: PeerSettings(
+            namespace_labels={"kubernetes.io/metadata.name": "envoy-gateway-system"},
+            pod_labels={"app.kubernetes.io/component": "proxy", "app.kubernetes.io/name": "envoy"},
+        ),
+        description="The gateway's proxy pods, which send requests to the engines' HTTP port.",
+    )
+    # prometheus-operator labels the pods of a Prometheus with app.kubernetes.io/name: prometheus.
+    prometheus: PeerSettings = Field(
+        default_factory=lambda: PeerSettings(
+            namespace_labels={"kubernetes.io/metadata.name": "monitoring"},
+            pod_labels={"app.kubernetes.io/name": "prometheus"},
+        ),
+        description="The Prometheus pods that scrape the engines' HTTP port and the NPU exporter's port.",
+    )
+    extra_peers: list[PeerSettings] = Field(
+        default_factory=list,
+        max_length=16,
+        description="More clients of the engines' HTTP port (e.g. a namespace of in-cluster callers in mode service).",
+    )
+
+
 class OperatorSettings(Model):
     """Everything the operator process is configured with."""
 
@@ -261,6 +302,7 @@ class OperatorSettings(Model):
     control: ControlSettings = Field(default_factory=ControlSettings)
     reconcile: ReconcileSettings = Field(default_factory=ReconcileSettings)
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
+    network_policy: NetworkPolicySettings = Field(default_factory=NetworkPolicySettings)
     images: dict[str, str] = Field(
         default_factory=dict,
         description="Default engine images for specs that name none, keyed by engine type (vllm-ascend, sglang) "

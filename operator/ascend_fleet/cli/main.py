@@ -119,7 +119,10 @@ def cmd_render(args: argparse.Namespace) -> int:
     if any(r.problems for r in results):
         return _finish(results)
     picker = PickerSettings(image=settings.routing.picker_image) if settings is not None else None
-    objects = [obj for r in results if r.valid is not None for obj in render_all(r.valid.obj, picker)]
+    network = settings.network_policy if settings is not None else None
+    objects = [
+        obj for r in results if r.valid is not None for obj in render_all(r.valid.obj, picker, network)
+    ]
     sys.stdout.write(object_list(objects) if args.output == "json" else yaml_stream(objects))
     return EXIT_OK
 

@@ -60,7 +60,10 @@ from .state import action_record, object_state, updated_actions, with_pods
 _log = logging.getLogger(__name__)
 
 CONDITION = "MetricsAvailable"
-ENGINE_PODS = {names.LABEL_APP_MANAGED_BY: names.MANAGED_BY, names.LABEL_APP_COMPONENT: "engine"}
+ENGINE_PODS = {
+    names.LABEL_APP_MANAGED_BY: names.MANAGED_BY,
+    names.LABEL_APP_COMPONENT: names.COMPONENT_ENGINE,
+}
 WRITE_ATTEMPTS = 3
 PARALLEL_WRITES = 4
 EVENT_REASONS: dict[str, str] = {kind.name: kind.event_reason for kind in ACTIONS}

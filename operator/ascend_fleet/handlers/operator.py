@@ -4,7 +4,7 @@ Everything here is wiring. Decisions are made by ``reconcile`` and ``control``; 
 the per-object loop's decision (:mod:`..reconcile.object_loop`), which each daemon runs with the
 object's wake-up flag. kopf's own behaviour is changed in one place only (:mod:`.kopf_compat`).
 
-The kopf indexes are the operator's watch cache: engine pods (slimmed), Services, PDBs and the
+The kopf indexes are the operator's watch cache: engine pods (slimmed), Services, PDBs, NetworkPolicies and the
 AscendInferences themselves. The reconcilers and the control loop read them; nothing lists.
 """
 
@@ -114,7 +114,7 @@ def _register_settings(registry: kopf.OperatorRegistry, ctx: OperatorContext) ->
 
 
 def _register_indexes(registry: kopf.OperatorRegistry) -> None:
-    """The watch cache: engine pods (slimmed), Services, PDBs and the AscendInferences."""
+    """The watch cache: engine pods (slimmed), Services, PDBs, NetworkPolicies and the AscendInferences."""
     child_filter = CHILD_FILTER
 
     @kopf.index("pods", labels=child_filter, registry=registry, id="engine_pods")
@@ -135,6 +135,17 @@ def _register_indexes(registry: kopf.OperatorRegistry) -> None:
     async def engine_pdbs(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_) -> dict:
         return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
 
+    @kopf.index(
+        "networking.k8s.io",
+        "v1",
+        "networkpolicies",
+        labels=child_filter,
+        registry=registry,
+        id="engine_policies",
+    )
+    async def engine_policies(namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_) -> dict:
+        return {(namespace, labels[names.LABEL_NAME]): _snapshot(body)}
+
 
 def _register_reconcilers(registry: kopf.OperatorRegistry, ctx: OperatorContext) -> None:
     """Wake-ups on every change, and one reconciler daemon per AscendInference."""
@@ -143,7 +154,8 @@ def _register_reconcilers(registry: kopf.OperatorRegistry, ctx: OperatorContext)
     # kopf's callback protocols type ``namespace`` as optional for every resource; these are namespaced.
     @kopf.on.event("pods", labels=child_filter, registry=registry)
     @kopf.on.event("services", labels=child_filter, registry=registry)
-    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=child_filter, registry=registry)
+    @kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=child_filter, registry=registry)  # type: ignore[arg-type]
     async def child_changed(namespace: str, labels: Mapping[str, str], **_) -> None:
         ctx.wakeups.wake(namespace, labels[names.LABEL_NAME])
 
@@ -171,12 +183,12 @@ def _register_reconcilers(registry: kopf.OperatorRegistry, ctx: OperatorContext)
         engine_pods: kopf.Index,
         engine_services: kopf.Index,
         engine_pdbs: kopf.Index,
+        engine_policies: kopf.Index,
         logger: kopf.Logger,
         **_,
     ) -> None:
-        await run_reconciler(
-            ctx, stopped, body, namespace, name, (engine_pods, engine_services, engine_pdbs), logger
-        )
+        indexes = (engine_pods, engine_services, engine_pdbs, engine_policies)
+        await run_reconciler(ctx, stopped, body, namespace, name, indexes, logger)
 
 
 async def run_reconciler(
@@ -185,7 +197,7 @@ async def run_reconciler(
     body: kopf.Body,
     namespace: str,
     name: str,
-    indexes: tuple[kopf.Index, kopf.Index, kopf.Index],
+    indexes: tuple[kopf.Index, kopf.Index, kopf.Index, kopf.Index],
     logger: kopf.Logger,
 ) -> None:
     """Run the object's :class:`ObjectLoop` until kopf stops its daemon or the object's DELETED arrives.
@@ -196,7 +208,7 @@ async def run_reconciler(
     """
     key = (namespace, name)
     uid = body.get("metadata", {}).get("uid", "")
-    pods, services, pdbs = indexes
+    pods, services, pdbs, policies = indexes
     loop = ObjectLoop(
         kube=ctx.kube,
         settings=ctx.settings,
@@ -205,7 +217,12 @@ async def run_reconciler(
         name=name,
         uid=uid,
         read_object=lambda: _snapshot(body),
-        read_children=lambda: (_values(pods, key), _values(services, key), _values(pdbs, key)),
+        read_children=lambda: (
+            _values(pods, key),
+            _values(services, key),
+            _values(pdbs, key),
+            _values(policies, key),
+        ),
         logger=logger,
         read_dead_nodes=lambda: ctx.node_leases.dead if ctx.node_leases else frozenset(),
     )

@@ -96,6 +96,7 @@ KINDS = {
     "Service": _Kind("", "v1", "services"),
     "Event": _Kind("", "v1", "events"),
     "PodDisruptionBudget": _Kind("policy", "v1", "poddisruptionbudgets"),
+    "NetworkPolicy": _Kind("networking.k8s.io", "v1", "networkpolicies"),
     "PodGroup": _Kind(
         "scheduling.volcano.sh", "v1beta1", "podgroups"
     ),  # Volcano gangs (schedulerName: volcano)

@@ -107,7 +107,8 @@ def reconcile_once(
             settings.reconcile,
             picker,
             settings.routing.enabled,
-            valid.warnings,
+            warnings=valid.warnings,
+            network=settings.network_policy,
         )
         kind = "changed" if result.writes_children else "converged"
         roles = plan_roles(valid.obj.spec).values()

@@ -64,6 +64,7 @@ def managed_spec(obj: dict, have: dict | None = None) -> dict:
     keys = {
         "Service": ("selector", "ports", "type", "publishNotReadyAddresses"),
         "PodDisruptionBudget": ("minAvailable", "selector"),
+        "NetworkPolicy": ("podSelector", "policyTypes", "ingress"),
     }[obj["kind"]]
     spec = {k: obj["spec"][k] for k in keys if k in obj["spec"]}
     have_spec = (have or {}).get("spec") or {}

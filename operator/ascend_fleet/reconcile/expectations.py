@@ -24,7 +24,7 @@ from .timing import EXPECTATIONS_TTL_SECONDS
 
 # The kinds the operator's watch cache holds (children_by_name): only their writes can be seen arriving. A
 # write to another kind (a Volcano PodGroup) is not waited for; its create is idempotent (AlreadyExists).
-CACHED_KINDS = ("Pod", "Service", "PodDisruptionBudget")
+CACHED_KINDS = ("Pod", "Service", "PodDisruptionBudget", "NetworkPolicy")
 
 CREATE, DELETE, PATCH = "create", "delete", "patch"
 
@@ -102,11 +102,11 @@ class Expectations:
 
 
 def children_by_name(
-    pods: Iterable[dict], services: Iterable[dict], pdbs: Iterable[dict]
+    pods: Iterable[dict], services: Iterable[dict], pdbs: Iterable[dict], policies: Iterable[dict] = ()
 ) -> dict[tuple[str, str], dict]:
     """The cache as expectations read it: every candidate child by (kind, name), owned or not."""
     result: dict[tuple[str, str], dict] = {}
-    for kind, items in zip(CACHED_KINDS, (pods, services, pdbs), strict=True):
+    for kind, items in zip(CACHED_KINDS, (pods, services, pdbs, policies), strict=True):
         for item in items:
             name = (item.get("metadata") or {}).get("name")
             if name:

@@ -27,8 +27,9 @@ from .observe import observed_children, owned_by, wants_routing_list
 from .refusals import Refusal, current, refused_again
 from .timing import ERROR_BACKOFF, STATUS_HOLD_SECONDS, WATCH_SETTLE_SECONDS
 
-# Candidate children by the name label: pods, Services, PDBs (ownership is checked here).
-Candidates = tuple[list[dict], list[dict], list[dict]]
+# Candidate children by the name label: pods, Services, PDBs and NetworkPolicies (ownership is checked here;
+# a caller without NetworkPolicies in its cache gives the first three).
+Candidates = tuple[list[dict], list[dict], list[dict]] | tuple[list[dict], list[dict], list[dict], list[dict]]
 
 
 class Clock(Protocol):

@@ -16,13 +16,18 @@ def owned_by(obj: dict, uid: str) -> bool:
 
 
 def observed_children(
-    uid: str, pods: Iterable[dict], services: Iterable[dict], pdbs: Iterable[dict]
+    uid: str,
+    pods: Iterable[dict],
+    services: Iterable[dict],
+    pdbs: Iterable[dict],
+    policies: Iterable[dict] = (),
 ) -> Observed:
     """Filter candidate children (found by the name label) down to the ones this object owns."""
     mine = [p for p in pods if owned_by(p, uid)]
     services_by_name = {s["metadata"]["name"]: s for s in services if owned_by(s, uid)}
     pdb = next((b for b in pdbs if owned_by(b, uid) and not is_picker_object(b)), None)
-    return Observed(pods=mine, services=services_by_name, pdb=pdb)
+    policy = next((p for p in policies if owned_by(p, uid)), None)
+    return Observed(pods=mine, services=services_by_name, pdb=pdb, network_policy=policy)
 
 
 def is_picker_object(obj: dict) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..api import names
-from ..api.settings import ReconcileSettings
+from ..api.settings import NetworkPolicySettings, ReconcileSettings
 from ..api.times import parse_rfc3339, rfc3339_ms
 from ..api.v1alpha1 import AscendInference, AscendInferenceStatus, Condition
 from ..layout import Layout, plan_roles
@@ -23,6 +23,7 @@ from ..observed.pods import pod_role
 from ..render import (
     Owner,
     drain_patch,
+    network_policy,
     pod_group_name,
     render_pdb,
     render_replica,
@@ -68,9 +69,11 @@ def plan_pass(
     picker: PickerSettings | None = None,
     routing_enabled: bool = True,
     warnings: Sequence[str] = (),
+    network: NetworkPolicySettings | None = None,
 ) -> PassPlan:
     """Everything this pass should write for a valid AscendInference (routing only if ``routing_enabled``);
-    ``warnings`` (validate's, for a spec that renders but differs from what it asks) go into Ready's message.
+    ``warnings`` (validate's, for a spec that renders but differs from what it asks) go into Ready's message;
+    ``network`` is the operator's NetworkPolicy setting, by default on.
 
     A two-role fleet (spec.disaggregation) plans each role's replicas as a colocated fleet's, with the role's
     own layout; pods of a role the spec no longer has (or a colocated fleet's pods beside two roles, and the
@@ -79,7 +82,7 @@ def plan_pass(
     result = PassPlan()
     owner = Owner.of(obj)
     rev = revision(obj.spec, owner.name, layout)
-    _plan_services(obj, layout, owner, observed, now, settings, result)
+    _plan_services(obj, layout, owner, observed, now, settings, result, network)
     routing_problem = plan_routing(obj, owner, observed, now, settings, picker, result, routing_enabled)
     stored = stored_status(obj).get("groupRestarts", [])
     wanted_roles: dict[str | None, Layout] = {role: each for role, each in plan_roles(obj.spec).items()}
@@ -291,11 +294,27 @@ def _plan_services(
     now: float,
     settings: ReconcileSettings,
     result: PassPlan,
+    network: NetworkPolicySettings | None = None,
 ) -> None:
-    desired = [*render_services(obj.spec, owner, layout), render_pdb(obj.spec, owner, layout)]
+    """The Services, the PDB and the NetworkPolicy: created when missing, patched back when they drift; the
+    NetworkPolicy deleted when the operator's settings turn it off."""
+    policy = network_policy(obj.spec, owner, network)
+    desired = [
+        *render_services(obj.spec, owner, layout),
+        render_pdb(obj.spec, owner, layout),
+        *([policy] if policy else []),
+    ]
+    have_policy = observed.network_policy
+    if policy is None and have_policy is not None and not have_policy["metadata"].get("deletionTimestamp"):
+        result.deletes.append(Delete("NetworkPolicy", have_policy["metadata"]["name"]))
+        result.events.append(
+            Event("Normal", "Deleted", f"deleted NetworkPolicy {have_policy['metadata']['name']}")
+        )
     for want in desired:
         name = want["metadata"]["name"]
-        have = observed.pdb if want["kind"] == "PodDisruptionBudget" else observed.services.get(name)
+        have = {"PodDisruptionBudget": observed.pdb, "NetworkPolicy": have_policy}.get(
+            want["kind"], observed.services.get(name)
+        )
         if have is None:
             wait = observed.held_back(want["kind"], name, now, settings)
             if wait is not None:

@@ -41,6 +41,7 @@ class Observed:
     pods: list[dict] = field(default_factory=list)
     services: dict[str, dict] = field(default_factory=dict)
     pdb: dict | None = None
+    network_policy: dict | None = None
     # Children whose create the API server refused, by (kind, name): retried with backoff, reported in Ready.
     refused: dict[tuple[str, str], Refusal] = field(default_factory=dict)
     # Owned routing objects by (kind, name), listed this pass (see observe.observe_routing); the picker's

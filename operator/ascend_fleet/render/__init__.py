@@ -2,6 +2,7 @@
 
 from .children import (
     drain_patch,
+    network_policy,
     render_all,
     render_pdb,
     render_replica,
@@ -19,6 +20,7 @@ __all__ = [
     "Owner",
     "Valid",
     "drain_patch",
+    "network_policy",
     "leader_selector",
     "pod_group_name",
     "pod_name",

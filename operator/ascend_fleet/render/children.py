@@ -10,6 +10,7 @@ from typing import Any
 
 from ..api import names
 from ..api.k8s import parse_quantity
+from ..api.settings import NetworkPolicySettings
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..api.variants import fleet_weights, variant_of, variant_spec
 from ..engines import facts_of
@@ -26,6 +27,7 @@ from .metadata import (
     pod_name,
     serving_selector,
 )
+from .network import render_network_policy
 from .pdsidecar import behind_sidecar, rename_engine_port, sidecar_container, sidecar_runs
 from .routing import PickerSettings, render_routing
 from .template import ENGINE_CONTAINER, merge_template
@@ -120,7 +122,7 @@ def _pod(fleet: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev
     spec = variant_spec(fleet, variant)
     labels = {
         **common_labels(name),
-        names.LABEL_APP_COMPONENT: "engine",
+        names.LABEL_APP_COMPONENT: names.COMPONENT_ENGINE,
         names.LABEL_REPLICA: str(at.replica),
         names.LABEL_RANK: str(at.rank),
         names.LABEL_ROLE: names.ROLE_LEADER if at.leader else names.ROLE_WORKER,
@@ -341,10 +343,26 @@ def render_pdb(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = 
     }
 
 
-def render_all(obj: AscendInference, picker: PickerSettings | None = None) -> list[dict]:
-    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, routing objects.
+def network_policy(
+    spec: AscendInferenceSpec, owner: Owner, settings: NetworkPolicySettings | None = None
+) -> dict | None:
+    """The fleet's NetworkPolicy (see render/network.py), or None where the operator's settings turn it off."""
+    settings = settings or NetworkPolicySettings()
+    if not settings.enabled:
+        return None
+    metrics = [EXPORTER_PORT] if exporter_runs(spec) else []
+    assert spec.engine.port is not None  # the spec model fills in the engine's default
+    return render_network_policy(owner, spec.engine.port, metrics, settings)
 
-    ``picker`` is the operator's endpoint picker setting (its image); without it, the built-in default.
+
+def render_all(
+    obj: AscendInference, picker: PickerSettings | None = None, network: NetworkPolicySettings | None = None
+) -> list[dict]:
+    """Every child object for the spec as it stands: pods of all replicas, Services, PDB, NetworkPolicy,
+    routing objects.
+
+    ``picker`` is the operator's endpoint picker setting (its image), ``network`` its NetworkPolicy setting;
+    without them, the built-in defaults.
     """
     spec, owner = obj.spec, Owner.of(obj)
     layout = plan(spec)
@@ -360,9 +378,11 @@ def render_all(obj: AscendInference, picker: PickerSettings | None = None) -> li
         replicas = [
             obj for replica in range(layout.data) for obj in render_replica(spec, owner, replica, layout, rev)
         ]
+    policy = network_policy(spec, owner, network)
     return [
         *render_services(spec, owner, layout),
         render_pdb(spec, owner, layout),
+        *([policy] if policy else []),
         *render_routing(spec, owner, picker, fleet_weights(spec, obj.metadata)),
         *replicas,
     ]

@@ -45,7 +45,7 @@ PICKER_HEALTH_PORT = 9003  # gRPC health
 PICKER_METRICS_PORT = 9090
 PICKER_CONFIG_FILE = "epp.yaml"
 PICKER_CONFIG_DIR = "/config"
-PICKER_COMPONENT = "endpoint-picker"
+PICKER_COMPONENT = names.COMPONENT_PICKER
 PICKER_UID = 65532  # the user images/picker runs as (the distroless "nonroot" user of the upstream image)
 # The Inference Extension release whose picker and CRDs the operator is tested with: tools/epp builds the
 # project's picker (DEFAULT_PICKER_IMAGE) on it, and the chart ships its CRDs.

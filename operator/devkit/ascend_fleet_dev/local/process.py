@@ -5,6 +5,9 @@ picker, the operator, real engines) with its output appended to a log file. :met
 polls a probe until it answers, failing at once if the program exits; :meth:`~LocalProcess.stop` sends
 SIGTERM, waits a grace period, then SIGKILL, and reaps the child. Failures carry the tail of the log, which is
 what one needs to see why a program did not come up.
+
+Nothing is left behind: every program leads a process group of its own, which the process's guard
+(:mod:`.guard`) ends when this process is gone, even killed with SIGKILL before it could stop anything.
 """
 
 from __future__ import annotations
@@ -12,14 +15,69 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, Any, Self
+
+from .guard import start_time
 
 # How long a killed process may take to be reaped before stop() gives up waiting.
 _KILL_WAIT_SECONDS = 5.0
 _TAIL_BYTES = 3000
+
+
+class _Guard:
+    """This process's guard (see :mod:`.guard`): started with the first program, told of every group."""
+
+    _lock = threading.Lock()
+    _owner: int | None = None  # the pid that started the guard: a forked child needs a guard of its own
+    _pipe: int | None = None
+
+    @classmethod
+    def tell(cls, line: str) -> None:
+        with cls._lock:
+            if cls._owner != os.getpid():
+                cls._start()
+            assert cls._pipe is not None
+            os.write(cls._pipe, f"{line}\n".encode())
+
+    @classmethod
+    def _start(cls) -> None:
+        read, write = os.pipe()
+        script = Path(__file__).with_name("guard.py")
+        try:
+            subprocess.Popen(
+                [sys.executable, "-I", str(script)],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read)
+        # The guard is never waited for: it outlives this process by design (a reaped zombie until then).
+        cls._owner, cls._pipe = os.getpid(), write
+
+
+def guard_group(pgid: int) -> None:
+    """Have this process's guard end process group ``pgid`` (led by process ``pgid``) when this process is gone."""
+    _Guard.tell(f"+{pgid}:{start_time(pgid) or ''}")
+
+
+def guarded_popen(args: Sequence[str], **options: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` for tests' own programs: in a process group of its own that the guard ends if this
+    process goes first (the caller still stops and waits for it as before)."""
+    process = subprocess.Popen(args, start_new_session=True, **options)
+    guard_group(process.pid)
+    return process
+
+
+def release_group(pgid: int) -> None:
+    """The group was reaped: the guard forgets it (its id may be reused)."""
+    _Guard.tell(f"-{pgid}")
 
 
 class ProcessFailed(RuntimeError):
@@ -29,9 +87,9 @@ class ProcessFailed(RuntimeError):
 class LocalProcess:
     """One local program: ``argv`` with ``env`` added to this process's environment, run in ``cwd``.
 
-    Output (stdout and stderr) is appended to ``log``, so a restart keeps the earlier lines. With
-    ``process_group``, the program leads a process group of its own and :meth:`stop` signals the whole group
-    (for programs that start children of their own). With ``inherit``, only those variables of this process's
+    Output (stdout and stderr) is appended to ``log``, so a restart keeps the earlier lines. Every program
+    leads a process group of its own, which the guard ends if this process goes first; with ``process_group``,
+    :meth:`stop` signals the whole group too (for programs that start children of their own). With ``inherit``, only those variables of this process's
     environment are passed on (for programs that must not see this process's virtualenv or test settings).
     """
 
@@ -87,8 +145,9 @@ class LocalProcess:
                 stderr=subprocess.STDOUT,
                 env={**self._inherited(), **self.env},
                 cwd=self.cwd,
-                start_new_session=self.process_group,
+                start_new_session=True,
             )
+            guard_group(self._popen.pid)
         finally:
             if not isinstance(output, int):
                 output.close()  # the child holds its own descriptor
@@ -122,11 +181,10 @@ class LocalProcess:
         self._signal(popen, signal.SIGTERM if grace > 0 else signal.SIGKILL)
         try:
             popen.wait(grace if grace > 0 else _KILL_WAIT_SECONDS)
-            return
         except subprocess.TimeoutExpired:
-            pass
-        self._signal(popen, signal.SIGKILL)
-        popen.wait(_KILL_WAIT_SECONDS)
+            self._signal(popen, signal.SIGKILL)
+            popen.wait(_KILL_WAIT_SECONDS)
+        release_group(popen.pid)
 
     def kill(self) -> None:
         """SIGKILL at once (a crash, for tests of recovery) and reap the child."""
