@@ -12,7 +12,6 @@ import copy
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from functools import cache

@@ -180,7 +180,12 @@ def format_errors(error: ValidationError) -> list[str]:
     """Pydantic errors as ``spec.field.path: message`` lines, in wire (camelCase) names."""
     lines = []
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"] if not _is_internal(part))
+        # A key with a line break or a control character is quoted, so that every problem stays one line.
+        path = ".".join(
+            str(part) if str(part).isprintable() else repr(part)
+            for part in item["loc"]
+            if not _is_internal(part)
+        )
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field (check its spelling; see `kubectl explain ainf.spec`)"
