@@ -27,7 +27,11 @@ def operator_pods() -> list[tuple[str, dict, dict]]:
                 elif obj["kind"] == "Deployment":
                     template = obj["spec"]["template"]
                     found.append(
-                        (f"{path.name}/{obj['metadata']['name']}", template["spec"], template["metadata"])
+                        (
+                            f"{path.name}/Deployment/{obj['metadata']['name']}",
+                            template["spec"],
+                            template["metadata"],
+                        )
                     )
     return found
 
