@@ -144,10 +144,10 @@ def test_engine_pod_reads_identity_devices_port_and_engine():
         (["python3", "-m", "sglang.launch_server", "--model-path", "/m"], "sglang"),
         (["python3", "-m", "ascend_fleet_exporter.sglang", "--tp-size", "8"], "sglang"),
         (
-            ["/bin/bash", "-c", "ray start --head --port=6379 && exec vllm serve /m --served-model-name=q"],
+            ["/bin/bash", "-c", 'ray start --head --port=6379 && exec "$@"', "bash", "vllm", "serve", "/m"],
             "vllm",
         ),
-        (["/bin/bash", "-c", "exec ray start --address=$(LEADER_ADDRESS):6379 --block"], "vllm"),
+        (["/bin/bash", "-c", 'exec ray start --address="${LEADER_ADDRESS}:6379" --block'], "vllm"),
     ],
 )
 def test_engine_is_detected_from_the_command(command, engine):

@@ -12,7 +12,6 @@ import copy
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from functools import cache
@@ -165,10 +164,10 @@ def engine_argv(pod: dict) -> list[str] | None:
     command = [expand(token, env) for token in container["command"]]
     if command[:2] == ["/bin/bash", "-c"]:
         script = command[2]
-        if "exec vllm serve" not in script:
+        if not script.endswith('exec "$@"'):
             assert "ray start --address=" in script, script
             return None
-        return shlex.split(script.split("exec ", 1)[1])
+        return command[4:]  # bash -c SCRIPT $0 ARGV...: the serve argv as positional parameters
     return command
 
 

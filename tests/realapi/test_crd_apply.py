@@ -220,3 +220,25 @@ def test_kubectl_apply_refuses_reserved_engine_env(real_cluster, namespace, name
     assert "engine.env may not set the NPU device variables" in result.stderr, result.stderr
     doc["spec"]["engine"]["env"] = doc["spec"]["engine"]["env"][:1]
     assert apply(real_cluster, namespace, doc).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "source",
+    [{"gitRepo": {"repository": "https://example.com/w.git"}}, {"nfs": {"server": "nfs", "path": "/w"}}],
+    ids=["gitRepo", "nfs"],
+)
+def test_kubectl_apply_refuses_a_model_volume_restricted_refuses(real_cluster, namespace, source):
+    """model.volume names the restricted sources (and hostPath) as properties: strict field validation refuses
+    any other at apply, and a lenient client's copy loses it and then has no source at all."""
+    (kind,) = source
+    doc = cr(model={"volume": source})
+    result = apply(real_cluster, namespace, doc)
+    assert result.returncode != 0 and f'unknown field "spec.model.volume.{kind}"' in result.stderr, (
+        result.stderr
+    )
+    lenient = apply(real_cluster, namespace, doc, "--validate=false")
+    assert lenient.returncode != 0 and "spec.model.volume" in lenient.stderr, lenient.stderr
+    with pytest.raises(InvalidSpec, match=f"a {kind} volume is refused by Pod Security"):
+        validate(doc)
+    doc["spec"]["model"]["volume"] = {"persistentVolumeClaim": {"claimName": "models"}}
+    assert apply(real_cluster, namespace, doc).returncode == 0

@@ -16,6 +16,10 @@ import yaml
 from ascend_fleet.api import names
 from tests.support.paths import ROOT
 
+# What a template's sidecar or init container sets for Pod Security "restricted" (the operator's pod context
+# gives runAsNonRoot and the seccomp profile).
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
 
 class InferenceDocument:
     """An AscendInference under construction: ``metadata``, ``spec`` and, for status-reading code, ``status``."""

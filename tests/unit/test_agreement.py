@@ -145,17 +145,15 @@ def test_a_template_may_not_replace_shared_memory_or_pod_ip():
     assert validate(with_template(doc(), other_env))
 
 
-def test_root_under_the_non_root_context_is_refused_and_root_is_warned():
+def test_root_is_refused_as_pod_security_restricted_refuses_it():
     (problem,) = problems(with_template(doc(), {"spec": {"securityContext": {"runAsUser": 0}}}))
-    assert "container's runAsUser breaks non-root policy" in problem
-    root = validate(
-        with_template(doc(), {"spec": {"securityContext": {"runAsNonRoot": False, "runAsUser": 0}}})
-    )
-    assert any(
-        w.startswith("spec.template.spec.securityContext: runs the engine pods as root")
-        for w in root.warnings
-    )
-    assert not any("as root" in w for w in validate(doc()).warnings)
+    assert problem.startswith("spec.template.spec.securityContext.runAsUser: 0 is root"), problem
+    found = problems(with_template(doc(), {"spec": {"securityContext": {"runAsNonRoot": False}}}))
+    assert found == [
+        'spec.template.spec.securityContext.runAsNonRoot: false is refused by Pod Security "restricted"; '
+        "leave it true"
+    ]
+    assert not any("root" in w for w in validate(doc()).warnings)
 
 
 def test_validate_without_config_warns_about_metrics_outside_the_built_in_catalog(tmp_path):

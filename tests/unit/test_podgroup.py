@@ -9,6 +9,7 @@ import pytest
 from ascend_fleet.render import Owner, validate
 from ascend_fleet.render.children import render_replica
 from ascend_fleet.render.podgroup import format_quantity, min_resources, pod_requests
+from tests.support.documents import RESTRICTED
 from tests.unit.test_render import spec_doc
 
 VOLCANO = {"schedulerName": "volcano"}
@@ -43,7 +44,12 @@ def test_min_resources_are_the_engine_resources_of_every_pod_of_the_gang():
 
 
 def test_containers_a_template_adds_count_too():
-    sidecar = {"name": "log", "image": "x", "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}}
+    sidecar = {
+        "name": "log",
+        "image": "x",
+        "securityContext": RESTRICTED,
+        "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}},
+    }
     single = group_of(spec_doc(scheduling=VOLCANO))["spec"]["minResources"]
     with_sidecar = group_of(spec_doc(scheduling=VOLCANO, template={"spec": {"containers": [sidecar]}}))
     assert single == {"cpu": "4", "huawei.com/Ascend910": "1", "memory": "48Gi"}

@@ -12,7 +12,7 @@ from ascend_fleet.api import names
 from ascend_fleet.api.v1alpha1 import AscendInference
 from ascend_fleet.cli.output import yaml_stream
 from ascend_fleet.render import InvalidSpec, Owner, render_all, render_pdb, render_replica, revision, validate
-from tests.support.documents import inference
+from tests.support.documents import RESTRICTED, inference
 from tests.support.paths import EXAMPLES, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -192,8 +192,9 @@ def test_multi_pod_vllm_replica_is_a_ray_gang():
     assert leader["metadata"]["labels"][names.LABEL_ROLE] == "leader"
     assert worker["metadata"]["labels"][names.LABEL_ROLE] == "worker"
     assert worker["metadata"]["labels"][names.LABEL_RANK] == "1"
-    assert "ray start --head" in argv(leader)[2] and "--distributed-executor-backend ray" in argv(leader)[2]
-    assert argv(worker)[2] == "exec ray start --address=$(LEADER_ADDRESS):6379 --block"
+    assert argv(leader)[2] == 'ray start --head --port=6379 && exec "$@"'
+    assert argv(leader)[4:6] == ["vllm", "serve"] and "--distributed-executor-backend" in argv(leader)
+    assert argv(worker)[2] == 'exec ray start --address="${LEADER_ADDRESS}:6379" --block'
     env = {e["name"]: e.get("value") for e in worker["spec"]["containers"][0]["env"]}
     assert env["LEADER_ADDRESS"] == "llm-0.llm-pods.$(POD_NAMESPACE).svc"
     assert env["HCCL_IF_IP"] == "$(POD_IP)"
@@ -429,7 +430,7 @@ TEMPLATE = {
                 "volumeMounts": [{"name": "cache", "mountPath": "/cache"}],
                 "resources": {"requests": {"cpu": "12"}},
             },
-            {"name": "log-shipper", "image": "fluent/fluent-bit:3.0"},
+            {"name": "log-shipper", "image": "fluent/fluent-bit:3.0", "securityContext": RESTRICTED},
         ],
     },
 }
@@ -481,7 +482,7 @@ def test_template_changes_roll_out():
         ({"spec": {"volumes": [{"name": "dshm", "emptyDir": {}}]}}, "is the operator's volume"),
         (
             {"spec": {"volumes": [{"name": "etc", "hostPath": {"path": "/etc"}}]}},
-            "hostPath volumes are not accepted",
+            'a hostPath volume is refused by Pod Security "restricted"',
         ),
         ({"spec": {"imagePullSecrets": "registry"}}, "not a valid Pod at spec.imagePullSecrets"),
         ({"spec": {"affinity": {"nodeAfinity": {}}}}, "not a valid Pod"),

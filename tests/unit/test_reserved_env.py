@@ -9,6 +9,7 @@ from ascend_fleet.engines import Rank
 from ascend_fleet.layout import plan
 from ascend_fleet.render import InvalidSpec, validate
 from ascend_fleet.render.engine import engine_env
+from tests.support.documents import RESTRICTED
 
 from .test_render import PROJECT_SGLANG, spec_doc
 
@@ -32,15 +33,26 @@ def test_a_sidecar_may_not_name_npus_but_may_use_the_operators_names():
         "name": "log",
         "image": "busybox",
         "env": [{"name": "ASCEND_RT_VISIBLE_DEVICES", "value": "0"}],
+        "securityContext": RESTRICTED,
     }
     with pytest.raises(
         InvalidSpec, match=r"containers\[0\].env: ASCEND_RT_VISIBLE_DEVICES is the Ascend runtime's"
     ):
         validate(spec_doc(template={"spec": {"containers": [sidecar]}}))
-    init = {"name": "warm", "image": "busybox", "env": [{"name": "ASCEND_VISIBLE_DEVICES", "value": "0"}]}
+    init = {
+        "name": "warm",
+        "image": "busybox",
+        "securityContext": RESTRICTED,
+        "env": [{"name": "ASCEND_VISIBLE_DEVICES", "value": "0"}],
+    }
     with pytest.raises(InvalidSpec, match=r"initContainers\[0\].env: ASCEND_VISIBLE_DEVICES"):
         validate(spec_doc(template={"spec": {"initContainers": [init]}}))
-    sidecar = {"name": "log", "image": "busybox", "env": [{"name": "POD_IP", "value": "x"}]}
+    sidecar = {
+        "name": "log",
+        "image": "busybox",
+        "securityContext": RESTRICTED,
+        "env": [{"name": "POD_IP", "value": "x"}],
+    }
     validate(spec_doc(template={"spec": {"containers": [sidecar]}}))
     engine = {"name": "engine", "env": [{"name": "LEADER_ADDRESS", "value": "x"}]}
     with pytest.raises(InvalidSpec, match=r"containers\[0\].env: LEADER_ADDRESS is set by the operator"):

@@ -284,6 +284,13 @@ VOLUME_SOURCES = (
     "azureFile", "configMap", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk", "projected",
     "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image",
 )  # fmt: skip
+# Pod Security "restricted" admits only these sources (pod-security-admission's restrictedVolumes check);
+# model.volume takes them, and hostPath where the operator configuration allows it.
+RESTRICTED_VOLUMES = (
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image", "persistentVolumeClaim", "projected",
+    "secret",
+)  # fmt: skip
+MODEL_VOLUMES = (*RESTRICTED_VOLUMES, "hostPath")
 # The fields each common source cannot do without.
 _REQUIRED = {
     "persistentVolumeClaim": ("claimName",), "hostPath": ("path",), "nfs": ("server", "path"), "csi": ("driver",),
@@ -306,8 +313,15 @@ def check_volume(value: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(value) - set(VOLUME_SOURCES))
     if unknown:
         raise ValueError(
-            f"unknown volume source(s) {', '.join(unknown)}; use one of persistentVolumeClaim, hostPath, nfs, csi, "
-            "image, ... (a Kubernetes volume source, without name)"
+            f"unknown volume source(s) {', '.join(unknown)}; use one of persistentVolumeClaim, csi, image, ... "
+            "(a Kubernetes volume source, without name)"
+        )
+    refused = sorted(set(value) - set(MODEL_VOLUMES))
+    if refused:
+        raise ValueError(
+            f'a {refused[0]} volume is refused by Pod Security "restricted"; use a persistentVolumeClaim '
+            "(bound to any storage, NFS included), csi, image or another of "
+            f"{', '.join(RESTRICTED_VOLUMES)}"
         )
     if len(value) != 1:
         raise ValueError(f"a volume names exactly one source; this one names {len(value)}")
@@ -322,16 +336,26 @@ def check_volume(value: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(
             f"hostPath.type {fields['type']!r} must be one of {', '.join(t for t in HOST_PATH_TYPES if t)}"
         )
-    if source in ("hostPath", "nfs") and not str(fields["path"]).startswith("/"):
+    if source == "hostPath" and not str(fields["path"]).startswith("/"):
         raise ValueError(f"{source}.path {fields['path']!r} must be absolute")
     return value
 
 
+# The sources are named properties, so kubectl's strict field validation refuses any other source (gitRepo,
+# nfs, ...) at apply; a client that does not validate gets it pruned, and minProperties refuses the rest.
 VOLUME_SCHEMA = {
     "type": "object",
-    "description": "A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
-    "where the operator configuration allows it), mounted read-only at mountPath.",
-    "x-kubernetes-preserve-unknown-fields": True,
+    "description": "A Kubernetes volume source holding the weights (persistentVolumeClaim, csi, image, ... as Pod "
+    'Security "restricted" admits; hostPath only where the operator configuration allows it), mounted '
+    "read-only at mountPath.",
+    "properties": {
+        source: {
+            "type": "object",
+            "description": f"A {source} volume source, as in a Pod's spec.volumes[].",
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+        for source in MODEL_VOLUMES
+    },
     "maxProperties": 1,
     "minProperties": 1,
 }

@@ -49,9 +49,9 @@ class ModelSource(Model):
     )
     volume: VolumeSource | None = Field(
         default=None,
-        description="A Kubernetes volume source holding the weights (e.g. persistentVolumeClaim, nfs; hostPath only "
-        "where the operator configuration allows it), "
-        "mounted read-only at mountPath.",
+        description="A Kubernetes volume source holding the weights (persistentVolumeClaim, csi, image, ... as Pod "
+        'Security "restricted" admits; hostPath only where the operator configuration allows it), mounted '
+        "read-only at mountPath.",
     )
     mount_path: str = Field(
         default="/models",

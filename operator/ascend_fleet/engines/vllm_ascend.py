@@ -7,7 +7,6 @@ images' version.
 from __future__ import annotations
 
 import json
-import shlex
 
 from .base import (
     SHORT_REQUEST_FIRST,
@@ -30,6 +29,10 @@ from .inputs import EngineLayout, EngineSpec
 
 RAY_PORT = 6379  # Ray GCS on the leader of a multi-pod vLLM replica
 MASTER_PORT = 29500  # torch.distributed rendezvous on the leader of a natively launched multi-pod replica
+# A Ray replica's shell scripts hold no value from the spec: the serve argv comes as "$@", the leader's
+# address from the environment (LEADER_ADDRESS, which the renderer sets in every multi-pod pod), both quoted.
+RAY_HEAD_SCRIPT = f'ray start --head --port={RAY_PORT} && exec "$@"'
+RAY_WORKER_SCRIPT = f'exec ray start --address="${{LEADER_ADDRESS}}:{RAY_PORT}" --block'
 
 VLLM_ASCEND_TAG = "v0.23.0.post1"
 # Versions from which a generated flag exists (the engine's own parser in tests/engines checks the defaults).
@@ -262,15 +265,19 @@ class VllmAscend(EngineRenderer):
         return flags
 
     def command(self, spec: EngineSpec, layout: EngineLayout, at: Rank, exporter: bool) -> list[str]:
-        """``vllm serve <path> ...``; under Ray, the leader starts the head first and workers join it."""
+        """``vllm serve <path> ...``; under Ray, the leader starts the head first and workers join it.
+
+        The shell script is a constant: Kubernetes expands ``$(VAR)`` in command and args before the shell
+        reads them, so a value of spec.engine.env referenced from spec.engine.args would become shell code if
+        it were written into the script. ``vllm serve``'s argv goes after the script as bash's positional
+        parameters (run as ``exec "$@"``), and the leader's address is read from the environment, quoted.
+        """
         serve = ["vllm", "serve", spec.model.path, *self.argv(spec, layout, at)]
         if not layout.multi_pod or multi_node_mode(spec) == "native":
             return serve
         if at.leader:
-            script = f"ray start --head --port={RAY_PORT} && exec {shlex.join(serve)}"
-        else:
-            script = f"exec ray start --address=$(LEADER_ADDRESS):{RAY_PORT} --block"
-        return ["/bin/bash", "-c", script]
+            return ["/bin/bash", "-c", RAY_HEAD_SCRIPT, "bash", *serve]
+        return ["/bin/bash", "-c", RAY_WORKER_SCRIPT]
 
     def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
         """Ray must leave ASCEND_RT_VISIBLE_DEVICES as the device plugin set it."""

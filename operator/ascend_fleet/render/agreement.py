@@ -68,24 +68,8 @@ def check_agreement(obj: AscendInference, layout: Layout, parse_query: QueryPars
     pods, plain = _pods(obj, layout)
     problems = [*_requests_over_limits(obj, pods), *_port_collisions(obj, pods), *_long_arguments(obj, pods)]
     problems += _batch_too_large(obj, pods) + _generated_twice(obj, pods)
-    problems += _template_overrides(pods, plain) + _root_under_non_root(pods)
-    return Agreement(problems + _broken_queries(obj, parse_query), _root_warnings(obj, pods))
-
-
-def _root_warnings(obj: AscendInference, pods: list[dict]) -> list[str]:
-    """A template that makes the pods run as root: the server accepts it, but it defeats the non-root context."""
-    if obj.spec.template is None:
-        return []
-    context = pods[0]["spec"].get("securityContext") or {}
-    if context.get("runAsNonRoot") is False or (
-        context.get("runAsUser") == 0 and not context.get("runAsNonRoot")
-    ):
-        return [
-            "spec.template.spec.securityContext: runs the engine pods as root, which the operator's non-root "
-            "context (uid 1000, runAsNonRoot) prevents; the Ascend driver grants its devices to uid 1000 "
-            "(HwHiAiUser) and a root engine can write every file of the node volumes it mounts"
-        ]
-    return []
+    problems += _template_overrides(pods, plain)
+    return Agreement(problems + _broken_queries(obj, parse_query))
 
 
 def _pods(obj: AscendInference, layout: Layout) -> tuple[list[dict], list[dict]]:
@@ -270,18 +254,6 @@ def _engine_overrides(engine: dict, base: dict) -> list[str]:
         )
     # The operator's own variables (POD_IP, which HCCL_IF_IP reads, among them) are refused as reserved names.
     return problems
-
-
-def _root_under_non_root(pods: list[dict]) -> list[str]:
-    """runAsNonRoot with runAsUser 0: the API server accepts it and the kubelet then never starts the container."""
-    context = pods[0]["spec"].get("securityContext") or {}
-    if context.get("runAsNonRoot") and context.get("runAsUser") == 0:
-        return [
-            "spec.template.spec.securityContext.runAsUser: 0 under the operator's runAsNonRoot: the kubelet "
-            'refuses to start the engine ("container\'s runAsUser breaks non-root policy"); remove runAsUser '
-            "from the template, or run as the images' uid 1000"
-        ]
-    return []
 
 
 def _broken_queries(obj: AscendInference, parse_query: QueryParser) -> list[str]:

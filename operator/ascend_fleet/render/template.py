@@ -15,6 +15,7 @@ from typing import Any
 
 from ..api import names
 from ..api.v1alpha1 import AscendInferenceSpec
+from .restricted import restricted_problems
 
 ENGINE_CONTAINER = "engine"  # the engine pod's serving container, where a template's engine fields merge
 
@@ -86,11 +87,6 @@ def template_problems(spec: AscendInferenceSpec) -> list[str]:
                 f"spec.template.spec.volumes[{index}]: the name {volume['name']!r} is the operator's volume; "
                 "give yours another name"
             )
-        if isinstance(volume, dict) and "hostPath" in volume:
-            problems.append(
-                f"spec.template.spec.volumes[{index}]: hostPath volumes are not accepted in the template; "
-                "use a persistentVolumeClaim, configMap, secret or emptyDir"
-            )
     for list_name in ("containers", "initContainers", "volumes", "imagePullSecrets"):
         for index, item in enumerate(_list(pod, list_name)):
             if not isinstance(item, dict) or not item.get("name"):
@@ -112,6 +108,45 @@ def template_problems(spec: AscendInferenceSpec) -> list[str]:
                     f"spec.template.spec.containers[{index}] (engine).resources.{part}: "
                     f"{spec.hardware.resource_name} comes from spec.parallelism; set the layout instead"
                 )
+    return problems
+
+
+def pod_security_problems(spec: AscendInferenceSpec, pods: list[dict]) -> list[str]:
+    """Pod Security "restricted" on the merged pods, each problem once, named by the field that set it."""
+    template = (spec.template.spec if spec.template else None) or {}
+    indices = {
+        (list_name, item.get("name")): index
+        for list_name in ("containers", "initContainers", "volumes")
+        for index, item in enumerate(_list(template, list_name))
+        if isinstance(item, dict)
+    }
+
+    def where(list_name: str, _index: int, name: str) -> str:
+        if list_name == "containers" and name == ENGINE_CONTAINER:
+            return "the engine container (spec.template.spec.containers[engine])"
+        at = indices.get((list_name, name))
+        return f"spec.template.spec.{list_name}[{at}]" if at is not None else f"spec.{list_name}[{name}]"
+
+    def volume_where(name: str) -> str:
+        if name == "model":
+            return "spec.model.volume"
+        at = indices.get(("volumes", name))
+        return f"spec.template.spec.volumes[{at}]" if at is not None else f"volume {name}"
+
+    # The platform's own hostPath volumes: the driver mounts, a hostPath model (checked by the hostPath setting).
+    exempt = {"ascend-driver", "ascend-dcmi", "npu-smi"}
+    if spec.model.volume and "hostPath" in spec.model.volume:
+        exempt.add("model")
+    annotations = (
+        dict(spec.template.metadata.annotations or {}) if spec.template and spec.template.metadata else {}
+    )
+    problems: list[str] = []
+    for pod in pods:
+        for problem in restricted_problems(
+            pod["spec"], annotations, where, volume_where, frozenset(exempt), "spec.template.spec"
+        ):
+            if problem not in problems:
+                problems.append(problem)
     return problems
 
 

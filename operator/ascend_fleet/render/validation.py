@@ -23,7 +23,7 @@ from .children import render_replica
 from .disaggregation import disaggregation_problems, disaggregation_warnings
 from .engine import arg_conflicts, exporter_runs, version_problems, version_warnings
 from .metadata import Owner
-from .template import schema_problems, template_problems
+from .template import pod_security_problems, schema_problems, template_problems
 
 
 class InvalidSpec(ValueError):
@@ -79,15 +79,18 @@ def validate(
     problems += version_problems(obj.spec, layout)
     problems += variant_version_problems(obj.spec, layout)
     problems += template_problems(obj.spec)
-    if obj.spec.template is not None and not problems:
+    if not problems:
         role = next(iter(roles), None)
         replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout, role=role)
-        problems += schema_problems([o for o in replica if o["kind"] == "Pod"])
+        pods = [o for o in replica if o["kind"] == "Pod"]
+        if obj.spec.template is not None:
+            problems += schema_problems(pods)
+        problems += pod_security_problems(obj.spec, pods)
     if not allow_host_path and obj.spec.model.volume and "hostPath" in obj.spec.model.volume:
         problems.append(
             "spec.model.volume: hostPath volumes are off in this operator's configuration "
             "(allowHostPathModels: false), because they expose node files to anyone who may create an "
-            "AscendInference; use a persistentVolumeClaim (or nfs, csi), or ask the platform team to allow it"
+            "AscendInference; use a persistentVolumeClaim (or csi, image), or ask the platform team to allow it"
         )
     if known_metrics is not None:
         problems += unknown_metrics(obj, known_metrics)
@@ -177,7 +180,12 @@ def format_errors(error: ValidationError) -> list[str]:
     """Pydantic errors as ``spec.field.path: message`` lines, in wire (camelCase) names."""
     lines = []
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"] if not _is_internal(part))
+        # A key with a line break or a control character is quoted, so that every problem stays one line.
+        path = ".".join(
+            str(part) if str(part).isprintable() else repr(part)
+            for part in item["loc"]
+            if not _is_internal(part)
+        )
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field (check its spelling; see `kubectl explain ainf.spec`)"

@@ -100,10 +100,10 @@ def serve_argv(container: Mapping[str, Any], env: Mapping[str, str]) -> list[str
         expand_variables(token, env) for token in [*container.get("command", []), *container.get("args", [])]
     ]
     if argv[:2] == ["/bin/bash", "-c"] and len(argv) >= 3:
-        script = argv[2]
-        if "exec vllm serve" not in script:
+        # A Ray leader runs its serve argv as the script's positional parameters: bash -c SCRIPT $0 ARGV...
+        if not argv[2].endswith('exec "$@"'):
             raise NotAnEngine("the container runs a Ray worker; the replica's leader serves alone here")
-        argv = shlex.split(script.split("exec ", 1)[1])
+        argv = argv[4:]
     if argv[:2] != ["vllm", "serve"]:
         raise NotAnEngine(f"the container does not run vllm serve: {shlex.join(argv[:3])}")
     if "--headless" in argv:
