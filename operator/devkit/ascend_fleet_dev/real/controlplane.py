@@ -48,6 +48,15 @@ CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager",
 _STORAGE_AND_API = ("etcd", "kube-apiserver")
 
 
+# The Kubernetes minors the control plane is built for: tools/controlplane/go.mod pins the default, and
+# tools/controlplane/kube-MINOR/ holds the module of each other one (the chart's kubeVersion floor is tested on it).
+DEFAULT_KUBE_MINOR = "1.34"
+KUBE_MINORS = ("1.30", "1.34")
+# Which minor a control plane started without one runs: `dev-cluster --real --kube-version` sets it, and the
+# test suite on the oldest minor (make test-oldest-kube) runs with it set.
+KUBE_VERSION_ENV = "ASCEND_FLEET_KUBE_VERSION"
+
+
 class ControlPlaneUnavailable(RuntimeError):
     """The control plane cannot be built or started here; the message says what is missing."""
 
@@ -92,11 +101,20 @@ def source_digest(source: Path | None = None, what: str = "the real control plan
 
 
 def cached_go_build(
-    source: Path, name: str, *, what: str, override_env: str, make_target: str, build: bool, progress: Any
+    source: Path,
+    name: str,
+    *,
+    what: str,
+    override_env: str,
+    make_target: str,
+    build: bool,
+    progress: Any,
+    minor: str | None = None,
 ) -> Path:
     """A binary built by ``source/build.sh``: ``$override_env``, else ``<cache>/<digest of source>/<name>``,
-    built there when missing and ``build`` is true (``progress`` hears a line first). Raises
-    :class:`ControlPlaneUnavailable` saying what is missing."""
+    built there when missing and ``build`` is true (``progress`` hears a line first). With ``minor`` (a
+    Kubernetes minor such as ``1.30``) it is ``build.sh OUTPUT MINOR``, the module of ``source/kube-MINOR``,
+    cached under ``<digest>-<minor>``. Raises :class:`ControlPlaneUnavailable` saying what is missing."""  # fmt: skip
     override = os.environ.get(override_env)
     if override:
         return Path(override)
@@ -104,7 +122,11 @@ def cached_go_build(
         raise ControlPlaneUnavailable(
             f"{what}'s Go module is not at {source}; set {override_env} to a built binary"
         )
-    binary = cache_dir(name) / source_digest(source, what) / name
+    if minor is not None and not (source / f"kube-{minor}" / "go.mod").is_file():
+        raise ControlPlaneUnavailable(
+            f"{what} has no module for Kubernetes {minor} (kube-{minor}/ in {source})"
+        )
+    binary = cache_dir(name) / (source_digest(source, what) + (f"-{minor}" if minor else "")) / name
     if binary.is_file():
         return binary
     if not build:
@@ -112,20 +134,29 @@ def cached_go_build(
     binary.parent.mkdir(parents=True, exist_ok=True)
     if progress is not None:
         progress(f"Building {what} from Go modules into {binary} (once) ...")
-    result = subprocess.run(["bash", str(source / "build.sh"), str(binary)], capture_output=True, text=True)
+    argv = ["bash", str(source / "build.sh"), str(binary), *([minor] if minor else [])]
+    result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
         raise ControlPlaneUnavailable(f"building {what} failed:\n{result.stderr[-4000:]}")
     return binary
 
 
-def ensure_binary(*, build: bool = True, progress: Any = None) -> Path:
-    """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources.
+def ensure_binary(*, build: bool = True, progress: Any = None, kube_version: str | None = None) -> Path:
+    """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources;
+    ``kube_version`` (a minor such as ``1.30``, see :data:`KUBE_MINORS`) builds that release's instead.
 
     A cold build downloads the modules and compiles a few thousand packages: minutes, see docs/real-cluster.md.
     """
+    kube_version = kube_version or os.environ.get(KUBE_VERSION_ENV) or None
+    minor = None if kube_version in (None, DEFAULT_KUBE_MINOR) else kube_version
+    if minor is not None and minor not in KUBE_MINORS:
+        raise ControlPlaneUnavailable(
+            f"Kubernetes {minor} is not built here; choose one of {', '.join(KUBE_MINORS)}"
+        )
     return cached_go_build(
-        source_dir(), "controlplane", what="the Kubernetes control plane", override_env="ASCEND_FLEET_CONTROLPLANE",
-        make_target="control-plane", build=build, progress=progress,
+        source_dir(), "controlplane", what=f"the Kubernetes {kube_version or DEFAULT_KUBE_MINOR} control plane",
+        override_env="ASCEND_FLEET_CONTROLPLANE", make_target="control-plane", build=build, progress=progress,
+        minor=minor,
     )  # fmt: skip
 
 
