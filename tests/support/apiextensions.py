@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet_dev.real.controlplane import DEFAULT_KUBE_MINOR, ControlPlaneUnavailable, cached_go_build
+from ascend_fleet_dev.real.controlplane import ControlPlaneUnavailable, cached_go_build
+from ascend_fleet_dev.real.kubeversions import DEFAULT_KUBE_MINOR
 
 SOURCE = Path(__file__).resolve().parents[2] / "tools" / "crdcheck"
 

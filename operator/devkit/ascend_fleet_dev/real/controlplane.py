@@ -39,6 +39,7 @@ import yaml
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.local.process import LocalProcess
 from ascend_fleet_dev.local.supervisor import Supervisor
+from ascend_fleet_dev.real.kubeversions import DEFAULT_KUBE_MINOR, KUBE_MINORS, chosen_minor, minor_number
 
 REAL_CONTEXT = "ascend-fleet-real"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -46,15 +47,6 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROL_PLANE_COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 # The components clients talk to (directly or through the API server): /readyz answers once they are back.
 _STORAGE_AND_API = ("etcd", "kube-apiserver")
-
-
-# The Kubernetes minors the control plane is built for: tools/controlplane/go.mod pins the default, and
-# tools/controlplane/kube-MINOR/ holds the module of each other one (the chart's kubeVersion floor is tested on it).
-DEFAULT_KUBE_MINOR = "1.34"
-KUBE_MINORS = ("1.30", "1.34")
-# Which minor a control plane started without one runs: `dev-cluster --real --kube-version` sets it, and the
-# test suite on the oldest minor (make test-oldest-kube) runs with it set.
-KUBE_VERSION_ENV = "ASCEND_FLEET_KUBE_VERSION"
 
 
 class ControlPlaneUnavailable(RuntimeError):
@@ -147,14 +139,14 @@ def ensure_binary(*, build: bool = True, progress: Any = None, kube_version: str
 
     A cold build downloads the modules and compiles a few thousand packages: minutes, see docs/real-cluster.md.
     """
-    kube_version = kube_version or os.environ.get(KUBE_VERSION_ENV) or None
-    minor = None if kube_version in (None, DEFAULT_KUBE_MINOR) else kube_version
+    kube_version = chosen_minor(kube_version)
+    minor = None if kube_version == DEFAULT_KUBE_MINOR else kube_version
     if minor is not None and minor not in KUBE_MINORS:
         raise ControlPlaneUnavailable(
             f"Kubernetes {minor} is not built here; choose one of {', '.join(KUBE_MINORS)}"
         )
     return cached_go_build(
-        source_dir(), "controlplane", what=f"the Kubernetes {kube_version or DEFAULT_KUBE_MINOR} control plane",
+        source_dir(), "controlplane", what=f"the Kubernetes {kube_version} control plane",
         override_env="ASCEND_FLEET_CONTROLPLANE", make_target="control-plane", build=build, progress=progress,
         minor=minor,
     )  # fmt: skip
@@ -218,8 +210,10 @@ class ControlPlane:
         binary: Path | None = None,
         verbosity: int = 1,
         node_monitor_grace_seconds: int = DEV_NODE_MONITOR_GRACE_SECONDS,
+        kube_version: str | None = None,
     ) -> None:
         self.binary = binary
+        self.kube_version = chosen_minor(kube_version)
         self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.verbosity = verbosity
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
@@ -288,7 +282,7 @@ class ControlPlane:
             raise RuntimeError("the control plane is running already")
         began = time.monotonic()
         if self.binary is None:
-            self.binary = ensure_binary()
+            self.binary = ensure_binary(kube_version=self.kube_version)
         if self._workdir is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix="ascend-fleet-cp-")
             self._workdir = Path(self._tempdir.name)
@@ -499,9 +493,13 @@ class ControlPlane:
             f"--api-audiences={ISSUER}",
             "--authorization-mode=RBAC",
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
-            # Bound pods carry their node's zone and region labels, as from Kubernetes 1.35 on (beta there): the
-            # operator reads a replica's zone from its pod, never from the Node.
-            "--feature-gates=PodTopologyLabelsAdmission=true",
+            # Bound pods carry their node's zone and region labels, as from Kubernetes 1.35 on (beta there; the
+            # gate exists from 1.33): the operator reads a replica's zone from its pod, never from the Node.
+            *(
+                ["--feature-gates=PodTopologyLabelsAdmission=true"]
+                if minor_number(self.kube_version) >= 33
+                else []
+            ),
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cert-dir={self.workdir / 'certs'}",
             # Who asked for what (kept as metadata only): tests read it to check RBAC grants against use.
@@ -584,13 +582,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--build", action="store_true", help="build the binary if needed and print its path")
     parser.add_argument("--print-digest", action="store_true", help="print the digest of the sources")
+    parser.add_argument("--kube-version", metavar="MINOR", help=f"one of {', '.join(KUBE_MINORS)}")
     args = parser.parse_args(argv)
     try:
         if args.print_digest:
             print(source_digest())
             return 0
         began = time.monotonic()
-        binary = ensure_binary(progress=print)
+        binary = ensure_binary(progress=print, kube_version=args.kube_version)
         print(json.dumps({"binary": str(binary), "seconds": round(time.monotonic() - began, 1)}))
     except ControlPlaneUnavailable as error:
         print(f"error: {error}")
