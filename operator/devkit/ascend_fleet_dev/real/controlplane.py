@@ -134,11 +134,9 @@ def cached_go_build(
 
 
 def ensure_binary(*, build: bool = True, progress: Any = None, kube_version: str | None = None) -> Path:
-    """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources;
-    ``kube_version`` (a minor such as ``1.30``, see :data:`KUBE_MINORS`) builds that release's instead.
-
-    A cold build downloads the modules and compiles a few thousand packages: minutes, see docs/real-cluster.md.
-    """
+    """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources
+    of ``kube_version`` (:func:`~ascend_fleet_dev.real.kubeversions.chosen_minor`). A cold build downloads the
+    modules and compiles a few thousand packages: minutes, see docs/real-cluster.md."""
     kube_version = chosen_minor(kube_version)
     minor = None if kube_version == DEFAULT_KUBE_MINOR else kube_version
     if minor is not None and minor not in KUBE_MINORS:
