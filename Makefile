@@ -146,13 +146,13 @@ prometheus:
 control-plane: setup
 	$(BIN)/python -m ascend_fleet_dev.real.controlplane --build
 
-# The same for the oldest Kubernetes minor a control plane is built for (tools/controlplane/kube-MINOR), from
-# tools/controlplane/kube-$(OLDEST_KUBE)/: its own cache entry, <digest>-$(OLDEST_KUBE).
+# The same for the oldest Kubernetes minor a control plane is built for, from tools/controlplane/kube-$(OLDEST_KUBE)/:
+# its own cache entry, <digest>-$(OLDEST_KUBE).
 OLDEST_KUBE := 1.30
 control-plane-oldest: setup
 	$(BIN)/python -m ascend_fleet_dev.real.controlplane --build --kube-version $(OLDEST_KUBE)
 
-# A named subset of the suite on that minor.s control plane (docs/decisions.md, "The chart's
+# A named subset of the suite on that minor's control plane (docs/decisions.md, "The chart's
 # kubeVersion"): the CRD applied and its rules, the chart installed with the real Helm library, reconciles,
 # operator HA and routing.
 OLDEST_KUBE_TESTS := tests/realapi/test_crd_apply.py tests/chart/test_install.py tests/e2e/test_reconciler.py \
