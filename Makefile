@@ -58,10 +58,11 @@ lint: setup actionlint
 # installed, one line says so and its tests are skipped; under CI (CI set) that is an error instead.
 test: lint tune-client test-packages engine-vllm
 	@$(MAKE) --no-print-directory prometheus || { [ -z "$$CI" ] && echo "So the tests that need Prometheus will be skipped."; }
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp pd-sidecar; \
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane control-plane-oldest epp pd-sidecar; \
 	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane, the endpoint picker and the P/D sidecar."; exit 1; \
 	else echo "No Go toolchain: the tests on the real control plane, the endpoint picker and the P/D sidecar will be skipped (CI runs them)."; fi
 	$(BIN)/pytest --ignore=tests/engines
+	@$(MAKE) --no-print-directory test-oldest-kube
 	# The engines' own parsers, the CPU boot of every generated vLLM command line and checkov, in their environments.
 	@$(MAKE) --no-print-directory test-engines
 
@@ -154,7 +155,7 @@ control-plane-oldest: setup
 
 # A named subset of the suite on that minor's control plane (docs/decisions.md, "The chart's
 # kubeVersion"): the CRD applied and its rules, the chart installed with the real Helm library, reconciles,
-# operator HA and routing.
+# operator HA and routing. `make test` runs it after the main suite.
 OLDEST_KUBE_TESTS := tests/realapi/test_crd_apply.py tests/chart/test_install.py tests/e2e/test_reconciler.py \
   tests/e2e/test_operator_ha.py tests/e2e/test_routing.py
 test-oldest-kube: setup control-plane-oldest

@@ -21,9 +21,9 @@ from tests.support.paths import EXAMPLES
 
 KUBE_VERSION = yaml.safe_load((helm.CHART / "Chart.yaml").read_text())["kubeVersion"]
 # docs/decisions.md, "The chart's kubeVersion": the lowest minor whose own control plane runs the suite of
-# make test-oldest-kube green; until that suite has run on 1.30, 1.34.
-LOWEST = "1.34"
-BELOW = "1.33"
+# make test-oldest-kube green.
+LOWEST = "1.30"
+BELOW = "1.29"
 
 
 def test_the_range_is_the_lowest_supported_release_and_up():
