@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 CRD    := crds/inference.ascendfleet.io_ascendinferences.yaml
 
-.PHONY: setup test test-unit test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane epp pd-sidecar tune-client engine-vllm
+.PHONY: setup test test-unit test-engines test-packages lint actionlint crds demo prometheus bench images clean control-plane control-plane-oldest test-oldest-kube epp pd-sidecar tune-client engine-vllm
 
 setup: $(STAMP)
 
@@ -58,10 +58,11 @@ lint: setup actionlint
 # installed, one line says so and its tests are skipped; under CI (CI set) that is an error instead.
 test: lint tune-client test-packages engine-vllm
 	@$(MAKE) --no-print-directory prometheus || { [ -z "$$CI" ] && echo "So the tests that need Prometheus will be skipped."; }
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane epp pd-sidecar; \
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory control-plane control-plane-oldest epp pd-sidecar; \
 	elif [ -n "$$CI" ]; then echo "No Go toolchain: CI needs it for the real control plane, the endpoint picker and the P/D sidecar."; exit 1; \
 	else echo "No Go toolchain: the tests on the real control plane, the endpoint picker and the P/D sidecar will be skipped (CI runs them)."; fi
 	$(BIN)/pytest --ignore=tests/engines
+	@$(MAKE) --no-print-directory test-oldest-kube
 	# The engines' own parsers, the CPU boot of every generated vLLM command line and checkov, in their environments.
 	@$(MAKE) --no-print-directory test-engines
 
@@ -145,6 +146,20 @@ prometheus:
 # its sources are unchanged. Needs Go 1.24+ and the Go module proxy.
 control-plane: setup
 	$(BIN)/python -m ascend_fleet_dev.real.controlplane --build
+
+# The same for the oldest Kubernetes minor a control plane is built for, from tools/controlplane/kube-$(OLDEST_KUBE)/:
+# its own cache entry, <digest>-$(OLDEST_KUBE).
+OLDEST_KUBE := 1.30
+control-plane-oldest: setup
+	$(BIN)/python -m ascend_fleet_dev.real.controlplane --build --kube-version $(OLDEST_KUBE)
+
+# A named subset of the suite on that minor's control plane (docs/decisions.md, "The chart's
+# kubeVersion"): the CRD applied and its rules, the chart installed with the real Helm library, reconciles,
+# operator HA and routing. `make test` runs it after the main suite.
+OLDEST_KUBE_TESTS := tests/realapi/test_crd_apply.py tests/chart/test_install.py tests/e2e/test_reconciler.py \
+  tests/e2e/test_operator_ha.py tests/e2e/test_routing.py
+test-oldest-kube: setup control-plane-oldest
+	ASCEND_FLEET_KUBE_VERSION=$(OLDEST_KUBE) $(BIN)/pytest -q -m "not emulator" $(OLDEST_KUBE_TESTS)
 
 # The Gateway API Inference Extension's endpoint picker (EPP), built from its Go module at the release pinned in
 # tools/epp/go.mod into ~/.cache/ascend-fleet/epp/<digest of tools/epp>/; a no-op while its sources are unchanged.

@@ -9,6 +9,7 @@ import uuid
 import pytest
 import yaml
 
+from ascend_fleet.api.policy import MAX_RULES
 from ascend_fleet.render import InvalidSpec, validate
 from tests.support.corpus import ACCEPTED, SAME_SENTENCE, cr, rule
 from tests.support.paths import CRD_FILE, EXAMPLES
@@ -145,9 +146,18 @@ def test_step_as_a_number_or_a_percentage(real_cluster, namespace, step, accepte
         assert accepted, f"validate accepted step {step!r}, which the API server refuses"
 
 
-def test_more_than_32_rules_are_refused(real_cluster, namespace):
-    result = apply(real_cluster, namespace, cr(rules=[rule()] * 33))
-    assert result.returncode != 0 and "must have at most 32 items" in result.stderr, result.stderr
+def test_more_rules_than_the_bound_are_refused(real_cluster, namespace):
+    result = apply(real_cluster, namespace, cr(rules=[rule()] * (MAX_RULES + 1)))
+    assert result.returncode != 0 and f"must have at most {MAX_RULES} items" in result.stderr, result.stderr
+    assert apply(real_cluster, namespace, cr(rules=[rule()] * MAX_RULES)).returncode == 0
+
+
+def test_a_window_whose_numbers_could_overflow_is_refused_by_its_pattern(real_cluster, namespace):
+    """Before the rule converts it, a window's grammar bounds each number (the rule would otherwise fail with
+    an error rather than a sentence); 10000h has five digits and reaches the rule, 100000h does not."""
+    result = apply(real_cluster, namespace, cr(rules=[rule(**{"for": "100000h"})]))
+    assert result.returncode != 0 and "spec.rules[0].for: Invalid value" in result.stderr, result.stderr
+    assert "should match" in result.stderr, result.stderr
 
 
 def test_kubectl_apply_refuses_unknown_fields(real_cluster, namespace):

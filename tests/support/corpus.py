@@ -56,6 +56,8 @@ SAME_SENTENCE: dict[str, dict] = {
     "window too long": cr(rules=[rule(**{"for": "25h"})]),
     "window too long, in seconds": cr(rules=[rule(**{"for": 86401})]),
     "window of 10000h": cr(rules=[rule(**{"for": "10000h"})]),
+    "window too long, in minutes": cr(rules=[rule(**{"for": "1441min"})]),
+    "window too long, in mixed units": cr(rules=[rule(**{"for": "23h59min61s"})]),
 }
 
 # Accepted by both.

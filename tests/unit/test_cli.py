@@ -199,3 +199,28 @@ def test_dev_cluster_passes_real_engines_through_and_needs_real_for_them(monkeyp
     seen.clear()
     assert cli.main(["dev-cluster", "--engines", "vllm"]) == 2
     assert seen == {} and "--engines vllm runs on the real control plane only" in capsys.readouterr().err
+
+
+def test_dev_cluster_kube_version_chooses_the_control_plane_release_and_needs_real(monkeypatch, capsys):
+    from ascend_fleet.cli import main as cli
+    from ascend_fleet_dev import serve
+    from ascend_fleet_dev.real import controlplane
+    from ascend_fleet_dev.real.kubeversions import KUBE_VERSION_ENV
+
+    monkeypatch.delenv(KUBE_VERSION_ENV, raising=False)
+    monkeypatch.delenv("ASCEND_FLEET_CONTROLPLANE", raising=False)
+    chosen = []
+    monkeypatch.setattr(
+        serve, "serve_real", lambda *a, **kw: chosen.append(controlplane.ControlPlane().kube_version)
+    )
+    assert cli.main(["dev-cluster", "--real", "--kube-version", "1.30"]) == 0
+    assert chosen == ["1.30"]
+    monkeypatch.delenv(KUBE_VERSION_ENV)
+    assert cli.main(["dev-cluster", "--kube-version", "1.30"]) == 2
+    assert "--kube-version chooses the real control plane's release (add --real)" in capsys.readouterr().err
+    try:
+        controlplane.ensure_binary(kube_version="1.27", build=False)
+    except controlplane.ControlPlaneUnavailable as error:
+        assert "Kubernetes 1.27 is not built here; choose one of 1.30, 1.34" in str(error)
+    else:
+        raise AssertionError("a minor without a module must be refused")

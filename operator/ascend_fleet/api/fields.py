@@ -10,7 +10,7 @@ from pydantic_core import PydanticCustomError
 
 from ..engines.registry import BUILTIN_TYPES, engine_types
 from .actions import ACTION_NAMES
-from .checks import MAX_DURATION_LENGTH, window_validations
+from .checks import MAX_DURATION_LENGTH, WINDOW_PATTERN, window_validations
 from .units import (
     DURATION_PATTERN,
     RULE_THRESHOLD_PATTERN,
@@ -40,7 +40,9 @@ Window = Annotated[
     float,
     BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
-    WithJsonSchema({**_DURATION_SCHEMA, "x-kubernetes-validations": window_validations()}),
+    WithJsonSchema(
+        {**_DURATION_SCHEMA, "pattern": WINDOW_PATTERN, "x-kubernetes-validations": window_validations()}
+    ),
 ]
 """A rule's window: a Duration of at most ``MAX_WINDOW_SECONDS`` (the CRD says so too)."""
 

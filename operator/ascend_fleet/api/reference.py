@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import names
+from .checks import WINDOW_PATTERN
 from .crd import crd
 from .k8s import QUANTITY_PATTERN
 from .units import DURATION_PATTERN
@@ -48,7 +49,7 @@ def sections(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, A
 def type_of(node: dict[str, Any]) -> str:
     """A field's type in words: string, integer, list of X, map of string to X, duration or quantity."""
     if node.get("x-kubernetes-int-or-string"):
-        return {DURATION_PATTERN: "duration", QUANTITY_PATTERN: "quantity"}.get(
+        return {DURATION_PATTERN: "duration", WINDOW_PATTERN: "duration", QUANTITY_PATTERN: "quantity"}.get(
             node.get("pattern", ""), "int or string"
         )
     if node.get("x-kubernetes-preserve-unknown-fields") and not node.get("properties"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 
@@ -33,6 +34,12 @@ def _add_dev_cluster(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="the real control plane (etcd, kube-apiserver, controller manager, scheduler, built from "
         "Go modules on first use) instead of the local emulator; RBAC on, TLS, an admin kubeconfig",
+    )
+    dev.add_argument(
+        "--kube-version",
+        metavar="MINOR",
+        help="with --real: the Kubernetes minor whose control plane to build and run, 1.30 or 1.34 "
+        "(default: 1.34; each is built once and cached)",
     )
     dev.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
     dev.add_argument(
@@ -147,12 +154,19 @@ def cmd_dev_cluster(args: argparse.Namespace) -> int:
     if args.engines != "simulated" and not args.real:
         print("error: --engines vllm runs on the real control plane only (add --real)", file=sys.stderr)
         return 2
+    if args.kube_version and not args.real:
+        print("error: --kube-version chooses the real control plane's release (add --real)", file=sys.stderr)
+        return 2
     if args.real:
         from .real.controlplane import ControlPlaneUnavailable
+        from .real.kubeversions import KUBE_VERSION_ENV
         from .real.realengines import RealEnginesUnavailable
         from .serve import serve_real
 
         logging.basicConfig(level=logging.WARNING)
+        if args.kube_version:
+            # Every control plane this process starts (and the operator pods it runs) reads the same minor.
+            os.environ[KUBE_VERSION_ENV] = args.kube_version
         try:
             serve_real(
                 args.kubeconfig or "~/.kube/ascend-fleet-real.yaml",

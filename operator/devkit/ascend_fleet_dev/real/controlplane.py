@@ -39,6 +39,7 @@ import yaml
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.local.process import LocalProcess
 from ascend_fleet_dev.local.supervisor import Supervisor
+from ascend_fleet_dev.real.kubeversions import DEFAULT_KUBE_MINOR, KUBE_MINORS, chosen_minor, minor_number
 
 REAL_CONTEXT = "ascend-fleet-real"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -92,11 +93,20 @@ def source_digest(source: Path | None = None, what: str = "the real control plan
 
 
 def cached_go_build(
-    source: Path, name: str, *, what: str, override_env: str, make_target: str, build: bool, progress: Any
+    source: Path,
+    name: str,
+    *,
+    what: str,
+    override_env: str,
+    make_target: str,
+    build: bool,
+    progress: Any,
+    minor: str | None = None,
 ) -> Path:
     """A binary built by ``source/build.sh``: ``$override_env``, else ``<cache>/<digest of source>/<name>``,
-    built there when missing and ``build`` is true (``progress`` hears a line first). Raises
-    :class:`ControlPlaneUnavailable` saying what is missing."""
+    built there when missing and ``build`` is true (``progress`` hears a line first). With ``minor`` (a
+    Kubernetes minor such as ``1.30``) it is ``build.sh OUTPUT MINOR``, the module of ``source/kube-MINOR``,
+    cached under ``<digest>-<minor>``. Raises :class:`ControlPlaneUnavailable` saying what is missing."""  # fmt: skip
     override = os.environ.get(override_env)
     if override:
         return Path(override)
@@ -104,7 +114,11 @@ def cached_go_build(
         raise ControlPlaneUnavailable(
             f"{what}'s Go module is not at {source}; set {override_env} to a built binary"
         )
-    binary = cache_dir(name) / source_digest(source, what) / name
+    if minor is not None and not (source / f"kube-{minor}" / "go.mod").is_file():
+        raise ControlPlaneUnavailable(
+            f"{what} has no module for Kubernetes {minor} (kube-{minor}/ in {source})"
+        )
+    binary = cache_dir(name) / (source_digest(source, what) + (f"-{minor}" if minor else "")) / name
     if binary.is_file():
         return binary
     if not build:
@@ -112,20 +126,27 @@ def cached_go_build(
     binary.parent.mkdir(parents=True, exist_ok=True)
     if progress is not None:
         progress(f"Building {what} from Go modules into {binary} (once) ...")
-    result = subprocess.run(["bash", str(source / "build.sh"), str(binary)], capture_output=True, text=True)
+    argv = ["bash", str(source / "build.sh"), str(binary), *([minor] if minor else [])]
+    result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
         raise ControlPlaneUnavailable(f"building {what} failed:\n{result.stderr[-4000:]}")
     return binary
 
 
-def ensure_binary(*, build: bool = True, progress: Any = None) -> Path:
-    """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources.
-
-    A cold build downloads the modules and compiles a few thousand packages: minutes, see docs/real-cluster.md.
-    """
+def ensure_binary(*, build: bool = True, progress: Any = None, kube_version: str | None = None) -> Path:
+    """The control plane binary: ``$ASCEND_FLEET_CONTROLPLANE``, else the cached build of the current sources
+    of ``kube_version`` (:func:`~ascend_fleet_dev.real.kubeversions.chosen_minor`). A cold build downloads the
+    modules and compiles a few thousand packages: minutes, see docs/real-cluster.md."""
+    kube_version = chosen_minor(kube_version)
+    minor = None if kube_version == DEFAULT_KUBE_MINOR else kube_version
+    if minor is not None and minor not in KUBE_MINORS:
+        raise ControlPlaneUnavailable(
+            f"Kubernetes {minor} is not built here; choose one of {', '.join(KUBE_MINORS)}"
+        )
     return cached_go_build(
-        source_dir(), "controlplane", what="the Kubernetes control plane", override_env="ASCEND_FLEET_CONTROLPLANE",
-        make_target="control-plane", build=build, progress=progress,
+        source_dir(), "controlplane", what=f"the Kubernetes {kube_version} control plane",
+        override_env="ASCEND_FLEET_CONTROLPLANE", make_target="control-plane", build=build, progress=progress,
+        minor=minor,
     )  # fmt: skip
 
 
@@ -187,8 +208,10 @@ class ControlPlane:
         binary: Path | None = None,
         verbosity: int = 1,
         node_monitor_grace_seconds: int = DEV_NODE_MONITOR_GRACE_SECONDS,
+        kube_version: str | None = None,
     ) -> None:
         self.binary = binary
+        self.kube_version = chosen_minor(kube_version)
         self.node_monitor_grace_seconds = node_monitor_grace_seconds
         self.verbosity = verbosity
         self._tempdir: tempfile.TemporaryDirectory[str] | None = None
@@ -257,7 +280,7 @@ class ControlPlane:
             raise RuntimeError("the control plane is running already")
         began = time.monotonic()
         if self.binary is None:
-            self.binary = ensure_binary()
+            self.binary = ensure_binary(kube_version=self.kube_version)
         if self._workdir is None:
             self._tempdir = tempfile.TemporaryDirectory(prefix="ascend-fleet-cp-")
             self._workdir = Path(self._tempdir.name)
@@ -468,9 +491,13 @@ class ControlPlane:
             f"--api-audiences={ISSUER}",
             "--authorization-mode=RBAC",
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
-            # Bound pods carry their node's zone and region labels, as from Kubernetes 1.35 on (beta there): the
-            # operator reads a replica's zone from its pod, never from the Node.
-            "--feature-gates=PodTopologyLabelsAdmission=true",
+            # Bound pods carry their node's zone and region labels, as from Kubernetes 1.35 on (beta there; the
+            # gate exists from 1.33): the operator reads a replica's zone from its pod, never from the Node.
+            *(
+                ["--feature-gates=PodTopologyLabelsAdmission=true"]
+                if minor_number(self.kube_version) >= 33
+                else []
+            ),
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--cert-dir={self.workdir / 'certs'}",
             # Who asked for what (kept as metadata only): tests read it to check RBAC grants against use.
@@ -553,13 +580,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--build", action="store_true", help="build the binary if needed and print its path")
     parser.add_argument("--print-digest", action="store_true", help="print the digest of the sources")
+    parser.add_argument("--kube-version", metavar="MINOR", help=f"one of {', '.join(KUBE_MINORS)}")
     args = parser.parse_args(argv)
     try:
         if args.print_digest:
             print(source_digest())
             return 0
         began = time.monotonic()
-        binary = ensure_binary(progress=print)
+        binary = ensure_binary(progress=print, kube_version=args.kube_version)
         print(json.dumps({"binary": str(binary), "seconds": round(time.monotonic() - began, 1)}))
     except ControlPlaneUnavailable as error:
         print(f"error: {error}")
