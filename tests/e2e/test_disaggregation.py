@@ -9,7 +9,7 @@ import pytest
 from ascend_fleet.api import names
 from ascend_fleet.kube import wait_for
 from ascend_fleet.observed import pod_ready
-from tests.e2e.fleet import example
+from tests.e2e.fleet import example, without_warnings
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def test_the_operator_runs_both_roles(fleet):
     assert status["roles"]["prefill"]["layout"]["npusPerPod"] == 4
     assert status["roles"]["decode"]["layout"]["npusPerPod"] == 2
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert ready["message"] == "3 of 3 replicas ready (prefill 1 of 1, decode 2 of 2)"
+    assert without_warnings(ready["message"]) == "3 of 3 replicas ready (prefill 1 of 1, decode 2 of 2)"
 
     pods = {p["metadata"]["name"]: p for p in fleet.pods(NAME)}
     assert sorted(pods) == [f"{NAME}-decode-0", f"{NAME}-decode-1", f"{NAME}-prefill-0"]

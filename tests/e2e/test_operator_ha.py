@@ -191,6 +191,7 @@ def lease_verbs(real, home: str) -> set[str]:
         event["verb"]
         for event in audit_events(real.cluster.control_plane.audit_log)
         if (event.get("objectRef") or {}).get("resource") == "leases"
+        and (event.get("objectRef") or {}).get("namespace") == home  # not the node Leases it lists
         and (event.get("user") or {}).get("username", "").startswith(f"system:serviceaccount:{home}:")
         and event.get("stage", "ResponseComplete") == "ResponseComplete"
     }

@@ -16,7 +16,7 @@ from ascend_fleet.control.state import fleet_state
 from ascend_fleet.kube import wait_for
 from ascend_fleet.render import validate
 from tests.e2e.conftest import fast_settings
-from tests.e2e.fleet import example
+from tests.e2e.fleet import example, without_warnings
 
 pytestmark = pytest.mark.e2e
 
@@ -137,7 +137,9 @@ def test_a_gang_that_cannot_be_completed_says_why_and_gives_its_node_back(real, 
     assert ready["status"] == "False"
     sentence = f"0 of 1 replicas ready; replica 0 cannot be placed: pod {waiting[0]['metadata']['name']}: {scheduler_says}"
     wait_for(
-        lambda: fleet.condition(GANG, "Ready").get("message") == sentence, 15, "the scheduler's sentence"
+        lambda: without_warnings(fleet.condition(GANG, "Ready").get("message", "")) == sentence,
+        15,
+        "the scheduler's sentence",
     )
     # An earlier verdict ("neither fits", see above) may have its own Event; the settled one must be there too.
     wait_for(
@@ -167,7 +169,7 @@ def test_a_scheduler_name_nobody_answers_is_named_in_status(real, fleet):
         30,
         "Ready=False/NoScheduler",
     )
-    assert ready["message"] == (
+    assert without_warnings(ready["message"]) == (
         f"0 of 1 replicas ready; replica 0 cannot be placed: pod {SINGLE}-0: it stays Pending and no "
         "scheduler named no-such-scheduler answers"
     )
@@ -208,7 +210,7 @@ def test_a_spread_over_more_nodes_than_the_pods_may_use_says_what_would_fit(real
     ready = wait_for(
         lambda: (
             (c := fleet.condition(SINGLE, "Ready")).get("reason") == "Unschedulable"
-            and c.get("message", "").endswith(hint)
+            and without_warnings(c.get("message", "")).endswith(hint)
             and c
         ),
         60,

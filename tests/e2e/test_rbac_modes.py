@@ -36,9 +36,12 @@ def real(cluster):
 
 
 def granted(objects: list[dict], namespace: str) -> set[tuple[str, str, str]]:
-    """(group, resource, verb) the rendered ClusterRole and the Role in ``namespace`` allow."""
+    """(group, resource, verb) the rendered ClusterRole, the Role in ``namespace`` and the node-Lease Role
+    (``list`` in kube-node-lease, for node failover) allow."""
     roles = [o for o in objects if o["kind"] == "ClusterRole"] + [
-        o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == namespace
+        o
+        for o in objects
+        if o["kind"] == "Role" and o["metadata"]["namespace"] in (namespace, "kube-node-lease")
     ]
     return {
         (group, resource, verb)

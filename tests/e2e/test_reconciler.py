@@ -51,7 +51,9 @@ def test_create_single_pod_replicas_with_owned_children(fleet):
     # One Event for the first pass's creates, counted once: no duplicate creates to report.
     (created,) = fleet.events("CreatedReplica")
     assert created["message"].startswith("created replicas 0, 1 (1 pod each, revision ")
-    assert created["message"].endswith("; Service qwen-7b, Service qwen-7b-pods, PodDisruptionBudget qwen-7b")
+    assert created["message"].endswith(
+        "; Service qwen-7b, Service qwen-7b-pods, PodDisruptionBudget qwen-7b, NetworkPolicy qwen-7b"
+    ), created["message"]
     assert created.get("count", 1) == 1
 
 

@@ -66,7 +66,10 @@ def test_a_request_over_the_merged_limit_is_refused_with_the_servers_sentence(re
 def test_what_the_server_lets_through_is_refused_by_validate(real_cluster, namespace):
     """The server admits both pods; the kubelet (runAsUser 0) or the engine (the port) then fails."""
     root = doc(template={"spec": {"securityContext": {"runAsUser": 0}}})
-    assert "container's runAsUser breaks non-root policy" in refusal(root)
+    assert (
+        'spec.template.spec.securityContext.runAsUser: 0 is root, which Pod Security "restricted" refuses'
+        in (refusal(root))
+    )
     port = doc(port=9410, image="ghcr.io/ascend-fleet/vllm-ascend:0.1.0")
     assert "Address already in use" in refusal(port)
     for body in (root, port):
