@@ -5,12 +5,16 @@ What every run of them shares: the example they apply, the namespace it goes int
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from ascend_fleet.api.crd import crd
 from ascend_fleet.kube import Kube, wait_for
 from ascend_fleet_dev.real.realcluster import provide_model_claim
+from ascend_fleet_dev.stack import stack
 
 NAME = "qwen-1-5b"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sglang-small.yaml"
@@ -33,3 +37,17 @@ def prepare_namespace(kube: Kube, namespace: str) -> None:
 def seconds(value: float | None) -> str:
     """A measured time as printed, or "not seen" when it did not happen within the timeout."""
     return "not seen" if value is None else f"{value:.1f} s"
+
+
+def node_death_stack(grace: int) -> AbstractContextManager[Any]:
+    """The real control plane a node-death run uses: three 16-NPU nodes, quick simulated engines, the node
+    controller at ``grace`` seconds."""
+    return stack(
+        real=True,
+        nodes=3,
+        npus_per_node=16,
+        start_seconds=0.2,
+        ready_seconds=0.3,
+        node_monitor_grace_seconds=grace,
+        crds=[crd()],
+    )

@@ -32,11 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ascend_fleet.api.crd import crd
 from ascend_fleet.kube import wait_for
 from ascend_fleet_dev.real.nodefailure import NodeFailure, kill_serving_node, serving_leaders
-from ascend_fleet_dev.stack import stack
-from bench.failover import NAME, example, seconds
+from bench.failover import NAME, example, node_death_stack, seconds
 from bench.failover.npu import NpuRun, npu_report, run_npu
 from bench.failover.operator import OperatorRun, operator_report, run_operator_takeover
 from bench.failover.picker import PickerRun, PlannedRun, Traffic, client_view, routed, run_routed
@@ -78,15 +76,7 @@ def run_once(grace: int, toleration: int, fallbacks: int = 0, rate: float = 10.0
     """One cluster, one inference under client traffic, one node death (not the node of the first serving
     picker: a picker's death is the picker run's; the other picker may share the dying node, as in a cluster)."""
     with (
-        stack(
-            real=True,
-            nodes=3,
-            npus_per_node=16,
-            start_seconds=0.2,
-            ready_seconds=0.3,
-            node_monitor_grace_seconds=grace,
-            crds=[crd()],
-        ) as local,
+        node_death_stack(grace) as local,
         routed(local, NAMESPACE, inference(toleration, fallbacks)) as fleet,
     ):
         kube, pickers = local.cluster.kube(), fleet.pickers

@@ -25,7 +25,6 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 
-from ascend_fleet.api.crd import crd
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, KubeError, wait_for
@@ -34,8 +33,7 @@ from ascend_fleet.render.metadata import serving_selector
 from ascend_fleet_dev.fleet.engines import SimulatedEngines
 from ascend_fleet_dev.fleet.scenario import Scenario
 from ascend_fleet_dev.real.nodefailure import NodeFailure, kill_serving_node, serving_leaders
-from ascend_fleet_dev.stack import stack
-from bench.failover import NAME, example, prepare_namespace
+from bench.failover import NAME, example, node_death_stack, prepare_namespace
 from bench.failover.picker import STEADY, client_view, completion
 
 NAMESPACE = "service-failover"
@@ -131,15 +129,7 @@ class ServiceRun:
 
 def run_service(rate: float = 10.0, grace: int = UPSTREAM_GRACE_SECONDS) -> ServiceRun:
     """One cluster at the upstream grace period, one Service-mode fleet under client traffic, one node death."""
-    with stack(
-        real=True,
-        nodes=3,
-        npus_per_node=16,
-        start_seconds=0.2,
-        ready_seconds=0.3,
-        node_monitor_grace_seconds=grace,
-        crds=[crd()],
-    ) as local:
+    with node_death_stack(grace) as local:
         kube = local.cluster.kube()
         prepare_namespace(kube, NAMESPACE)
         engines = SimulatedEngines(Scenario.constant(0.0))
