@@ -40,6 +40,7 @@ class Record:
     cls: str
     status: int  # 0: no answer (connection failed)
     first_token: float | None  # seconds to the first streamed token
+    error: str = ""  # why a request failed: its status, or the client's exception when the answer broke off
 
 
 def window(records: Iterable[Record], routing: Routing, now: float, seconds: float) -> list[ClassFigures]:
@@ -50,6 +51,7 @@ def window(records: Iterable[Record], routing: Routing, now: float, seconds: flo
         mine = [r for r in recent if r.cls == priority_class.name]
         answered = [r.first_token for r in mine if r.status == 200 and r.first_token is not None]
         slow = sum(1 for first_token in answered if first_token > SLOW_SECONDS)
+        failed = [r for r in mine if r.status not in SHED_STATUSES and (r.status != 200 or r.error)]
         figures.append(
             ClassFigures(
                 name=priority_class.name,
@@ -57,10 +59,19 @@ def window(records: Iterable[Record], routing: Routing, now: float, seconds: flo
                 per_second=len(mine) / seconds,
                 slow_share=slow / len(answered) if answered else None,
                 shed=sum(1 for r in mine if r.status in SHED_STATUSES),
-                failed=sum(1 for r in mine if r.status not in SHED_STATUSES and r.status != 200),
+                failed=len(failed),
+                failures=_tally(r.error or str(r.status) for r in failed),
             )
         )
     return figures
+
+
+def _tally(reasons: Iterable[str]) -> str:
+    """``502 x2, ServerDisconnectedError``: each reason once, with its count where it repeats (pure)."""
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    return ", ".join(reason + (f" x{n}" if n > 1 else "") for reason, n in sorted(counts.items()))
 
 
 class Traffic:
@@ -139,16 +150,18 @@ class Traffic:
         }
         headers = {OBJECTIVE_HEADER: objective_name(self.fleet, priority_class)}
         self.sent += 1
-        start, first, status = self._clock(), None, 0
+        start, first, status, error = self._clock(), None, 0, ""
         try:
             async with session.post(self.url + "/v1/completions", json=body, headers=headers) as response:
                 status = response.status
                 async for line in response.content:
                     if first is None and line.startswith(b"data: "):
                         first = self._clock() - start
-        except (TimeoutError, aiohttp.ClientError, OSError):
+        except (TimeoutError, aiohttp.ClientError, OSError) as broken:
+            # An answer that broke off after its status counts as failed, named by what broke it.
+            error = type(broken).__name__ + (f" after {status}" if status else "")
             status = 0 if status == 200 else status
-        record = Record(self._clock(), priority_class.name, status, first)
+        record = Record(self._clock(), priority_class.name, status, first, error)
         with self._lock:
             self._records.append(record)
             while self._records and record.at - self._records[0].at > self._keep:

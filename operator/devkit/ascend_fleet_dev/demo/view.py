@@ -39,6 +39,7 @@ class ClassFigures:
     slow_share: float | None  # None: no answered request in the window
     shed: int
     failed: int
+    failures: str = ""  # what the failed requests got, e.g. "502 x2, ServerDisconnectedError after 200"
 
 
 @dataclass
@@ -137,7 +138,7 @@ def status_line(snapshot: Frame) -> str:
         traffic = "; routed " + ", ".join(
             f"{f.name} {f.per_second:.1f}/s {_percent(f.slow_share).strip()} >1s"
             + (f" {f.shed} shed" if f.shed else "")
-            + (f" {f.failed} failed" if f.failed else "")
+            + (f" {f.failed} failed ({f.failures})" if f.failed else "")
             for f in snapshot.traffic
         )
     split = f"; split {describe_split(snapshot.split)}" if snapshot.split else ""
