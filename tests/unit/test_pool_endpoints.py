@@ -21,6 +21,7 @@ from ascend_fleet_dev.real.poolendpoints import (
     PoolEndpoints,
     PoolRef,
     eds_document,
+    pool_addresses,
     pool_endpoints,
 )
 from tests.support.documents import inference
@@ -250,3 +251,45 @@ def test_an_api_outage_at_start_leaves_an_empty_file_not_a_missing_one(tmp_path)
         wait_for(lambda: hosts(path) == ["127.0.1.1:8000"], 10, "the endpoints once the API answers")
     finally:
         writer.stop()
+
+
+def draining(path: Path) -> list[str]:
+    (assignment,) = json.loads(path.read_text())["resources"]
+    return [
+        "{address}:{port_value}".format(**h["endpoint"]["address"]["socket_address"])
+        for h in assignment["endpoints"][0]["lb_endpoints"]
+        if h.get("health_status") == "DRAINING"
+    ]
+
+
+def test_a_selected_pod_not_ready_or_being_deleted_is_reachable_by_name_only():
+    pods = [
+        pod("a", "127.0.1.1"),
+        pod("starting", "127.0.1.3", ready=False),
+        pod("deleting", "127.0.1.5", deleting=True),
+        pod("drained", "127.0.1.4", labels={"app": "llm", "serving": "false"}),
+        pod("no-ip", ""),
+    ]
+    assert pool_endpoints(POOL, pods) == ["127.0.1.1:8000"]
+    assert pool_addresses(POOL, pods) == ["127.0.1.1:8000", "127.0.1.3:8000", "127.0.1.5:8000"]
+
+
+def test_an_endpoint_that_left_the_pool_stays_reachable_by_name_for_the_linger(tmp_path):
+    """The picker learns of a drained pod a moment after the file does: for ``linger`` seconds the file keeps
+    its address as draining (reached when named, never drawn at random), then drops it."""
+    now = [0.0]
+    kube = FakeKube([pod("a", "127.0.1.1"), pod("b", "127.0.1.2"), pod("new", "127.0.1.3", ready=False)])
+    path = tmp_path / "pool.json"
+    writer = PoolEndpoints(PoolRef(kube, "ns", "llm"), path, "pool", linger=30, clock=lambda: now[0])  # type: ignore[arg-type]
+    writer.refresh()
+    assert hosts(path) == ["127.0.1.1:8000", "127.0.1.2:8000", "127.0.1.3:8000"]
+    assert draining(path) == ["127.0.1.3:8000"]  # not ready yet: only by name
+    kube.pods = [pod("a", "127.0.1.1"), pod("new", "127.0.1.3")]  # b drained and gone; new ready
+    now[0] = 10.0
+    writer.refresh()
+    assert draining(path) == ["127.0.1.2:8000"] and writer.endpoints == ["127.0.1.1:8000", "127.0.1.3:8000"]
+    now[0] = 40.5
+    writer.refresh()
+    assert hosts(path) == ["127.0.1.1:8000", "127.0.1.3:8000"] and draining(path) == []
+    # The pickers' file lingers nothing by default.
+    assert FollowedEndpoints(lambda: [], tmp_path / "p.json", "endpoint_picker").linger == 0
