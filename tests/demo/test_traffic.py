@@ -17,7 +17,9 @@ def test_window_counts_each_class_over_the_last_seconds():
         Record(at=7.0, cls="short", status=429, first_token=None),  # shed
         Record(at=8.0, cls="long", status=200, first_token=2.5),  # slow
         Record(at=9.0, cls="long", status=0, first_token=None, error="ClientConnectorError"),  # no answer
-        Record(at=9.2, cls="long", status=0, first_token=0.1, error="ClientPayloadError after 200"),  # broke off
+        Record(
+            at=9.2, cls="long", status=0, first_token=0.1, error="ClientPayloadError after 200"
+        ),  # broke off
         Record(at=9.5, cls="long", status=502, first_token=None),
         Record(at=9.6, cls="long", status=502, first_token=None),
     ]
