@@ -57,23 +57,25 @@ from ascend_fleet_dev.fleet.scenario import Scenario
 from ascend_fleet_dev.real.dataplane import Envoy
 from ascend_fleet_dev.real.realcluster import RealCluster
 
+from ..machine import machine_load
 from .figures import (
     REPLICAS,
     SLOTS,
     Against,
     LoadRun,
+    Repeats,
     Request,
     Result,
     against_of,
     as_json,
-    e2e_p99,
     failures,
-    figures,
     fleet_rate,
     ratio_report,
     requests_of,
     routing_report,
     routing_trace,
+    spread_report,
+    with_spread,
 )
 from .fleets import FLEETS, UPSTREAM_CRDS, answers, kubectl, replay, spec_doc, start_data_plane
 
@@ -139,8 +141,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="fleets on the real engines (default: %(default)s)")  # fmt: skip
     parser.add_argument("--real-seconds", type=float, default=20.0,
                         help="length of each load's trace on the real engines (default 20)")  # fmt: skip
+    parser.add_argument("--runs", type=int, default=3,
+                        help="runs of each fleet at each load on the same trace (default 3): the tables show each "
+                             "cell's median run, a third table every run and the spread")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs: at least 1")
     if args.fleets is None:
         args.fleets = ",".join(REAL_FLEETS if args.engines == "vllm" else FLEETS)
     args.loads = [float(x) for x in args.loads.split(",")]
@@ -157,12 +164,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def simulated(args: argparse.Namespace, workdir: Path) -> tuple[list[LoadRun], dict, dict, dict, float]:
-    """Every simulated fleet at every load: the runs, the rates, each fleet's E2E p99, the idle fleet, capacity."""
+def simulated(args: argparse.Namespace, workdir: Path) -> tuple[Repeats, dict, dict, float]:
+    """Every simulated fleet at every load, ``args.runs`` times: the runs, the rates, the idle fleet, capacity.
+
+    The repeats of one load take turns (every fleet once, then every fleet again), so that a slow spell of
+    the machine falls on all fleets alike rather than on one fleet's runs.
+    """
     curve = BatchCurve()
     capacity = fleet_rate(routing_trace(600, 10.0, args.seed), curve, REPLICAS)
     rates = {load: load * capacity for load in args.loads}
-    runs, p99, idle = [], {}, {}
+    repeats, idle = Repeats(), {}
     with RealCluster(nodes=REPLICAS, start_seconds=0.2, ready_seconds=0.3) as cluster:
         kubectl(cluster, "apply", "--server-side", "-f", str(UPSTREAM_CRDS))
         kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
@@ -170,23 +181,25 @@ def simulated(args: argparse.Namespace, workdir: Path) -> tuple[list[LoadRun], d
             trace = routing_trace(args.seconds, rates[load], args.seed)
             requests = requests_of(trace)
             idle[load] = against_of([service_time(r.prompt, r.output, curve) for r in requests])
-            fleets = {}
-            for mode in args.fleets:
-                print(
-                    f"load {load:g}: fleet {mode}, {len(requests)} requests ...", file=sys.stderr, flush=True
-                )
-                result = run_fleet(cluster, mode, requests, workdir)
-                fleets[mode], p99[(load, mode)] = figures(result), e2e_p99(result)
-            runs.append(LoadRun(load, idle[load].floor, fleets))
-    return runs, rates, p99, idle, capacity
+            for run in range(1, args.runs + 1):
+                for mode in args.fleets:
+                    print(f"load {load:g}: fleet {mode}, run {run} of {args.runs}, {len(requests)} requests ...",
+                          file=sys.stderr, flush=True)  # fmt: skip
+                    repeats.add(load, mode, run_fleet(cluster, mode, requests, workdir))
+    return repeats, rates, idle, capacity
 
 
-def print_tables(title: str, runs: list[LoadRun], rates: dict, p99: dict, idle: dict[float, Against]) -> None:
+def print_tables(title: str, repeats: Repeats, rates: dict, idle: dict[float, Against]) -> list[LoadRun]:
+    """The three tables of one kind of engines (figures of each cell's median run, ratios, spread); the runs."""
+    runs, p99 = repeats.load_runs({load: against.floor for load, against in idle.items()})
     print(title + "\n")
     print(routing_report(runs, rates))
     print()
     print(ratio_report(runs, p99, idle))
     print()
+    print(spread_report(repeats))
+    print()
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,20 +207,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-routing-") as tmp:
-        runs, rates, p99, idle, capacity = simulated(args, Path(tmp))
+        print(machine_load(), flush=True)
+        repeats, rates, idle, capacity = simulated(args, Path(tmp))
         took = time.monotonic() - began
-        print_tables(f"# bench/routing, simulated engines: {args.seconds:g} s per load, {REPLICAS} replicas x "
-                     f"{SLOTS} slots, capacity {capacity:.1f} req/s, seed {args.seed}; took {took:.0f} s",
-                     runs, rates, p99, idle)  # fmt: skip
-        written = {"simulated": as_json(runs)} if args.engines == "vllm" else as_json(runs)
+        runs = print_tables(f"# bench/routing, simulated engines: {args.seconds:g} s per load, {REPLICAS} "
+                            f"replicas x {SLOTS} slots, capacity {capacity:.1f} req/s, seed {args.seed}, "
+                            f"{args.runs} runs per cell (tables: each cell's median run); took {took:.0f} s",
+                            repeats, rates, idle)  # fmt: skip
+        simulated_json = with_spread(as_json(runs), repeats)
+        written = {"simulated": simulated_json} if args.engines == "vllm" else simulated_json
         problems = failures(runs)
         if args.engines == "vllm":
             from .real import real_run
 
             real = real_run(args, Path(tmp))
-            print_tables(real.title(args), real.runs, real.rates, real.p99, real.idle)
-            written["vllm"] = as_json(real.runs)
-            problems += [f"vllm: {problem}" for problem in failures(real.runs)]
+            real_runs = print_tables(real.title(args), real.repeats, real.rates, real.idle)
+            written["vllm"] = with_spread(as_json(real_runs), real.repeats)
+            problems += [f"vllm: {problem}" for problem in failures(real_runs)]
+        print(machine_load(), flush=True)
     if args.json:
         args.json.write_text(json.dumps(written, indent=2) + "\n")
     for problem in problems:

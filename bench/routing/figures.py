@@ -164,3 +164,65 @@ def ratio_report(
                          f"{_ratio(f.over_1s, base.over_1s) if base else '-'} | {_ratio(f.over_1s, against.floor)} | "
                          f"{mine:.2f} s | {_ratio(mine, against.idle_p99)} |")  # fmt: skip
     return "\n".join(lines)
+
+
+@dataclass
+class Repeats:
+    """Every run of each fleet at each load on the same trace: the figures and the end-to-end p99 of each run.
+
+    The same trace replayed again differs only by what the machine did meanwhile (scheduling, the picker's
+    scrapes, the engines' timers), so the spread of one cell is the noise a single run's figure carries.
+    """
+
+    cells: dict[tuple[float, str], list[tuple[Figures, float]]] = field(default_factory=dict)
+
+    def add(self, load: float, fleet: str, result: Result) -> None:
+        self.cells.setdefault((load, fleet), []).append((figures(result), e2e_p99(result)))
+
+    def median(self, load: float, fleet: str) -> tuple[Figures, float]:
+        """The run whose share over 1 s is the median one (the lower of the two middle runs for an even count)."""
+        runs = sorted(self.cells[(load, fleet)], key=lambda run: run[0].over_1s)
+        return runs[(len(runs) - 1) // 2]
+
+    def shares(self, load: float, fleet: str) -> list[float]:
+        """The share over 1 s of every run, in the order they ran."""
+        return [f.over_1s for f, _ in self.cells[(load, fleet)]]
+
+    def load_runs(
+        self, floors: Mapping[float, float]
+    ) -> tuple[list[LoadRun], dict[tuple[float, str], float]]:
+        """Per load, each fleet's median run (the tables' figures) and those runs' end-to-end p99."""
+        runs, p99 = [], {}
+        for load, floor_share in floors.items():
+            fleets = {}
+            for (cell_load, fleet), _ in self.cells.items():
+                if cell_load == load:
+                    fleets[fleet], p99[(load, fleet)] = self.median(load, fleet)
+            runs.append(LoadRun(load, floor_share, fleets))
+        return runs, p99
+
+
+def spread(shares: Sequence[float]) -> float:
+    """How far apart the runs of one cell landed: the largest share over 1 s less the smallest."""
+    return max(shares) - min(shares)
+
+
+def spread_report(repeats: Repeats) -> str:
+    """Per load and fleet: the share over 1 s of every run, the median the tables show, and the spread."""
+    lines = ["| load | fleet | over 1 s, each run | median | spread |", "|---:|---|---|---:|---:|"]
+    for (load, fleet), _ in repeats.cells.items():
+        shares = repeats.shares(load, fleet)
+        each = " / ".join(f"{share:.1%}" for share in shares)
+        lines.append(f"| {load:g} | {fleet} | {each} | {repeats.median(load, fleet)[0].over_1s:.1%} | "
+                     f"{spread(shares) * 100:.1f} pt |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def with_spread(document: dict, repeats: Repeats) -> dict:
+    """``as_json``'s document with each fleet's ``over_1s_runs`` (every run's share) and ``over_1s_spread``."""
+    for entry in document["loads"]:
+        for fleet, figures_of_fleet in entry["fleets"].items():
+            shares = repeats.shares(entry["load"], fleet)
+            figures_of_fleet["over_1s_runs"] = shares
+            figures_of_fleet["over_1s_spread"] = spread(shares)
+    return document

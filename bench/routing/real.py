@@ -43,13 +43,11 @@ from .figures import (
     REPLICAS,
     SLOTS,
     Against,
-    LoadRun,
+    Repeats,
     Request,
     Result,
     against_of,
     completion_body,
-    e2e_p99,
-    figures,
     fitted,
     requests_of,
     routing_trace,
@@ -66,9 +64,8 @@ START_TIMEOUT = 600.0  # both engines start at once: 1 to 4 minutes each on 2 co
 class RealRun:
     """The real fleets' figures and what scaled the trace."""
 
-    runs: list[LoadRun]
+    repeats: Repeats
     rates: dict[float, float]
-    p99: dict[tuple[float, str], float]
     idle: dict[float, Against]
     capacity: float
     start_seconds: float
@@ -77,7 +74,7 @@ class RealRun:
     def title(self, args: argparse.Namespace) -> str:
         return (f"# bench/routing, real vLLM engines (vLLM's CPU build, the tiny model, 2 cores): "
                 f"{args.real_seconds:g} s per load, {REPLICAS} replicas x {SLOTS} slots, measured capacity "
-                f"{self.capacity:.2f} req/s, seed {args.seed}; engines ready after {self.start_seconds:.0f} s, "
+                f"{self.capacity:.2f} req/s, seed {args.seed}, {args.runs} runs per cell; engines ready after {self.start_seconds:.0f} s, "
                 f"took {self.seconds:.0f} s")  # fmt: skip
 
 
@@ -228,16 +225,11 @@ def real_run(args: argparse.Namespace, workdir: Path) -> RealRun:
                   for load in args.loads}  # fmt: skip
         print(f"vllm: capacity {capacity:.2f} req/s; measuring the floor ...", file=sys.stderr, flush=True)
         idle = idle_times(urls, traces)
-        runs, p99 = [], {}
+        repeats = Repeats()
         for load, requests in traces.items():
-            fleets = {}
-            for mode in args.real_fleets:
-                print(
-                    f"vllm: load {load:g}: fleet {mode}, {len(requests)} requests ...",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                result = run_fleet(cluster, mode, urls, requests, workdir)
-                fleets[mode], p99[(load, mode)] = figures(result), e2e_p99(result)
-            runs.append(LoadRun(load, idle[load].floor, fleets))
-    return RealRun(runs, rates, p99, idle, capacity, ready, time.monotonic() - began)
+            for run in range(1, args.runs + 1):
+                for mode in args.real_fleets:
+                    print(f"vllm: load {load:g}: fleet {mode}, run {run} of {args.runs}, {len(requests)} "
+                          "requests ...", file=sys.stderr, flush=True)  # fmt: skip
+                    repeats.add(load, mode, run_fleet(cluster, mode, urls, requests, workdir))
+    return RealRun(repeats, rates, idle, capacity, ready, time.monotonic() - began)

@@ -12,6 +12,7 @@ from bench.routing.figures import (
     UNIQUE_PREFIX,
     LoadRun,
     Outcome,
+    Repeats,
     Request,
     Result,
     against_of,
@@ -24,6 +25,9 @@ from bench.routing.figures import (
     floor,
     ratio_report,
     routing_report,
+    spread,
+    spread_report,
+    with_spread,
 )
 from bench.routing.real import fleet_objects
 
@@ -141,3 +145,37 @@ def test_the_real_fleets_share_one_set_of_objects_with_every_fleets_objective():
         "--max-num-seqs" in " ".join(p["spec"]["containers"][0]["command"]) for p in pods
     )
     assert e2e_p99(Result("service", [served("short", 0.5), Outcome("short", 503, None, 9.0, 0)])) == 0.5
+
+
+def result_over(share_over: float, requests: int = 10) -> Result:
+    """A run in which ``share_over`` of ``requests`` served requests took more than 1 s."""
+    slow = round(share_over * requests)
+    return Result("pool", [served("short", 2.0 if i < slow else 0.5) for i in range(requests)], seconds=5.0)
+
+
+def test_repeats_show_each_cells_median_run_and_every_runs_share():
+    repeats = Repeats()
+    for share in (0.6, 0.2, 0.4):
+        repeats.add(0.9, "service", result_over(share))
+    repeats.add(0.9, "pool", result_over(0.1))
+    repeats.add(0.9, "pool", result_over(0.3))
+    assert repeats.shares(0.9, "service") == [0.6, 0.2, 0.4]  # in the order they ran
+    assert repeats.median(0.9, "service")[0].over_1s == 0.4
+    assert repeats.median(0.9, "pool")[0].over_1s == 0.1  # the lower middle run of an even count
+    runs, p99 = repeats.load_runs({0.9: 0.05})
+    assert [(r.load, r.floor, list(r.fleets)) for r in runs] == [(0.9, 0.05, ["service", "pool"])]
+    assert runs[0].fleets["service"].over_1s == 0.4 and p99[(0.9, "service")] == 2.0
+    assert spread(repeats.shares(0.9, "service")) == pytest.approx(0.4)
+    table = spread_report(repeats)
+    assert "| 0.9 | service | 60.0% / 20.0% / 40.0% | 40.0% | 40.0 pt |" in table
+    document = with_spread(as_json(runs), repeats)
+    service = document["loads"][0]["fleets"]["service"]
+    assert service["over_1s"] == 0.4 and service["over_1s_runs"] == [0.6, 0.2, 0.4]
+    assert service["over_1s_spread"] == pytest.approx(0.4)
+
+
+def test_runs_default_to_three_and_must_be_at_least_one():
+    assert parse_args([]).runs == 3
+    assert parse_args(["--runs", "1"]).runs == 1
+    with pytest.raises(SystemExit):
+        parse_args(["--runs", "0"])
