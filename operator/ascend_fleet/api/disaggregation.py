@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pydantic import ConfigDict, Field, model_validator
+from pydantic.json_schema import JsonDict
 
 from ..engines.base import KvConnector, KvTransfer
 from ..engines.registry import facts_of
@@ -93,7 +94,7 @@ def _data_of(role: str) -> str:
 
 
 RATIO_BOUNDS_SENTENCE = "ratio.min must be <= ratio.max (prefill instances per decode instance)"
-_RATIO_RULES = [
+_RATIO_RULES: list[JsonDict] = [
     {
         "rule": f"!has(self.ratio) || !has(self.ratio.min) || {_data_of('prefill')} >= self.ratio.min * "
         f"{_data_of('decode')}",
@@ -117,7 +118,10 @@ class RatioBound(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "!has(self.min) || !has(self.max) || self.min <= self.max", "message": RATIO_BOUNDS_SENTENCE}
+                {
+                    "rule": "!has(self.min) || !has(self.max) || self.min <= self.max",
+                    "message": RATIO_BOUNDS_SENTENCE,
+                }
             ]
         }
     )
@@ -144,9 +148,9 @@ class RatioBound(Model):
     def problem(self, prefill: int, decode: int) -> str | None:
         """Why ``prefill`` and ``decode`` instances fall outside the bound (None: they fit), a sentence part."""
         if self.min is not None and prefill < self.min * decode:
-            return f"{ratio_text(prefill, decode)} is below ratio.min {self.min:g}"
+            return f"{ratio_text(prefill, decode)}, below ratio.min {self.min:g}"
         if self.max is not None and prefill > self.max * decode:
-            return f"{ratio_text(prefill, decode)} is above ratio.max {self.max:g}"
+            return f"{ratio_text(prefill, decode)}, above ratio.max {self.max:g}"
         return None
 
 
@@ -158,7 +162,7 @@ def ratio_text(prefill: int, decode: int) -> str:
 class Disaggregation(Model):
     """Prefill and decode on instances of their own (spec.parallelism is then unused)."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": _RATIO_RULES})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [*_RATIO_RULES]})
 
     prefill: RoleSpec = Field(description="The instances that compute prompts and hand their KV cache over.")
     decode: RoleSpec = Field(description="The instances that receive the KV cache and generate tokens.")
@@ -181,7 +185,7 @@ class Disaggregation(Model):
             problem = self.ratio.problem(self.prefill.parallelism.data, self.decode.parallelism.data)
             if problem is not None:
                 raise ValueError(
-                    f"{problem}; set prefill.parallelism.data and decode.parallelism.data "
+                    f"the layout gives {problem}; set prefill.parallelism.data and decode.parallelism.data "
                     "within spec.disaggregation.ratio"
                 )
         return self
@@ -205,6 +209,17 @@ def fill_kv_defaults(split: Disaggregation, engine_type: str, chip: str, npus_pe
         split.kv_transfer.connector = facts.default_connector[chip]
     if split.kv_transfer.port is None:
         split.kv_transfer.port = facts.default_port(npus_per_node)
+
+
+def role_instance_cap(engine_type: str, role: str) -> tuple[int, str] | None:
+    """The most instances of ``role`` the engine runs in this operator, and why (None: no such cap)."""
+    if engine_type == "sglang" and role == "prefill":
+        # SGLang's prefill leader (node rank 0) creates the MemFabric store at ASCEND_MF_STORE_URL when it starts.
+        return 1, (
+            "SGLang's ascend backend has every prefill leader create the MemFabric store at ASCEND_MF_STORE_URL, "
+            "which this operator points at the first prefill leader, so a second prefill instance could not start"
+        )
+    return None
 
 
 def _names(values: Iterable[str]) -> str:
@@ -336,12 +351,9 @@ def _connector_is(engine_type: str, name: str, default: bool) -> str:
     return f"self.engine.type == '{engine_type}' && {chosen}"
 
 
-def disaggregation_validations(node: str) -> list[dict]:
-    """CEL at the spec node: the connector belongs to the engine, the port misses the engine's own range, and the
-    roles fit the connector; ``node`` is the CEL of the NPUs per node."""
-    from ..engines.registry import builtin_facts
-
-    rules: list[dict] = [
+def rule_role_validations() -> list[dict]:
+    """CEL at the spec node: every rule of a two-role fleet names a role, and no rule of another fleet does."""
+    return [
         {
             "rule": f"!has({_SPLIT}) || !has(self.rules) || self.rules.all(r, has(r.role))",
             "message": ROLE_NEEDED_SENTENCE,
@@ -352,6 +364,16 @@ def disaggregation_validations(node: str) -> list[dict]:
             "message": ROLE_WITHOUT_SPLIT_SENTENCE,
             "fieldPath": ".rules",
         },
+    ]
+
+
+def disaggregation_validations(node: str) -> list[dict]:
+    """CEL at the spec node: the connector belongs to the engine, the port misses the engine's own range, and the
+    roles fit the connector; ``node`` is the CEL of the NPUs per node."""
+    from ..engines.registry import builtin_facts
+
+    rules: list[dict] = [
+        *rule_role_validations(),
         {
             "rule": f"!has({_SPLIT}) || !has(self.variants) || size(self.variants) == 0",
             "message": "spec.disaggregation and spec.variants do not go together yet: a two-role fleet serves one "
