@@ -3,9 +3,13 @@ bounds and spec.disaggregation.ratio."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
+import promql_parser
 import pytest
+import yaml
 
 from ascend_fleet.api.crd import crd
 from ascend_fleet.api.disaggregation import RatioBound
@@ -91,8 +95,6 @@ def test_a_role_scoped_rule_reads_only_its_roles_series():
 
 
 def test_the_role_filter_parses_with_every_catalog_entry():
-    import promql_parser
-
     for metric in POLICY.catalog.promql():
         [query, _] = rule_queries(rule(metric, 1, role="decode"), POLICY.catalog, POLICY.step)
         promql_parser.parse(query.promql(POLICY.step))
@@ -288,3 +290,24 @@ ACCEPTED = {
 def test_accepted_by_the_crd_and_by_validate(case):
     assert api_server_errors(CRD, ACCEPTED[case]) == []
     validate(ACCEPTED[case])
+
+
+def test_the_documented_per_role_example_is_accepted_and_reads_each_role():
+    """docs/disaggregation.md's "Operating per role" example, on the two-role example fleet."""
+    root = Path(__file__).resolve().parents[2]
+    section = (root / "docs" / "disaggregation.md").read_text().split("## Operating per role", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+    doc = yaml.safe_load((root / "examples" / "vllm-disaggregated.yaml").read_text())
+    documented = yaml.safe_load(block.group(1))["spec"]
+    doc["spec"]["autoscaling"] = documented["autoscaling"]
+    doc["spec"]["rules"] = documented["rules"]
+    for role in ("prefill", "decode"):
+        doc["spec"]["disaggregation"][role] = documented["disaggregation"][role]
+    doc["spec"]["disaggregation"]["ratio"] = documented["disaggregation"]["ratio"]
+    doc["metadata"]["namespace"] = "team-a"
+    assert api_server_errors(CRD, doc) == []
+    rules = validate(doc).obj.spec.rules
+    assert [r.role for r in rules] == ["prefill", "decode", "decode", "prefill"]
+    [tpot, _] = rule_queries(rules[1], POLICY.catalog, POLICY.step)
+    assert 'up{pd_role="decode"}' in tpot.promql(POLICY.step)

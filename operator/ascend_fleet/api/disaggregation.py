@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
 from ..engines.base import KvConnector, KvTransfer
@@ -138,6 +138,19 @@ class RatioBound(Model):
         le=1024,
         description="Most prefill instances per decode instance, e.g. 2 for 2:1 (absent: no upper bound).",
     )
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _a_number(cls, value: object) -> object:
+        """``"1:2"`` reads well but is not a number: say which number it is."""
+        if isinstance(value, str) and value.count(":") == 1:
+            prefill, _, decode = value.partition(":")
+            if prefill.strip().isdigit() and decode.strip().isdigit() and int(decode) > 0:
+                raise ValueError(
+                    f"write {value!r} as a decimal, prefill instances per decode instance: "
+                    f"{int(prefill) / int(decode):g}"
+                )
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> RatioBound:
