@@ -332,7 +332,7 @@ class Rule(Model):
         default=None,
         json_schema_extra={"maxLength": MAX_QUERY_LENGTH},
         description="Raw PromQL instead of a catalog metric; its series must carry namespace and inference "
-        "labels (and replica for replica scope).",
+        "labels (and replica for replica scope, pd_role with a role).",
     )
     comparison: Comparison = Field(default=">", description="How the metric compares to the threshold.")
     threshold: Threshold
