@@ -126,7 +126,9 @@ BAD = {
     "relative path": (with_spec(model={"name": "m", "path": "models/m"}), "model.path"),
     "rule role on one role": (with_spec(rules=[rule(role="prefill")]), "needs spec.disaggregation"),
     "two roles below the ratio": (
-        with_spec(disaggregation={"prefill": {}, "decode": {"parallelism": {"data": 2}}, "ratio": {"min": 1}}),
+        with_spec(
+            disaggregation={"prefill": {}, "decode": {"parallelism": {"data": 2}}, "ratio": {"min": 1}}
+        ),
         "below ratio.min",
     ),
 }
