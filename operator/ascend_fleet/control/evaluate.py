@@ -26,6 +26,8 @@ This module checks each rule's window and groups the rules that held by action; 
   the effect); the first holding shift rule in spec order acts, and one whose variant has everything already
   does nothing.
 - ``notify`` only records, at most once per window length for the same rule and target.
+- On a two-role fleet each rule is checked and acted on in its role's view (:meth:`FleetState.for_role`): the
+  role's replicas, bounds and targets, so cooldowns run per role; the disruption budget is shared by the roles.
 - ``dryRun`` records every decision with ``dryRun: true`` and changes nothing; cooldowns then pace
   the dry-run records as they would pace real actions (and real actions ignore dry-run records).
 - A replica that began serving less than a window (plus a little grace) ago has no full window yet:
@@ -63,10 +65,6 @@ _PRIORITY = (
     REASON_INSUFFICIENT,
 )
 _MAX_MESSAGES = 5
-
-
-def replica_target(index: int) -> str:
-    return f"replica-{index}"
 
 
 # ----- inputs -----
