@@ -430,6 +430,7 @@ def test_pod_monitor_gives_the_catalog_its_labels(releases):
             "inference": "__meta_kubernetes_pod_label_inference_ascendfleet_io_name",
             "replica": "__meta_kubernetes_pod_label_inference_ascendfleet_io_replica",
             "rank": "__meta_kubernetes_pod_label_inference_ascendfleet_io_rank",
+            "pd_role": "__meta_kubernetes_pod_label_inference_ascendfleet_io_pd_role",
             "pod": "__meta_kubernetes_pod_name",
         }
     scoped = one(releases["everything"], "PodMonitor")

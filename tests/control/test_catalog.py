@@ -22,7 +22,7 @@ def test_every_preset_has_the_rule_vocabulary_and_groups_by_replica(preset):
     assert catalog.names() >= BRIEF_METRICS
     for expression in catalog.promql().values():
         # Quantiles group by the bucket bound too ("replica, le"), which histogram_quantile then removes.
-        assert "by (namespace, inference, replica" in expression
+        assert "by (namespace, inference, pd_role, replica" in expression
 
 
 def test_presets_read_their_own_metric_names():
@@ -48,7 +48,9 @@ def test_the_core_types_and_hbm_bandwidth_read_each_presets_names():
     assert metrics.NPU_AICUBE_UTILIZATION_RATIO in own.expression("aicube_utilization")
     assert metrics.NPU_AIVECTOR_UTILIZATION_RATIO in own.expression("aivector_utilization")
     assert metrics.NPU_AICPU_UTILIZATION_RATIO in own.expression("aicpu_utilization")
-    assert own.expression("hbm_bandwidth_saturation").startswith("max by (namespace, inference, replica)")
+    assert own.expression("hbm_bandwidth_saturation").startswith(
+        "max by (namespace, inference, pd_role, replica)"
+    )
     assert metrics.HBM_BANDWIDTH_UTILIZATION_RATIO in own.expression("hbm_bandwidth_saturation")
     npu_exporter = Catalog.build("npu-exporter")
     assert 'npu_chip_info_cube_utilization{pod_name!=""} / 100' in npu_exporter.expression(

@@ -80,10 +80,11 @@ def test_a_cycle_writes_kv_transfer_when_it_changes():
     (condition,) = [
         c for c in kube.objects[("default", name)]["status"]["conditions"] if c["type"] == "KVTransfer"
     ]
-    assert (condition["status"], condition["reason"]) == ("True", "Transferring") and len(kube.patches) == 1
+    # Two writes: the rules' MetricsAvailable (the example lists no rules: NoRules), then KVTransfer.
+    assert (condition["status"], condition["reason"]) == ("True", "Transferring") and len(kube.patches) == 2
 
     asyncio.run(loop.cycle())  # same status and reason: no write
-    assert len(kube.patches) == 1
+    assert len(kube.patches) == 2
 
     prometheus.transferred = 0.0
     asyncio.run(loop.cycle())
@@ -91,4 +92,4 @@ def test_a_cycle_writes_kv_transfer_when_it_changes():
         c for c in kube.objects[("default", name)]["status"]["conditions"] if c["type"] == "KVTransfer"
     ]
     assert (condition["status"], condition["reason"]) == ("False", "NoKVTransfer")
-    assert kube.events == [("Warning", "NoKVTransfer")] and len(kube.patches) == 2
+    assert kube.events == [("Warning", "NoKVTransfer")] and len(kube.patches) == 3

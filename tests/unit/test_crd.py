@@ -124,6 +124,13 @@ BAD = {
     "bad duration": (with_spec(rules=[rule(**{"for": "5 minutes"})]), "does not match"),
     "unknown field": (with_spec(parallelism={"tensr": 2}), "Additional properties"),
     "relative path": (with_spec(model={"name": "m", "path": "models/m"}), "model.path"),
+    "rule role on one role": (with_spec(rules=[rule(role="prefill")]), "needs spec.disaggregation"),
+    "two roles below the ratio": (
+        with_spec(
+            disaggregation={"prefill": {}, "decode": {"parallelism": {"data": 2}}, "ratio": {"min": 1}}
+        ),
+        "below ratio.min",
+    ),
 }
 
 

@@ -90,3 +90,23 @@ def test_the_pair_is_scraped_with_the_labels_the_operator_queries():
     assert (
         decode.labels["inference"] == FLEET_NAME and decode.labels["namespace"] == prefill.labels["namespace"]
     )
+    assert (prefill.labels["pd_role"], decode.labels["pd_role"]) == ("prefill", "decode")
+
+
+def test_the_dev_fleets_targets_carry_the_pods_role():
+    """As the chart's PodMonitor copies inference.ascendfleet.io/pd-role to pd_role, so do the dev fleet's targets."""
+    from ascend_fleet.render import validate
+    from ascend_fleet.render.children import render_all
+    from ascend_fleet_dev.fleet.enginepods import engine_pod, scrape_target
+    from tests.support.documents import inference
+
+    split = {"prefill": {"parallelism": {"tensor": 4}}, "decode": {"parallelism": {"tensor": 2, "data": 2}}}
+    two = inference("pd").engine("vllm-ascend").merge(disaggregation=split).build()
+    one = inference("one").engine("vllm-ascend").build()
+    roles = set()
+    for doc in (two, one):
+        for pod in (o for o in render_all(validate(doc).obj) if o["kind"] == "Pod"):
+            found = engine_pod(pod, now=0.0)
+            assert found is not None
+            roles.add((found.inference, scrape_target(found).labels.get("pd_role")))
+    assert roles == {("pd", "prefill"), ("pd", "decode"), ("one", None)}

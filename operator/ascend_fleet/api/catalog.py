@@ -1,7 +1,9 @@
 """The metric catalog: logical metric names that rules refer to, and the PromQL behind each.
 
 Every entry is a PromQL expression whose series carry ``namespace``, ``inference`` and ``replica``
-labels, one series per replica (the control loop aggregates them further for fleet-scoped rules).
+labels, one series per replica (the control loop aggregates them further for fleet-scoped rules), and keep
+``pd_role`` where the scrape gives it (the pods of a two-role fleet): a rule with a ``role`` reads the series of
+that role only (:func:`role_expression`).
 Ratios are 0..1, so a rule's ``"85%"`` threshold compares directly.
 
 Why this module lives in ``api``: a rule's ``metric`` field names a catalog entry, so the catalog is
@@ -37,7 +39,11 @@ PRESET_NPU_EXPORTER = "npu-exporter"
 
 # The labels every catalog series carries; the control loop groups by them.
 REPLICA_LABELS = (NAMESPACE_LABEL, "inference", "replica")
-_BY = "by (namespace, inference, replica)"
+# The series label the scrape copies from a pod's prefill/decode role (names.LABEL_PD_ROLE); absent on the
+# series of a fleet of one role. Entries group by it too, so that a replica index (which each role counts from
+# 0) never mixes the two roles' pods, and a role-scoped rule can keep its role's series.
+PD_ROLE_LABEL = "pd_role"
+_BY = "by (namespace, inference, pd_role, replica)"
 
 
 def _either(aggregation: str, *metrics: str) -> str:
@@ -60,7 +66,7 @@ _ENGINE_ENTRIES = {
 # the 99th percentile of time to first token and of time waiting in the engine's queue, and the share of
 # requests whose end-to-end latency exceeded one second (1.0 is a bucket bound in both engines).
 REQUEST_RATE_WINDOW = "1m"
-_BY_LE = "by (namespace, inference, replica, le)"
+_BY_LE = "by (namespace, inference, pd_role, replica, le)"
 
 
 def _p99(*histograms: str) -> str:
@@ -108,12 +114,15 @@ _EXPORTER_ENTRIES = {
 }
 
 # kube-state-metrics exposes pod labels as label_<sanitized key> once allowed with
-# --metric-labels-allowlist=pods=[inference.ascendfleet.io/name,inference.ascendfleet.io/replica].
+# --metric-labels-allowlist=pods=[inference.ascendfleet.io/name,inference.ascendfleet.io/replica,
+# inference.ascendfleet.io/pd-role].
 POD_REPLICA_LABELS = (
-    "max by (namespace, pod, inference, replica) ("
-    'label_replace(label_replace(kube_pod_labels{label_inference_ascendfleet_io_name!=""}, '
+    "max by (namespace, pod, inference, pd_role, replica) ("
+    "label_replace(label_replace(label_replace("
+    'kube_pod_labels{label_inference_ascendfleet_io_name!=""}, '
     '"inference", "$1", "label_inference_ascendfleet_io_name", "(.+)"), '
-    '"replica", "$1", "label_inference_ascendfleet_io_replica", "(.+)"))'
+    '"replica", "$1", "label_inference_ascendfleet_io_replica", "(.+)"), '
+    '"pd_role", "$1", "label_inference_ascendfleet_io_pd_role", "(.+)"))'
 )
 
 
@@ -121,7 +130,7 @@ def _npu_exporter(expression: str) -> str:
     """Per-chip npu-exporter series (labelled pod_name) joined to the replica of the pod that holds the chip."""
     return (
         f'label_replace({expression}, "pod", "$1", "pod_name", "(.+)") '
-        f"* on (namespace, pod) group_left (inference, replica) {POD_REPLICA_LABELS}"
+        f"* on (namespace, pod) group_left (inference, pd_role, replica) {POD_REPLICA_LABELS}"
     )
 
 
@@ -161,6 +170,16 @@ def format_value(metric: str | None, value: float) -> str:
     if metric in COUNTS:
         return f"{value:g}"
     return format_seconds(value) if metric in SECONDS else format_threshold(value)
+
+
+def role_expression(expression: str, role: str) -> str:
+    """An entry (or a rule's query) restricted to the series of one role of a two-role fleet.
+
+    The engine pods' ``up`` carries the role the scrape copied from the pod, so the entry's series are kept where
+    an ``up`` of that role has the same namespace, inference and role: one query for all objects, per role.
+    """
+    keys = f"{NAMESPACE_LABEL}, inference, {PD_ROLE_LABEL}"
+    return f'({expression}) and on ({keys}) group by ({keys}) (up{{{PD_ROLE_LABEL}="{role}"}})'
 
 
 def operator_signal(expression: str) -> str | None:

@@ -9,20 +9,19 @@ condition and ``ascend-fleet validate`` report.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from ..engines.base import KvConnector, KvTransfer
 from ..engines.registry import facts_of
 from .bounds import MAX_IMAGE_LENGTH
 from .fields import Model
-from .policy import REPLICA_BOUNDS_RULE
+from .policy import REPLICA_BOUNDS_RULE, Role, Rule
 
 # llm-d's published P/D sidecar image, of the llm-d-inference-scheduler release tools/pd-sidecar builds (v0.4.0).
 DEFAULT_PD_SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.4.0"
 
-Role = Literal["prefill", "decode"]
 ROLES: tuple[Role, ...] = ("prefill", "decode")
 MAX_CONNECTOR_LENGTH = 64  # the longest connector name an engine registers is under 40 characters
 
@@ -36,7 +35,7 @@ class RoleParallelism(Model):
 
 
 class RoleAutoscaling(Model):
-    """Bounds for the role's replicas, for a later control loop that scales each role."""
+    """Bounds for the role's replicas, within which a rule with this role scales it."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [REPLICA_BOUNDS_RULE]})
 
@@ -58,8 +57,14 @@ class RoleSpec(Model):
 
     parallelism: RoleParallelism = Field(default_factory=RoleParallelism)
     autoscaling: RoleAutoscaling | None = Field(
-        default=None, description="Bounds on the role's replicas (the control loop does not scale roles yet)."
+        default=None,
+        description="Bounds within which rules with this role (scale_up, scale_down) scale the role's "
+        "parallelism.data; absent: minReplicas 1, maxReplicas 8.",
     )
+
+    def bounds(self) -> RoleAutoscaling:
+        """The role's bounds as written, or the defaults."""
+        return self.autoscaling or RoleAutoscaling()
 
 
 class KvTransferSpec(Model):
@@ -82,8 +87,95 @@ class KvTransferSpec(Model):
     )
 
 
+def _data_of(role: str) -> str:
+    """CEL at the disaggregation node: the role's instances, with the default."""
+    node = f"self.{role}"
+    return f"double(has({node}.parallelism) && has({node}.parallelism.data) ? {node}.parallelism.data : 1)"
+
+
+RATIO_BOUNDS_SENTENCE = "ratio.min must be <= ratio.max (prefill instances per decode instance)"
+_RATIO_RULES: list[JsonDict] = [
+    {
+        "rule": f"!has(self.ratio) || !has(self.ratio.min) || {_data_of('prefill')} >= self.ratio.min * "
+        f"{_data_of('decode')}",
+        "message": "the prefill:decode instances (prefill.parallelism.data per decode.parallelism.data) are "
+        "below ratio.min; add prefill instances, or lower ratio.min",
+        "fieldPath": ".ratio.min",
+    },
+    {
+        "rule": f"!has(self.ratio) || !has(self.ratio.max) || {_data_of('prefill')} <= self.ratio.max * "
+        f"{_data_of('decode')}",
+        "message": "the prefill:decode instances (prefill.parallelism.data per decode.parallelism.data) are "
+        "above ratio.max; add decode instances, or raise ratio.max",
+        "fieldPath": ".ratio.max",
+    },
+]
+
+
+class RatioBound(Model):
+    """Prefill instances per decode instance that role scaling keeps to (0.5 is 1:2, 2 is 2:1)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.min) || !has(self.max) || self.min <= self.max",
+                    "message": RATIO_BOUNDS_SENTENCE,
+                }
+            ]
+        }
+    )
+
+    min: float | None = Field(
+        default=None,
+        gt=0,
+        le=1024,
+        description="Fewest prefill instances per decode instance, e.g. 0.5 for 1:2 (absent: no lower bound).",
+    )
+    max: float | None = Field(
+        default=None,
+        gt=0,
+        le=1024,
+        description="Most prefill instances per decode instance, e.g. 2 for 2:1 (absent: no upper bound).",
+    )
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _a_number(cls, value: object) -> object:
+        """``"1:2"`` reads well but is not a number: say which number it is."""
+        if isinstance(value, str) and value.count(":") == 1:
+            prefill, _, decode = value.partition(":")
+            if prefill.strip().isdigit() and decode.strip().isdigit() and int(decode) > 0:
+                raise ValueError(
+                    f"write {value!r} as a decimal, prefill instances per decode instance: "
+                    f"{int(prefill) / int(decode):g}"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> RatioBound:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"{RATIO_BOUNDS_SENTENCE}; got min {self.min:g} and max {self.max:g}")
+        return self
+
+    def problem(self, prefill: int, decode: int) -> str | None:
+        """Why ``prefill`` and ``decode`` instances fall outside the bound (None: they fit), a sentence part."""
+        if self.min is not None and prefill < self.min * decode:
+            return f"{ratio_text(prefill, decode)}, below ratio.min {self.min:g}"
+        if self.max is not None and prefill > self.max * decode:
+            return f"{ratio_text(prefill, decode)}, above ratio.max {self.max:g}"
+        return None
+
+
+def ratio_text(prefill: int, decode: int) -> str:
+    """``prefill:decode 3:2 (1.5 prefill per decode)``."""
+    return f"prefill:decode {prefill}:{decode} ({prefill / decode:.3g} prefill per decode)"
+
+
 class Disaggregation(Model):
     """Prefill and decode on instances of their own (spec.parallelism is then unused)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [*_RATIO_RULES]})
 
     prefill: RoleSpec = Field(description="The instances that compute prompts and hand their KV cache over.")
     decode: RoleSpec = Field(description="The instances that receive the KV cache and generate tokens.")
@@ -94,6 +186,22 @@ class Disaggregation(Model):
         description="Image of llm-d's P/D sidecar, which decode pods run in front of their engine with "
         "routing.mode inferencePool; default the operator's routing.pdSidecarImage.",
     )
+    ratio: RatioBound | None = Field(
+        default=None,
+        description="Bounds on prefill instances per decode instance (as decimals: 0.5 is 1:2): the layout as "
+        "written must fit them, and a rule's scale_up or scale_down of a role that would leave them does not act.",
+    )
+
+    @model_validator(mode="after")
+    def _layout_fits_ratio(self) -> Disaggregation:
+        if self.ratio is not None:
+            problem = self.ratio.problem(self.prefill.parallelism.data, self.decode.parallelism.data)
+            if problem is not None:
+                raise ValueError(
+                    f"the layout gives {problem}; set prefill.parallelism.data and decode.parallelism.data "
+                    "within spec.disaggregation.ratio"
+                )
+        return self
 
     def role(self, role: str) -> RoleSpec:
         """The settings of one role."""
@@ -114,6 +222,17 @@ def fill_kv_defaults(split: Disaggregation, engine_type: str, chip: str, npus_pe
         split.kv_transfer.connector = facts.default_connector[chip]
     if split.kv_transfer.port is None:
         split.kv_transfer.port = facts.default_port(npus_per_node)
+
+
+def role_instance_cap(engine_type: str, role: str) -> tuple[int, str] | None:
+    """The most instances of ``role`` the engine runs in this operator, and why (None: no such cap)."""
+    if engine_type == "sglang" and role == "prefill":
+        # SGLang's prefill leader (node rank 0) creates the MemFabric store at ASCEND_MF_STORE_URL when it starts.
+        return 1, (
+            "SGLang's ascend backend has every prefill leader create the MemFabric store at ASCEND_MF_STORE_URL, "
+            "which this operator points at the first prefill leader, so a second prefill instance could not start"
+        )
+    return None
 
 
 def _names(values: Iterable[str]) -> str:
@@ -202,6 +321,28 @@ def port_problems(
     return problems
 
 
+# A two-role fleet's rules each name a role: a scale has to change one role's instances, and a replica index
+# names a replica of each role (docs/decisions.md, "A rule on a two-role fleet names its role").
+ROLE_NEEDED_SENTENCE = (
+    "with spec.disaggregation every rule names the role it reads and acts on: add role: prefill or role: decode "
+    "(a fleet-wide rule would scale or restart both roles alike)"
+)
+ROLE_WITHOUT_SPLIT_SENTENCE = (
+    "role (prefill or decode) needs spec.disaggregation, a fleet of two roles; remove role from the rule"
+)
+
+
+def rule_role_problems(rules: list[Rule], split: Disaggregation | None) -> list[str]:
+    """A rule without a role on a two-role fleet, or with one on a fleet of one role, each a sentence."""
+    problems = []
+    for index, rule in enumerate(rules):
+        if split is not None and rule.role is None:
+            problems.append(f"spec.rules[{index}] ({rule.display_name()}): {ROLE_NEEDED_SENTENCE}")
+        elif split is None and rule.role is not None:
+            problems.append(f"spec.rules[{index}].role: {ROLE_WITHOUT_SPLIT_SENTENCE}")
+    return problems
+
+
 # ----- the same checks as CEL, where the CRD can state them (at the spec node) -----
 
 _SPLIT = "self.disaggregation"
@@ -223,12 +364,29 @@ def _connector_is(engine_type: str, name: str, default: bool) -> str:
     return f"self.engine.type == '{engine_type}' && {chosen}"
 
 
+def rule_role_validations() -> list[dict]:
+    """CEL at the spec node: every rule of a two-role fleet names a role, and no rule of another fleet does."""
+    return [
+        {
+            "rule": f"!has({_SPLIT}) || !has(self.rules) || self.rules.all(r, has(r.role))",
+            "message": ROLE_NEEDED_SENTENCE,
+            "fieldPath": ".rules",
+        },
+        {
+            "rule": f"has({_SPLIT}) || !has(self.rules) || self.rules.all(r, !has(r.role))",
+            "message": ROLE_WITHOUT_SPLIT_SENTENCE,
+            "fieldPath": ".rules",
+        },
+    ]
+
+
 def disaggregation_validations(node: str) -> list[dict]:
     """CEL at the spec node: the connector belongs to the engine, the port misses the engine's own range, and the
     roles fit the connector; ``node`` is the CEL of the NPUs per node."""
     from ..engines.registry import builtin_facts
 
     rules: list[dict] = [
+        *rule_role_validations(),
         {
             "rule": f"!has({_SPLIT}) || !has(self.variants) || size(self.variants) == 0",
             "message": "spec.disaggregation and spec.variants do not go together yet: a two-role fleet serves one "

@@ -20,7 +20,7 @@ from .bounds import (
     MAX_QUERY_LENGTH,
     MAX_RULE_NAME_LENGTH,
 )
-from .catalog import format_value, threshold_unit_problem
+from .catalog import NPU_UNHEALTHY, format_value, threshold_unit_problem
 from .checks import MAX_WINDOW_SECONDS, window_sentence
 from .fields import (
     Action,
@@ -282,6 +282,17 @@ _SCOPE_RULES: list[JsonDict] = [
     for kind in ACTIONS
     if kind.scope_only
 ]
+# The roles of a two-role fleet (spec.disaggregation), which a rule may read and act on one of.
+Role = Literal["prefill", "decode"]
+# npu_unhealthy is read from the device plugin per replica index, which both roles of a two-role fleet share.
+_ROLE_SIGNAL_SENTENCE = (
+    f"{NPU_UNHEALTHY} is read from the device plugin per replica, not yet per role: remove role from the rule, "
+    "or read a Prometheus metric"
+)
+_ROLE_SIGNAL_RULE: JsonDict = {
+    "rule": f"!has(self.role) || !has(self.metric) || self.metric != '{NPU_UNHEALTHY}'",
+    "message": _ROLE_SIGNAL_SENTENCE,
+}
 # Only the actions that move traffic to a variant take ``to``, and they need it.
 _VARIANT_RULE: JsonDict = {
     "rule": "(" + " || ".join(f"self.action == '{name}'" for name in VARIANT_ACTIONS) + ") == has(self.to)",
@@ -301,6 +312,7 @@ class Rule(Model):
                 },
                 *_SCOPE_RULES,
                 _VARIANT_RULE,
+                _ROLE_SIGNAL_RULE,
             ]
         }
     )
@@ -320,7 +332,7 @@ class Rule(Model):
         default=None,
         json_schema_extra={"maxLength": MAX_QUERY_LENGTH},
         description="Raw PromQL instead of a catalog metric; its series must carry namespace and inference "
-        "labels (and replica for replica scope).",
+        "labels (and replica for replica scope, pd_role with a role).",
     )
     comparison: Comparison = Field(default=">", description="How the metric compares to the threshold.")
     threshold: Threshold
@@ -335,6 +347,12 @@ class Rule(Model):
         default=None,
         max_length=20,
         description="shift_traffic only: the variant (spec.variants[].name) the requests move to.",
+    )
+    role: Role | None = Field(
+        default=None,
+        description="With spec.disaggregation (where every rule names one): the role whose series the rule "
+        "reads and whose instances it acts on; scale_up and scale_down change that role's parallelism.data "
+        "within its autoscaling bounds and spec.disaggregation.ratio.",
     )
     step: Step = Field(
         default=25,
@@ -376,6 +394,8 @@ class Rule(Model):
             raise ValueError(window_sentence())
         if kind.takes_variant != (self.to is not None):
             raise ValueError(variant_sentence())
+        if self.role is not None and self.metric == NPU_UNHEALTHY:
+            raise ValueError(_ROLE_SIGNAL_SENTENCE)
         return self
 
     def describe(self) -> str:
@@ -384,7 +404,9 @@ class Rule(Model):
         return (
             f"{subject} {self.comparison} {format_value(self.metric, self.threshold)} for "
             f"{format_duration(self.for_)}"
-            f" -> {self.action}" + (f" to {self.to} by {self.step}%" if self.to is not None else "")
+            f" -> {self.action}"
+            + (f" {self.role}" if self.role is not None else "")
+            + (f" to {self.to} by {self.step}%" if self.to is not None else "")
         )
 
     def display_name(self) -> str:

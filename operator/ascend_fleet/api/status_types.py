@@ -69,7 +69,9 @@ class ActionRecord(Model):
     )
     value: float | None = Field(default=None, description="The value that held over the rule's window.")
     action: Action = Field(description=f"{ACTION_LIST}.")
-    target: str = Field(description="fleet, or replica-N.")
+    target: str = Field(
+        description="fleet, or replica-N; on a two-role fleet the role (prefill, decode) or <role>-replica-N."
+    )
     result: str = Field(
         default="", description="What happened, e.g. 'replicas 2 -> 3' or 'drained replica 1'."
     )

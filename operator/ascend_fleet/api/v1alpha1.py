@@ -27,6 +27,7 @@ from .disaggregation import (
     RoleSpec,
     connector_problems,
     fill_kv_defaults,
+    rule_role_problems,
 )
 from .fields import (
     Action,
@@ -172,7 +173,8 @@ class AscendInferenceSpec(Model):
         max_length=MAX_RULES,
         description="Control-loop rules; default: npu_utilization > 85% for 5m -> scale_up and "
         "mem_fragmentation > 15% for 10m -> restart_service; [] lists none. The built-in safety rules run "
-        "beside them (see safetyRules).",
+        "beside them (see safetyRules). With spec.disaggregation every rule names its role, and there is no "
+        "default: the fleet runs the rules it lists.",
     )
     safety_rules: bool = Field(
         default=True,
@@ -243,12 +245,19 @@ class AscendInferenceSpec(Model):
         return self
 
     def rules_in_force(self) -> list[Rule]:
-        """The rules the control loop evaluates: spec.rules, then the built-in safety rules it keeps."""
-        return with_safety_rules(self.rules, self.safety_rules)
+        """The rules the control loop evaluates: spec.rules, then the built-in safety rules it keeps (none on a
+        two-role fleet: npu_unhealthy is not read per role yet)."""
+        return with_safety_rules(self.rules, self.safety_rules and self.disaggregation is None)
 
     @model_validator(mode="after")
     def _two_roles(self) -> AscendInferenceSpec:
         split = self.disaggregation
+        if split is not None and "rules" not in self.model_fields_set:
+            # The default rules name no role: a two-role fleet runs the rules it lists, per role.
+            self.rules = []
+        problems = rule_role_problems(self.rules, split)
+        if problems:
+            raise ValueError("; ".join(problems))
         if split is None:
             return self
         if self.variants:

@@ -26,6 +26,8 @@ This module checks each rule's window and groups the rules that held by action; 
   the effect); the first holding shift rule in spec order acts, and one whose variant has everything already
   does nothing.
 - ``notify`` only records, at most once per window length for the same rule and target.
+- On a two-role fleet each rule is checked and acted on in its role's view (:meth:`FleetState.for_role`): the
+  role's replicas, bounds and targets, so cooldowns run per role; the disruption budget is shared by the roles.
 - ``dryRun`` records every decision with ``dryRun: true`` and changes nothing; cooldowns then pace
   the dry-run records as they would pace real actions (and real actions ignore dry-run records).
 - A replica that began serving less than a window (plus a little grace) ago has no full window yet:
@@ -41,7 +43,7 @@ from ..api.catalog import Catalog
 from ..api.settings import ControlSettings
 from ..api.units import format_duration
 from ..api.v1alpha1 import Rule
-from .actions import FLEET, action_for, deciding
+from .actions import action_for, deciding
 from .model import ControlDecision, Cycle, FleetState, Held
 from .queries import Observations, Query, plan_queries, required_samples, rule_queries
 
@@ -63,10 +65,6 @@ _PRIORITY = (
     REASON_INSUFFICIENT,
 )
 _MAX_MESSAGES = 5
-
-
-def replica_target(index: int) -> str:
-    return f"replica-{index}"
 
 
 # ----- inputs -----
@@ -158,16 +156,22 @@ def evaluate(
     problems: list[tuple[str, str]] = []
     held: list[Held] = []
     for rule in fleet.rules:
-        held += _check_rule(fleet, rule, observations, now, policy, problems)
+        view = fleet.for_role(rule.role) if rule.role is not None and fleet.roles else fleet
+        held += _check_rule(view, rule, observations, now, policy, problems)
     result.metrics = _metrics_status(fleet, problems)
-    by_action: dict[str, list[Held]] = {}
-    for h in held:
-        by_action.setdefault(h.rule.action, []).append(h)
+    # The disruption budget is the object's: a role's restart spends what the other role's may not.
     budget = fleet.max_unavailable - fleet.unavailable()
-    cycle = Cycle(fleet, now, policy.step, by_action, budget)
-    for action in deciding():
-        action.decide(cycle, cycle.holding(action.name))
-    result.decisions, result.notes = cycle.decisions, cycle.notes
+    for view in fleet.views():
+        by_action: dict[str, list[Held]] = {}
+        for h in held:
+            if h.rule.role == view.role or not fleet.roles:
+                by_action.setdefault(h.rule.action, []).append(h)
+        cycle = Cycle(view, now, policy.step, by_action, budget)
+        for action in deciding():
+            action.decide(cycle, cycle.holding(action.name))
+        result.decisions += cycle.decisions
+        result.notes += cycle.notes
+        budget = cycle.budget
     return result
 
 
@@ -196,6 +200,8 @@ def _check_rule(
         value, samples = observations.value(extreme, key), observations.value(count, key)
         warming = since is not None and now - since < full_after
         where = "" if replica is None else f" of replica {replica}"
+        if fleet.role is not None:
+            where += f" of the {fleet.role} role"
         if value is not None and samples is None:
             samples = 0.0  # Prometheus was not scraping during the window: no step counted
         if value is None or samples is None:
@@ -233,11 +239,11 @@ def _targets(fleet: FleetState, rule: Rule) -> list[tuple[str, int | None, float
     if not ready:
         return []
     if rule.scope == "replica":
-        return [(replica_target(info.index), info.index, info.serving_since) for info in ready]
+        return [(fleet.replica_target(info.index), info.index, info.serving_since) for info in ready]
     # The fleet series exists as long as any replica has data, so the oldest replica decides its age.
     times = [info.serving_since for info in ready]
     oldest = None if any(t is None for t in times) else min(t for t in times if t is not None)
-    return [(FLEET, None, oldest)]
+    return [(fleet.target, None, oldest)]
 
 
 def _compare(value: float, comparison: str, threshold: float) -> bool:

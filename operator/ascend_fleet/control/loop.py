@@ -6,8 +6,9 @@ namespace, stays as the baseline the benchmark compares with. It then asks Prome
 lets :mod:`.evaluate` decide, and sends the writes each decision's action (:mod:`.actions`) returns, through
 the same paths as everything else:
 
-- scale: a merge patch of ``spec.parallelism.data``, as HPA does through the scale subresource; the
-  reconciler then creates or drains replicas;
+- scale: a merge patch of ``spec.parallelism.data``, as HPA does through the scale subresource (of
+  ``spec.disaggregation.<role>.parallelism.data`` for a rule with a role); the reconciler then creates or drains
+  replicas;
 - restart and replace: :func:`~ascend_fleet.render.drain_patch` on the replica's leader; the reconciler
   deletes the replica after ``drainSeconds`` and recreates it;
 - shift: the traffic annotation, from which the reconciler renders the picker's rewrite;
@@ -274,8 +275,6 @@ class ControlLoop:
             valid = validate(body, max_window=self.settings.control.max_window, parse_query=parse_guarded)
         except InvalidSpec:
             return None  # the reconciler reports it (Ready=False, InvalidSpec) and leaves it alone
-        if valid.obj.spec.disaggregation is not None:
-            return None  # two roles: the reconciler runs them, but rules do not act per role yet
         return object_state(valid), valid.layout.pods_per_replica
 
     def _npu_health(

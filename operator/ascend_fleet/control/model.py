@@ -9,13 +9,17 @@ other's internals. What a decision means in words (``status.actions``, the Event
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..api.availability import Availability
+from ..api.disaggregation import RatioBound
 from ..api.v1alpha1 import Action, Autoscaling, Rule
 
 # ----- the object -----
+
+FLEET = "fleet"  # the target of a fleet-scoped rule on a fleet of one role
 
 Placement = tuple[
     tuple[str | None, tuple[str, ...] | None], ...
@@ -47,8 +51,25 @@ class PastAction:
 
 
 @dataclass(frozen=True)
+class RoleState:
+    """One role of a two-role fleet (spec.disaggregation): its instances, their bounds, and its replicas."""
+
+    replicas: int  # spec.disaggregation.<role>.parallelism.data
+    min_replicas: int = 1
+    max_replicas: int = 8
+    pods_per_replica: int = 1
+    replica_states: Mapping[int, ReplicaInfo] = field(default_factory=dict)
+    limit: str | None = None  # why max_replicas is below the role's autoscaling.maxReplicas, if it is
+
+
+@dataclass(frozen=True)
 class FleetState:
-    """One AscendInference: its rules, bounds, replicas and recorded actions."""
+    """One AscendInference: its rules, bounds, replicas and recorded actions.
+
+    A two-role fleet holds its roles in ``roles``; :meth:`for_role` gives the view of one role that a rule with
+    that role is checked and acted on in (``role`` set, ``replicas`` and ``replica_states`` the role's, the
+    autoscaling bounds the role's).
+    """
 
     namespace: str
     name: str
@@ -61,10 +82,44 @@ class FleetState:
     availability: Availability | None = None
     traffic: Mapping[str, int] = field(default_factory=dict)  # the split between spec.variants, in percent
     builtin: int = 0  # how many of ``rules``, at their end, are built-in safety rules the spec did not list
+    roles: Mapping[str, RoleState] = field(default_factory=dict)  # prefill and decode (two-role fleets)
+    ratio: RatioBound | None = None  # spec.disaggregation.ratio
+    role: str | None = None  # the role this is the view of (see for_role)
 
     @property
     def dry_run(self) -> bool:
         return self.autoscaling.dry_run
+
+    @property
+    def target(self) -> str:
+        """The target a fleet-scoped rule acts on: the fleet, or the role of a role's view."""
+        return self.role or FLEET
+
+    def replica_target(self, index: int) -> str:
+        """The target a replica-scoped rule acts on: ``replica-2``, or ``decode-replica-2`` in a role's view."""
+        return f"{self.role}-replica-{index}" if self.role else f"replica-{index}"
+
+    def for_role(self, role: str) -> FleetState:
+        """The view of one role of a two-role fleet: its replicas, their states and its bounds."""
+        state = self.roles[role]
+        bounds = self.autoscaling.model_copy(
+            update={"min_replicas": state.min_replicas, "max_replicas": state.max_replicas}
+        )
+        return dataclasses.replace(
+            self, role=role, replicas=state.replicas, replica_states=state.replica_states, autoscaling=bounds
+        )
+
+    def views(self) -> list[FleetState]:
+        """What the actions decide in: the fleet, or each role's view of a two-role fleet."""
+        return [self.for_role(role) for role in self.roles] if self.roles and self.role is None else [self]
+
+    def ratio_problem(self, replicas: int) -> str | None:
+        """Why this role's view with ``replicas`` instances would leave spec.disaggregation.ratio (None: fine)."""
+        if self.ratio is None or self.role is None:
+            return None
+        counts = {role: state.replicas for role, state in self.roles.items()}
+        counts[self.role] = replicas
+        return self.ratio.problem(counts["prefill"], counts["decode"])
 
     def last(self, action: str, target: str | None = None, rule: str | None = None) -> float | None:
         """Time of the newest recorded ``action`` (of this dry-run mode) on ``target`` / by ``rule``."""
@@ -79,7 +134,9 @@ class FleetState:
         return max(times, default=None)
 
     def unavailable(self) -> int:
-        """Wanted replicas out of service: missing, not ready, or draining."""
+        """Wanted replicas out of service: missing, not ready, or draining (of both roles in a two-role fleet)."""
+        if self.roles and self.role is None:
+            return sum(view.unavailable() for view in self.views())
         count = 0
         for index in range(self.replicas):
             info = self.replica_states.get(index)
@@ -144,6 +201,8 @@ class ControlDecision:
     detail: str | None = None  # what the signal saw, where it says more than a number (a replace's fault)
     traffic_from: tuple[tuple[str, int], ...] = ()  # shift_traffic: the split before and after, in percent
     traffic_to: tuple[tuple[str, int], ...] = ()
+    role: str | None = None  # the role acted on, in a two-role fleet
+    held_by: str | None = None  # a scale that did not change the count: why (spec.disaggregation.ratio)
 
 
 @dataclass(frozen=True)
@@ -188,6 +247,7 @@ class Cycle:
                 held.target,
                 fleet.dry_run,
                 detail=held.detail,
+                role=fleet.role,
                 **extra,
             )
         )

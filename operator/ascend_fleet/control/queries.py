@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..api.catalog import Catalog
+from ..api.catalog import Catalog, role_expression
 from ..api.v1alpha1 import Rule, Scope
 
 Stat = Literal["min", "max", "count", "avg"]  # avg: for reports (ascend-fleet tune), not for rules
@@ -88,10 +88,12 @@ def extreme_stat(rule: Rule) -> Stat:
 
 
 def rule_expression(rule: Rule, catalog: Catalog) -> str | None:
-    """The PromQL a rule is about: its raw query, or its metric's catalog entry (None if unknown)."""
-    if rule.query is not None:
-        return rule.query.strip()
-    return catalog.expression(rule.metric or "")
+    """The PromQL a rule is about: its raw query, or its metric's catalog entry (None if unknown); a rule with a
+    role reads that role's series only."""
+    expression = rule.query.strip() if rule.query is not None else catalog.expression(rule.metric or "")
+    if expression is None or rule.role is None:
+        return expression
+    return role_expression(expression, rule.role)
 
 
 def rule_window(rule: Rule, catalog: Catalog, step: float) -> QueryWindow | None:

@@ -11,13 +11,15 @@ from collections.abc import Iterable, Mapping
 
 from ..api.actions import action_kind
 from ..api.availability import TOPOLOGY_KEYS
+from ..api.disaggregation import ROLES, role_instance_cap
 from ..api.times import parse_rfc3339, rfc3339
 from ..api.v1alpha1 import ActionRecord, AscendInference, Autoscaling
 from ..api.variants import fleet_weights
+from ..layout import plan_roles
 from ..observed import ObservedReplica, observed_replicas, pod_condition
 from ..render import Valid
 from .actions import FLEET, action_for, decision_result
-from .model import ControlDecision, FleetState, PastAction, ReplicaInfo
+from .model import ControlDecision, FleetState, PastAction, ReplicaInfo, RoleState
 from .npu_health import placement
 
 
@@ -31,6 +33,7 @@ def object_state(valid: Valid) -> FleetState:
     nothing but the object's own content, so one resourceVersion always gives the same answer."""
     obj = valid.obj
     rules = obj.spec.rules_in_force()
+    split = obj.spec.disaggregation
     return FleetState(
         namespace=obj.namespace,
         name=obj.name,
@@ -42,14 +45,55 @@ def object_state(valid: Valid) -> FleetState:
         actions=past_actions(obj),
         availability=obj.spec.availability,
         traffic=fleet_weights(obj.spec, obj.metadata),
+        roles=role_states(obj),
+        ratio=split.ratio if split is not None else None,
     )
 
 
+def role_states(obj: AscendInference) -> dict[str, RoleState]:
+    """Each role of a two-role fleet, without its replicas yet (empty for a fleet of one role)."""
+    split = obj.spec.disaggregation
+    if split is None:
+        return {}
+    layouts = plan_roles(obj.spec)
+    states: dict[str, RoleState] = {}
+    for role in ROLES:
+        spec, bounds = split.role(role), split.role(role).bounds()
+        cap = role_instance_cap(obj.spec.engine.type, role)
+        limit = None
+        most = bounds.max_replicas
+        if cap is not None and cap[0] < most:
+            most, limit = cap[0], f": {cap[1]}"
+        states[role] = RoleState(
+            replicas=spec.parallelism.data,
+            min_replicas=bounds.min_replicas,
+            max_replicas=most,
+            pods_per_replica=layouts[role].pods_per_replica,
+            limit=limit,
+        )
+    return states
+
+
 def with_pods(state: FleetState, pods_per_replica: int, pods: Iterable[dict]) -> FleetState:
-    """An object's state (:func:`object_state`) with its replicas as its engine pods show them."""
+    """An object's state (:func:`object_state`) with its replicas as its engine pods show them (each role's
+    from the pods of that role, on a two-role fleet)."""
     pods = list(pods)
+    if state.roles:
+        roles = {
+            role: dataclasses.replace(
+                info, replica_states=_replicas(state, info.pods_per_replica, pods, role)
+            )
+            for role, info in state.roles.items()
+        }
+        return dataclasses.replace(state, roles=roles)
+    return dataclasses.replace(state, replica_states=_replicas(state, pods_per_replica, pods, None))
+
+
+def _replicas(
+    state: FleetState, pods_per_replica: int, pods: list[dict], role: str | None
+) -> dict[int, ReplicaInfo]:
     by_name = {(p.get("metadata") or {}).get("name"): p for p in pods}
-    replicas = {
+    return {
         index: ReplicaInfo(
             index=index,
             ready=group.ready(pods_per_replica),
@@ -59,9 +103,8 @@ def with_pods(state: FleetState, pods_per_replica: int, pods: Iterable[dict]) ->
             domain=_domain(state, by_name.get(group.leader.name) if group.leader else None),
             placement=placement(by_name.get(member.name) or {} for member in group.pods),
         )
-        for index, group in observed_replicas(pods).items()
+        for index, group in observed_replicas(pods, role).items()
     }
-    return dataclasses.replace(state, replica_states=replicas)
 
 
 def _domain(state: FleetState, leader: dict | None) -> str | None:

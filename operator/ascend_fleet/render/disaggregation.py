@@ -8,7 +8,7 @@ against the ports the pods already open, the connector against the image's relea
 from __future__ import annotations
 
 from ..api import names
-from ..api.disaggregation import kv_transfer_of, port_problems, two_role_name_problem
+from ..api.disaggregation import kv_transfer_of, port_problems, role_instance_cap, two_role_name_problem
 from ..api.v1alpha1 import AscendInference, AscendInferenceSpec
 from ..engines import facts_of
 from ..engines.base import format_version
@@ -38,12 +38,11 @@ def disaggregation_problems(obj: AscendInference, roles: dict[str, Layout]) -> l
     npus = {role: layout.npus_per_pod for role, layout in roles.items()}
     problems += port_problems(split.kv_transfer.port, spec.engine.type, node, npus, _taken_ports(spec, roles))
     problems += _release_problems(spec)
-    if spec.engine.type == "sglang" and split.prefill.parallelism.data > 1:
-        # SGLang's prefill leader (node rank 0) creates the MemFabric store at ASCEND_MF_STORE_URL when it starts.
+    cap = role_instance_cap(spec.engine.type, names.PD_PREFILL)
+    if cap is not None and split.prefill.parallelism.data > cap[0]:
         problems.append(
-            "spec.disaggregation.prefill.parallelism.data: SGLang's ascend backend has every prefill leader create "
-            "the MemFabric store at ASCEND_MF_STORE_URL, which this operator points at the first prefill leader, so "
-            "a second prefill instance could not start; use one prefill instance (raise its tensor size instead)"
+            f"spec.disaggregation.prefill.parallelism.data: {cap[1]}; use one prefill instance (raise its tensor "
+            "size instead)"
         )
     for role, layout in roles.items():
         bounds = split.role(role).autoscaling

@@ -5,8 +5,8 @@ words of ``status.actions``, says what carrying it out writes, and says what the
 It writes nothing itself: the control loop sends its writes, so the actions stay pure and testable without a
 cluster, and the simulator runs the same decisions the operator does.
 
-The control loop's values (:mod:`..model`) appear here in annotations only: the evaluation asks the actions,
-not the other way round, and both take those values from below.
+The control loop's values (:mod:`..model`) appear here in annotations only, with the name of the fleet target:
+the evaluation asks the actions, not the other way round, and both take those values from below.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING
 
 from ...api.actions import ActionKind
 from ...api.catalog import format_value
+from ..model import FLEET as FLEET  # the target of a fleet-scoped rule, re-exported
 
 if TYPE_CHECKING:
     from ...api.v1alpha1 import Rule
     from ..model import ControlDecision, Cycle, Held
-
-FLEET = "fleet"  # the target of a fleet-scoped rule
 
 
 @dataclass(frozen=True)

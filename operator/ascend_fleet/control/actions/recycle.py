@@ -76,7 +76,7 @@ class RestartService(_Recycle):
 
     def describe(self, decision: ControlDecision) -> str:
         """The replica being recycled."""
-        return f"draining replica {decision.replica} to recreate it"
+        return f"draining {_role(decision)}replica {decision.replica} to recreate it"
 
     def simulate(self, decision: ControlDecision, effect: Effect) -> Effect:
         """The simulated replica restarts (losing its fragmentation)."""
@@ -95,9 +95,14 @@ class Replace(_Recycle):
     def describe(self, decision: ControlDecision) -> str:
         """The replica being recycled, and the fault it leaves."""
         away = f" away from {decision.detail}" if decision.detail else " on healthy NPUs"
-        return f"draining replica {decision.replica} to recreate it{away}"
+        return f"draining {_role(decision)}replica {decision.replica} to recreate it{away}"
 
     # The simulated fleet's NPUs never fault, so ``simulate`` keeps the default: nothing to move away from.
+
+
+def _role(decision: ControlDecision) -> str:
+    """``decode `` before a two-role fleet's replica (its index counts within the role), else nothing."""
+    return f"{decision.role} " if decision.role else ""
 
 
 def _keeper_after(fleet: FleetState, taken: list[int], replica: int) -> str | None:

@@ -14,6 +14,7 @@ from typing import Any
 from ascend_fleet.api.names import (
     LABEL_APP_COMPONENT,
     LABEL_NAME,
+    LABEL_PD_ROLE,
     LABEL_RANK,
     LABEL_REPLICA,
     LABEL_ROLE,
@@ -56,6 +57,7 @@ class EnginePod:
     argv: tuple[str, ...] = ()
     api_port: int | None = None
     npu_only: bool = False  # a real engine serves this pod: here only its NPU series (the exporter's part)
+    pd_role: str | None = None  # prefill or decode in a two-role fleet (spec.disaggregation)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -102,6 +104,7 @@ def engine_pod(pod: Mapping[str, Any], now: float) -> EnginePod | None:
         replica=_int_label(labels, LABEL_REPLICA),
         rank=rank,
         role=labels.get(LABEL_ROLE) or (ROLE_LEADER if rank == 0 else ROLE_WORKER),
+        pd_role=labels.get(LABEL_PD_ROLE),
         engine=detect_engine(pod),
         model_name=served_model_name(pod, default=inference),
         devices=npu_count(pod),
@@ -189,6 +192,8 @@ def scrape_target(pod: EnginePod) -> Target:
         "rank": str(pod.rank),
         "pod": pod.name,
     }
+    if pod.pd_role:
+        labels["pd_role"] = pod.pd_role  # as the chart's PodMonitor copies the pod's role
     return Target(pod.address, labels)
 
 

@@ -44,7 +44,10 @@ def scrape_targets(
 ) -> list[Target]:
     """The two engines' ``/metrics`` as the chart's pod monitor would label their pods."""
     return [
-        Target(engine.host_port, {"namespace": namespace, "inference": name, "pod": f"{name}-{role}-0"})
+        Target(
+            engine.host_port,
+            {"namespace": namespace, "inference": name, "pod": f"{name}-{role}-0", "pd_role": role},
+        )
         for role, engine in (("prefill", pd.prefill), ("decode", pd.decode))
     ]
 
