@@ -130,6 +130,8 @@ def test_kubectl_apply_get_and_scale_against_the_dev_cluster(dev_cluster):
             "two ready replicas",
         )
         assert described in {"1", "2"}
-    finally:
-        output = stop(operator)
+    except BaseException as failure:
+        failure.add_note("the operator's output:\n" + stop(operator)[-3000:])  # what it did meanwhile
+        raise
+    output = stop(operator)
     assert "Traceback" not in output, output[-3000:]
