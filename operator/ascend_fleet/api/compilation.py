@@ -14,8 +14,8 @@ from pydantic import ConfigDict, Field, model_validator
 from ..engines.base import EngineFacts
 from ..engines.registry import builtin_facts
 from .bounds import MAX_PATH_LENGTH
-from .names import SHM_PATH
 from .fields import Model
+from .names import SHM_PATH
 
 GraphMode = Literal["eager", "piecewise", "fullDecodeOnly"]
 # The fusion passes any engine names (vLLM's PassConfig switches); an engine without one of them refuses it.
