@@ -90,7 +90,7 @@ def variants() -> list[tuple[str, dict]]:
                 },
             }
             # spec.engine.compilation: every graph mode, the capture size, the fusion passes, the compile cache.
-            fusion = ["normQuant", "actQuant", "attnQuant", "allreduceRms"] if engine == "vllm-ascend" else []
+            fusion = ["normQuant", "actQuant", "attnQuant"] if engine == "vllm-ascend" else []
             compiled = {"maxCaptureBatchSize": 64, "cacheDir": "/var/cache/compile"}
             for mode, extra in (
                 ("eager", {}),

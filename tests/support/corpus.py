@@ -95,7 +95,7 @@ ACCEPTED: dict[str, dict] = {
             "compilation": {
                 "graphMode": "piecewise",
                 "maxCaptureBatchSize": 64,
-                "fusion": ["normQuant", "allreduceRms"],
+                "fusion": ["normQuant", "attnQuant"],
                 "cacheDir": "/var/cache/compile",
             }
         },

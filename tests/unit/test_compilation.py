@@ -63,12 +63,12 @@ def test_vllm_eager_is_enforce_eager_and_nothing_else():
     "mode,cudagraph_mode", [("piecewise", "PIECEWISE"), ("fullDecodeOnly", "FULL_DECODE_ONLY")]
 )
 def test_vllm_graph_modes_capture_size_and_passes_are_one_compilation_config(mode, cudagraph_mode):
-    compilation = {"graphMode": mode, "maxCaptureBatchSize": 48, "fusion": ["normQuant", "allreduceRms"]}
+    compilation = {"graphMode": mode, "maxCaptureBatchSize": 48, "fusion": ["normQuant", "attnQuant"]}
     found = flags(doc("vllm-ascend", compilation))
     assert json.loads(found["--compilation-config"] or "") == {
         "cudagraph_mode": cudagraph_mode,
         "max_cudagraph_capture_size": 48,
-        "pass_config": {"fuse_norm_quant": True, "fuse_allreduce_rms": True},
+        "pass_config": {"fuse_norm_quant": True, "fuse_attn_quant": True},
     }
     assert "--enforce-eager" not in found
 

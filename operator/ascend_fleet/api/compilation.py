@@ -19,7 +19,7 @@ from .names import SHM_PATH
 
 GraphMode = Literal["eager", "piecewise", "fullDecodeOnly"]
 # The fusion passes any engine names (vLLM's PassConfig switches); an engine without one of them refuses it.
-FusionPass = Literal["normQuant", "actQuant", "attnQuant", "allreduceRms"]
+FusionPass = Literal["normQuant", "actQuant", "attnQuant"]
 FUSION_PASSES: tuple[str, ...] = get_args(FusionPass)
 # The CRD's bound on the largest captured batch: far above vLLM's own default ceiling (512); every captured
 # size holds device memory.
@@ -72,8 +72,7 @@ class Compilation(Model):
         max_length=len(FUSION_PASSES),
         json_schema_extra={"x-kubernetes-list-type": "set"},
         description="Fusion passes to turn on (vLLM --compilation-config pass_config): normQuant "
-        "(fuse_norm_quant), actQuant (fuse_act_quant), attnQuant (fuse_attn_quant), allreduceRms "
-        "(fuse_allreduce_rms). SGLang names none.",
+        "(fuse_norm_quant), actQuant (fuse_act_quant), attnQuant (fuse_attn_quant). SGLang names none.",
     )
     cache_dir: str | None = Field(
         default=None,

@@ -72,13 +72,13 @@ VLLM_COMPILATION = CompilationFacts(
     since=(0, 23, 0),
     source="vLLM's --compilation-config keys cudagraph_mode, max_cudagraph_capture_size and pass_config",
     graph_modes=("eager", *CUDAGRAPH_MODE),
-    # PassConfig's fusion switches that 0.23.0 and 0.32.0 both have and that no platform check turns off
-    # (the others are CUDA- or ROCm-only, and sequence parallelism changes the layout).
+    # PassConfig's fusions of vLLM's own custom ops that 0.23.0 and 0.32.0 both have and that no platform check
+    # turns off (the others are CUDA- or ROCm-only, fuse_allreduce_rms is FlashInfer's, and sequence
+    # parallelism changes the layout).
     fusion={
         "normQuant": "fuse_norm_quant",
         "actQuant": "fuse_act_quant",
         "attnQuant": "fuse_attn_quant",
-        "allreduceRms": "fuse_allreduce_rms",
     },
     cache_env="VLLM_CACHE_ROOT",  # vllm/envs.py; the torch.compile cache is its torch_compile_cache folder
     # What sets graphs, capture sizes or passes beside the JSON: --max-cudagraph-capture-size next to the JSON
