@@ -47,6 +47,21 @@ def doc(name: str, kind: str, chip: str, **spec) -> dict:
     return inference(name).engine(kind).section("hardware", chip=chip).merge(**spec).build()
 
 
+def compiled_cases(engine: str) -> dict[str, dict]:
+    """spec.engine.compilation: every graph mode, the capture size, the fusion passes, the compile cache."""
+    fusion = ["normQuant", "actQuant", "attnQuant"] if engine == "vllm-ascend" else []
+    compiled = {"maxCaptureBatchSize": 64, "cacheDir": "/var/cache/compile"}
+    cases = {}
+    for mode, extra in (
+        ("eager", {}),
+        ("piecewise", {**compiled, "fusion": fusion}),
+        ("fullDecodeOnly", compiled),
+    ):
+        cases[f"compiled-{mode}"] = {"engine": {"type": engine, "compilation": {"graphMode": mode, **extra}}}
+    cases["compiled-capture-only"] = {"engine": {"type": engine, "compilation": {"maxCaptureBatchSize": 8}}}
+    return cases
+
+
 def variants() -> list[tuple[str, dict]]:
     """Generated specs: each engine x chip x one setting varied (plus a few together)."""
     out = []
@@ -89,20 +104,7 @@ def variants() -> list[tuple[str, dict]]:
                     },
                 },
             }
-            # spec.engine.compilation: every graph mode, the capture size, the fusion passes, the compile cache.
-            fusion = ["normQuant", "actQuant", "attnQuant"] if engine == "vllm-ascend" else []
-            compiled = {"maxCaptureBatchSize": 64, "cacheDir": "/var/cache/compile"}
-            for mode, extra in (
-                ("eager", {}),
-                ("piecewise", {**compiled, "fusion": fusion}),
-                ("fullDecodeOnly", compiled),
-            ):
-                cases[f"compiled-{mode}"] = {
-                    "engine": {"type": engine, "compilation": {"graphMode": mode, **extra}}
-                }
-            cases["compiled-capture-only"] = {
-                "engine": {"type": engine, "compilation": {"maxCaptureBatchSize": 8}}
-            }
+            cases.update(compiled_cases(engine))
             # Two-role fleets (spec.disaggregation): each role's argv, the KV-transfer flags included.
             cases["two-roles"] = {
                 "disaggregation": {
