@@ -96,7 +96,7 @@ def test_a_cache_dir_alone_renders_no_flag_only_the_cache_root():
     "mode,decode,prefill",
     [
         ("eager", "disabled", "disabled"),
-        ("piecewise", "tc_piecewise", "tc_piecewise"),
+        ("piecewise", "full", "tc_piecewise"),
         ("fullDecodeOnly", "full", "disabled"),
     ],
 )

@@ -56,7 +56,7 @@ class Compilation(Model):
         default=None,
         description="eager: no torch.compile and no graphs (vLLM --enforce-eager; SGLang both phases' "
         "graphs disabled); piecewise: compiled pieces captured as graphs between attention (vLLM "
-        "cudagraph_mode PIECEWISE; SGLang tc_piecewise for decode and prefill); fullDecodeOnly: one graph "
+        "cudagraph_mode PIECEWISE; SGLang tc_piecewise prefill, full decode graphs); fullDecodeOnly: one graph "
         "per decode batch size, prefill eager (vLLM FULL_DECODE_ONLY; SGLang decode full, prefill disabled). "
         "Absent: the engine's own default.",
     )

@@ -63,9 +63,11 @@ SGLANG_KV_TRANSFER = KvTransfer(
 # spec.engine.compilation (SGLang 0.5.14's sglang/srt/server_args.py and model_executor/cuda_graph_config.py):
 # graphs per phase, decode and prefill, each with a backend (full is decode-only; tc_piecewise is torch.compile
 # with piecewise graphs); the capture size is the decode phase's. SGLang's compilation has no named fusion passes.
+# Piecewise is a prefill backend only: a decode tc_piecewise falls back to full graphs (runner_backend/utils.py),
+# and SGLang turns prefill tc_piecewise off on NPUs unless the flag sets it.
 GRAPH_BACKENDS = {
     "eager": ("disabled", "disabled"),  # (decode, prefill)
-    "piecewise": ("tc_piecewise", "tc_piecewise"),
+    "piecewise": ("full", "tc_piecewise"),
     "fullDecodeOnly": ("full", "disabled"),
 }
 SGLANG_COMPILATION = CompilationFacts(
