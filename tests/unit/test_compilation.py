@@ -286,3 +286,20 @@ def test_compilation_options_stay_free_in_args_without_compilation():
 def test_sglangs_parser_takes_no_dotted_keys_so_a_dotted_flag_is_not_read_as_its_base():
     """SGLang has no dotted JSON keys: ``--cuda-graph-config.x`` is not its ``--cuda-graph-config`` (nor refused)."""
     assert validate(doc("sglang", {"cacheDir": "/var/cache/c"}, args=["--served-model.name"]))
+
+
+def test_a_dotted_key_of_any_generated_json_option_is_caught_too():
+    """The dotted reading is the parser's, not compilation's: a two-role fleet's --kv-transfer-config as well."""
+    body = (
+        inference()
+        .engine("vllm-ascend", args=["--kv-transfer-config.kv_role=kv_both"])
+        .section(
+            "disaggregation", prefill={"parallelism": {"tensor": 2}}, decode={"parallelism": {"tensor": 2}}
+        )
+        .build()
+    )
+    problems = refused(body)
+    assert problems and all(
+        p.startswith("spec.engine.args: '--kv-transfer-config.kv_role=kv_both' repeats the generated")
+        for p in problems
+    )
