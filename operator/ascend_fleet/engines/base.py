@@ -211,7 +211,7 @@ class EngineFacts:
     # where it generates none (a data-parallel size, say: each replica is an engine of its own).
     layout_flags: tuple[str, ...] = ()
     compilation: CompilationFacts | None = None  # None: spec.engine.compilation cannot be rendered
-    # The parser reads ``--name.key value`` (and ``-n.key``) as a key of the JSON option ``--name``.
+    # The parser reads ``--name.key value`` (and ``-cc.key`` for a short ``-cc``) as a key of the JSON option.
     dotted: bool = False
     # Short options the parser takes with their value joined on (``-O3`` is ``-O 3``).
     joined: tuple[str, ...] = ()
@@ -414,7 +414,7 @@ def compilation_problems(facts: EngineFacts, spec: EngineSpec, image: str) -> li
     return [
         f"spec.engine.compilation: image {image} carries {facts.label} {format_version(version)}, and the "
         f"options it renders into ({compilation.source}) were read in {facts.label} "
-        f"{format_version(compilation.since)} and newer; use an image with {facts.label} "
+        f"{format_version(compilation.since)}, not in older releases; use an image with {facts.label} "
         f"{format_version(compilation.since)} or newer, or leave spec.engine.compilation out"
     ]
 
