@@ -47,6 +47,21 @@ def doc(name: str, kind: str, chip: str, **spec) -> dict:
     return inference(name).engine(kind).section("hardware", chip=chip).merge(**spec).build()
 
 
+def compiled_cases(engine: str) -> dict[str, dict]:
+    """spec.engine.compilation: every graph mode, the capture size, the fusion passes, the compile cache."""
+    fusion = ["normQuant", "actQuant", "attnQuant"] if engine == "vllm-ascend" else []
+    compiled = {"maxCaptureBatchSize": 64, "cacheDir": "/var/cache/compile"}
+    cases = {}
+    for mode, extra in (
+        ("eager", {}),
+        ("piecewise", {**compiled, "fusion": fusion}),
+        ("fullDecodeOnly", compiled),
+    ):
+        cases[f"compiled-{mode}"] = {"engine": {"type": engine, "compilation": {"graphMode": mode, **extra}}}
+    cases["compiled-capture-only"] = {"engine": {"type": engine, "compilation": {"maxCaptureBatchSize": 8}}}
+    return cases
+
+
 def variants() -> list[tuple[str, dict]]:
     """Generated specs: each engine x chip x one setting varied (plus a few together)."""
     out = []
@@ -89,6 +104,7 @@ def variants() -> list[tuple[str, dict]]:
                     },
                 },
             }
+            cases.update(compiled_cases(engine))
             # Two-role fleets (spec.disaggregation): each role's argv, the KV-transfer flags included.
             cases["two-roles"] = {
                 "disaggregation": {
@@ -340,6 +356,45 @@ def test_the_engines_plugin_loaders_find_the_exporter():
     assert result.returncode == 0, result.stderr[-3000:]
     sglang_plugins, vllm_plugins = json.loads(result.stdout.strip().splitlines()[-1])
     assert "ascend_fleet_exporter" in sglang_plugins and "ascend_fleet_exporter" in vllm_plugins
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_every_compilation_argv_passes_the_engines_parser(engine):
+    """spec.engine.compilation's cases (the compiled example and the variants), on their own: each engine's
+    parser (vLLM: its config build too) takes every key and value the operator renders."""
+    answer = parsed(engine)
+    compiled = [r for r in answer["results"] if "compil" in r["id"]]
+    assert len(compiled) >= (5 if engine == "vllm" else 4), [r["id"] for r in compiled]
+    refused = [f"{r['id']}: {r['error']}" for r in compiled if not r["ok"]]
+    assert not refused, "\n".join(refused)
+
+
+def test_a_bad_compilation_value_is_refused():
+    """The checker fails on a compilation value the engine does not have: a graph mode vLLM's config build does
+    not know, a phase backend SGLang's parser does not offer."""
+    bad = []
+    for engine, flag, wrong in (
+        ("vllm", "--compilation-config", lambda v: v.replace('"PIECEWISE"', '"PIECEWISE_ONLY"')),
+        ("sglang", "--cuda-graph-backend-decode", lambda v: "tc_piecewize"),
+    ):
+        case = next(
+            c for c in cases()[engine] if flag in c["argv"] and "PIECEWISE" in " ".join(c["argv"]).upper()
+        )
+        argv = list(case["argv"])
+        argv[argv.index(flag) + 1] = wrong(argv[argv.index(flag) + 1])
+        bad.append((engine, {"id": "bad-compilation", "argv": argv}))
+    for engine, case in bad:
+        result = subprocess.run(
+            [ENGINES_PYTHON, str(CHECKER), engine],
+            input=json.dumps([case]),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=900,
+            env={**os.environ, "ASCEND_FLEET_KV_CONNECTORS": ascend_connectors()},
+        )
+        answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
+        assert answer["results"][0]["ok"] is False, (engine, answer["results"])
 
 
 def test_a_bad_kv_transfer_setting_is_refused():

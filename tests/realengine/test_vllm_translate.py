@@ -9,6 +9,8 @@ from ascend_fleet.api import names
 from ascend_fleet_dev.real.realengines import downward_values
 from ascend_fleet_dev.real.tinymodel import MAX_POSITIONS
 from ascend_fleet_dev.real.vllm_engine import (
+    COMPILE_CACHE,
+    COMPILE_CACHE_ENV,
     DEFAULT_KV_CACHE_BYTES,
     DROPPED,
     ONE_PROCESS,
@@ -128,6 +130,18 @@ def test_other_spellings_and_environment_are_translated_too():
     ]
     assert served.env["WHERE"] == "127.0.0.1:8001 $(PORT)"
     assert served.env["ASCEND_FLEET_EXPORTER_PORT"] == "19410"
+
+
+def test_the_compile_cache_moves_to_the_hosts_temp_dir():
+    """spec.engine.compilation.cacheDir is a volume the pod mounts; the host gets a folder of its own."""
+    pod = next(pod for name, pod in example_vllm_pods() if name.startswith("vllm-compiled"))
+    container = engine_container(pod)
+    assert {"name": COMPILE_CACHE_ENV, "value": "/var/cache/compile"} in container["env"]
+    served = translate(container, model=MODEL, field_values=FIELD_VALUES)
+    assert served.env[COMPILE_CACHE_ENV] == COMPILE_CACHE
+    assert any(change.startswith(f"{COMPILE_CACHE_ENV} /var/cache/compile -> ") for change in served.changes)
+    assert "--compilation-config" in flags(served.argv)  # the graph settings reach the CPU server as written
+    assert f"`{COMPILE_CACHE_ENV}`" in (ROOT / "docs" / "real-cluster.md").read_text()
 
 
 def test_a_label_reaches_the_server_through_a_field_ref_as_a_kubelet_gives_it():

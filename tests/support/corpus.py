@@ -10,9 +10,15 @@ from tests.support.documents import inference
 GOOD = inference("ok").engine("sglang").build()
 
 
-def cr(name: str = "ok", engine: str = "sglang", **spec) -> dict:
-    """GOOD with a name, an engine and spec sections replaced (model fields are merged)."""
-    return inference(name).engine(engine).model(**spec.pop("model", {})).spec(**spec).build()
+def cr(name: str = "ok", engine: str = "sglang", engine_fields: dict | None = None, **spec) -> dict:
+    """GOOD with a name, an engine (and its fields) and spec sections replaced (model fields are merged)."""
+    return (
+        inference(name)
+        .engine(engine, **(engine_fields or {}))
+        .model(**spec.pop("model", {}))
+        .spec(**spec)
+        .build()
+    )
 
 
 def rule(**fields) -> dict:
@@ -58,6 +64,14 @@ SAME_SENTENCE: dict[str, dict] = {
     "window of 10000h": cr(rules=[rule(**{"for": "10000h"})]),
     "window too long, in minutes": cr(rules=[rule(**{"for": "1441min"})]),
     "window too long, in mixed units": cr(rules=[rule(**{"for": "23h59min61s"})]),
+    "fusion passes on SGLang": cr(engine="sglang", engine_fields={"compilation": {"fusion": ["normQuant"]}}),
+    "eager with a capture size": cr(
+        engine="vllm-ascend", engine_fields={"compilation": {"graphMode": "eager", "maxCaptureBatchSize": 8}}
+    ),
+    "eager with fusion passes": cr(
+        engine="vllm-ascend", engine_fields={"compilation": {"graphMode": "eager", "fusion": ["actQuant"]}}
+    ),
+    "a compile cache with a .. segment": cr(engine_fields={"compilation": {"cacheDir": "/var/../cache"}}),
 }
 
 # Accepted by both.
@@ -75,4 +89,18 @@ ACCEPTED: dict[str, dict] = {
     "name of 52": cr(name="a" * 52),
     "window of 24h": cr(rules=[rule(**{"for": "24h"}), rule(**{"for": 86400}), rule(**{"for": "1439min"})]),
     "numeric thresholds": cr(rules=[rule(threshold=0.85), rule(threshold=12, action="notify")]),
+    "compilation on vLLM": cr(
+        engine="vllm-ascend",
+        engine_fields={
+            "compilation": {
+                "graphMode": "piecewise",
+                "maxCaptureBatchSize": 64,
+                "fusion": ["normQuant", "attnQuant"],
+                "cacheDir": "/var/cache/compile",
+            }
+        },
+    ),
+    "compilation on SGLang": cr(
+        engine_fields={"compilation": {"graphMode": "fullDecodeOnly", "cacheDir": "/var/cache/.sglang"}}
+    ),
 }

@@ -79,6 +79,8 @@ ANNOTATION_NPUS_BOUND = "huawei.com/Ascend910"
 
 # Environment variables no user input may set. The Ascend container runtime mounts the NPUs these two name,
 # so a container that sets them reaches NPUs the scheduler never gave its pod.
+# The in-memory volume every engine pod mounts at this path for the collectives.
+SHM_PATH = "/dev/shm"
 DEVICE_ENV = ("ASCEND_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES")
 # The engine container's variables the operator sets and its own flags and exporter read: the pod's identity
 # (downward API), its replica's leader, and the exporter's switch and port.

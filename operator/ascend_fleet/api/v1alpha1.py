@@ -19,6 +19,7 @@ from ..engines.registry import builtin_facts, facts_of
 from .actions import Scope, action_kind
 from .availability import Availability
 from .checks import DEFAULT_NPUS_PER_NODE, ENGINE_TYPE, engine_chip_problem
+from .compilation import Compilation, cache_dir_problems
 from .disaggregation import (
     Disaggregation,
     KvTransferSpec,
@@ -231,6 +232,22 @@ class AscendInferenceSpec(Model):
         return self
 
     @model_validator(mode="after")
+    def _compile_cache_fits(self) -> AscendInferenceSpec:
+        compilation = self.engine.compilation
+        if compilation is None or compilation.cache_dir is None:
+            return self
+        own = facts_of(self.engine.type).compilation
+        problems = cache_dir_problems(
+            compilation.cache_dir,
+            self.model.mount_path if self.model.volume is not None else None,
+            [variable.name for variable in self.engine.env],
+            own.cache_env if own is not None else None,
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
     def _engine_runs_on_chip(self) -> AscendInferenceSpec:
         problem = engine_chip_problem(self.engine.type, self.hardware.chip)
         if problem:
@@ -314,6 +331,7 @@ __all__ = [
     "CRD_DEFAULT",
     "Chip",
     "Comparison",
+    "Compilation",
     "Condition",
     "DEFAULT_SCOPE",
     "Disaggregation",

@@ -26,6 +26,7 @@ from .bounds import (
     MAX_QUALIFIED_NAME_LENGTH,
 )
 from .checks import DEFAULT_NPUS_PER_NODE, MAX_MODEL_DIMENSION
+from .compilation import Compilation, engine_compilation_problems, fusion_message, fusion_rule
 from .fields import Chip, Duration, Model, MultiNode, Precision, RegisteredEngineType, cel_or_default
 from .k8s import EnvVarSource, ResourceRequirements, Size, VolumeSource, env_name_problem
 
@@ -121,6 +122,10 @@ class EnvVar(Model):
 class Engine(Model):
     """The serving engine and how its pods run."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [{"rule": fusion_rule(), "message": fusion_message()}]}
+    )
+
     type: RegisteredEngineType = Field(description="vllm-ascend or sglang.")
     image: str | None = Field(
         default=None,
@@ -174,11 +179,25 @@ class Engine(Model):
         description="vLLM replicas spanning pods: native (--nnodes/--node-rank/--master-addr, --headless on "
         "non-leaders; vLLM 0.23+) or ray; default native where the image's vLLM has it, else ray.",
     )
+    compilation: Compilation | None = Field(
+        default=None,
+        description="Graph mode, captured batch sizes, fusion passes and the compile cache, rendered into the "
+        "engine's own options (docs/compilation.md); absent: the engine's defaults. While it is set, "
+        "engine.args may not carry the engine's compilation options.",
+    )
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Engine:
         if self.port is None:
             self.port = facts_of(self.type).default_port
+        return self
+
+    @model_validator(mode="after")
+    def _compilation_fits(self) -> Engine:
+        if self.compilation is not None:
+            problems = engine_compilation_problems(self.compilation, facts_of(self.type))
+            if problems:
+                raise ValueError("; ".join(problems))
         return self
 
     @model_validator(mode="after")

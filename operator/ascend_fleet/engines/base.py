@@ -26,6 +26,9 @@ Version = tuple[int, int, int]
 SHORT_REQUEST_FIRST = "short-request-first"  # scheduling.policy short-request-first
 PREFILL_DELAYER = "prefill-delayer"  # batching.prefillDelayer
 
+# spec.engine.compilation.graphMode, in the API's words; each engine's CompilationFacts spells them its own way.
+GRAPH_MODES = ("eager", "piecewise", "fullDecodeOnly")
+
 _SHOWN_VALUE_CHARS = 60  # the longest generated value a refusal quotes
 DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
 
@@ -168,6 +171,19 @@ class KvTransfer:
 
 
 @dataclass(frozen=True)
+class CompilationFacts:
+    """What spec.engine.compilation becomes for one engine, each key as read in the engine's own source."""
+
+    since: Version  # the oldest engine release read that has every option and key rendered for it
+    source: str  # where the engine defines them, for sentences
+    graph_modes: tuple[str, ...]  # the GRAPH_MODES the engine renders
+    fusion: dict[str, str]  # fusion pass in the API's words -> the engine's own key; empty: none to name
+    cache_env: str  # the variable naming the root of the engine's compile cache
+    # Options that set what spec.engine.compilation sets: engine.args may not use them while it is set.
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class EngineFacts:
     """Everything the operator knows about one engine that is not code."""
 
@@ -194,6 +210,11 @@ class EngineFacts:
     # the operator plans those (spec.parallelism, spec.disaggregation), so engine.args may not set them even
     # where it generates none (a data-parallel size, say: each replica is an engine of its own).
     layout_flags: tuple[str, ...] = ()
+    compilation: CompilationFacts | None = None  # None: spec.engine.compilation cannot be rendered
+    # The parser reads ``--name.key value`` (and ``-cc.key`` for a short ``-cc``) as a key of the JSON option.
+    dotted: bool = False
+    # Short options the parser takes with their value joined on (``-O3`` is ``-O 3``).
+    joined: tuple[str, ...] = ()
 
     def default_image(self, chip: str) -> str | None:
         """The upstream image for a chip, or None where the engine does not support the chip."""
@@ -291,6 +312,12 @@ class EngineRenderer(ABC):
         reserved = {
             name: Flag(name, None, "the layout") for name in self.facts.layout_flags if name not in generated
         }
+        compilation = self.facts.compilation
+        compiling = {
+            name: Flag(name, None, "spec.engine.compilation")
+            for name in (compilation.flags if compilation and spec.engine.compilation else ())
+            if name not in generated
+        }
         problems = []
         for arg in spec.engine.args:
             if not arg.startswith("-"):
@@ -311,11 +338,31 @@ class EngineRenderer(ABC):
                     f"engine of tensor x pipeline NPUs per replica, its ranks placed by the operator; set "
                     f"spec.parallelism (or spec.disaggregation) instead of {planned.name}"
                 )
+            elif (compiled := self._generated_option(self._spelled(arg), compiling)) is not None:
+                problems.append(
+                    f"spec.engine.args: {arg!r} ({compiled.name}) changes what spec.engine.compilation sets "
+                    f"(graphs, capture sizes, fusion passes); set it there, or leave spec.engine.compilation "
+                    f"out to pass {self.facts.label}'s own compilation options in args"
+                )
         return problems
 
     def _spelled(self, arg: str) -> str:
-        """The option an argument names, with the engine's underscore rule applied (``--a_b=1`` -> ``--a-b``)."""
+        """The option an argument names, with the engine's underscore rule applied (``--a_b=1`` -> ``--a-b``).
+
+        Where the parser reads dotted keys, ``--a-b.key=1`` names ``--a-b``; a joined short option's value is cut
+        off (``-O3`` names ``-O``).
+        """
         option = arg.split("=", 1)[0]
+        if self.facts.dotted and "." in option:
+            option = option.split(".", 1)[0]
+        option = next(
+            (
+                short
+                for short in self.facts.joined
+                if option.startswith(short) and not option.startswith("--")
+            ),
+            option,
+        )
         if self.facts.underscores and option.startswith("--"):
             option = "--" + option[2:].replace("_", "-")
         return option
@@ -354,6 +401,22 @@ def shared_flags(spec: EngineSpec, spelling: Spelling) -> list[Flag]:
     )
     flags += [Flag(name, str(value), source) for name, value, source in optional if value]
     return flags
+
+
+def compilation_problems(facts: EngineFacts, spec: EngineSpec, image: str) -> list[str]:
+    """spec.engine.compilation on an image whose engine predates the options it renders into."""
+    compilation = facts.compilation
+    if spec.engine.compilation is None or compilation is None:
+        return []
+    version = facts.image_version(image)
+    if version >= compilation.since:
+        return []
+    return [
+        f"spec.engine.compilation: image {image} carries {facts.label} {format_version(version)}, and the "
+        f"options it renders into ({compilation.source}) were read in {facts.label} "
+        f"{format_version(compilation.since)}, not in older releases; use an image with {facts.label} "
+        f"{format_version(compilation.since)} or newer, or leave spec.engine.compilation out"
+    ]
 
 
 def fraction(value: float) -> str:

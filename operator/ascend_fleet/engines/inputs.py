@@ -12,6 +12,19 @@ from collections.abc import Sequence
 from typing import Protocol
 
 
+class CompilationSettings(Protocol):
+    """spec.engine.compilation."""
+
+    @property
+    def graph_mode(self) -> str | None: ...
+    @property
+    def max_capture_batch_size(self) -> int | None: ...
+    @property
+    def fusion(self) -> Sequence[str]: ...
+    @property
+    def cache_dir(self) -> str | None: ...
+
+
 class EngineSettings(Protocol):
     """spec.engine."""
 
@@ -21,6 +34,8 @@ class EngineSettings(Protocol):
     def args(self) -> Sequence[str]: ...
     @property
     def multi_node(self) -> str | None: ...
+    @property
+    def compilation(self) -> CompilationSettings | None: ...
 
 
 class ModelSettings(Protocol):

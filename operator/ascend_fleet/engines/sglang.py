@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .base import (
     PREFILL_DELAYER,
+    CompilationFacts,
     Dialect,
     EngineFacts,
     EngineRenderer,
@@ -19,6 +20,7 @@ from .base import (
     Release,
     Spelling,
     Version,
+    compilation_problems,
     format_version,
     fraction,
     shared_flags,
@@ -56,6 +58,44 @@ SGLANG_KV_TRANSFER = KvTransfer(
     },
     port_name="--disaggregation-bootstrap-port",
     fixed_default_port=BOOTSTRAP_PORT,
+)
+
+# spec.engine.compilation (SGLang 0.5.14's sglang/srt/server_args.py and model_executor/cuda_graph_config.py):
+# graphs per phase, decode and prefill, each with a backend (full is decode-only; tc_piecewise is torch.compile
+# with piecewise graphs); the capture size is the decode phase's. SGLang's compilation has no named fusion passes.
+# Piecewise is a prefill backend only: a decode tc_piecewise falls back to full graphs (runner_backend/utils.py),
+# and SGLang turns prefill tc_piecewise off on NPUs unless the flag sets it.
+GRAPH_BACKENDS = {
+    "eager": ("disabled", "disabled"),  # (decode, prefill)
+    "piecewise": ("full", "tc_piecewise"),
+    "fullDecodeOnly": ("full", "disabled"),
+}
+SGLANG_COMPILATION = CompilationFacts(
+    since=(0, 5, 14),
+    source="SGLang's --cuda-graph-backend-decode/-prefill and --cuda-graph-max-bs-decode",
+    graph_modes=tuple(GRAPH_BACKENDS),
+    fusion={},
+    # sglang/srt/environ.py; its torch.compile cache is the torch_compile_cache folder under it.
+    cache_env="SGLANG_CACHE_DIR",
+    # The JSON form, the per-phase flags and their deprecated spellings, which set the same per-phase settings.
+    flags=(
+        "--cuda-graph-config",
+        "--cuda-graph-backend-decode",
+        "--cuda-graph-backend-prefill",
+        "--cuda-graph-max-bs-decode",
+        "--cuda-graph-max-bs-prefill",
+        "--cuda-graph-bs-decode",
+        "--cuda-graph-bs-prefill",
+        "--cuda-graph-max-bs",
+        "--cuda-graph-bs",
+        "--disable-cuda-graph",
+        "--disable-decode-cuda-graph",
+        "--disable-prefill-cuda-graph",
+        "--enable-breakable-cuda-graph",
+        "--disable-piecewise-cuda-graph",
+        "--enforce-piecewise-cuda-graph",
+        "--piecewise-cuda-graph-tokens",
+    ),
 )
 
 # Newer SGLang writes each queue gauge once with priority="" (the total) and again per priority value: the
@@ -101,6 +141,7 @@ SGLANG_FACTS = EngineFacts(
         "--disaggregation-mode",
     ),
     underscores=False,
+    compilation=SGLANG_COMPILATION,
     tune_backend="sglang-oai",
     picker_engine="sglang",
     features=frozenset({PREFILL_DELAYER}),
@@ -194,6 +235,24 @@ def adaptive_flags(spec: EngineSpec) -> list[Flag]:
     return flags
 
 
+def cuda_graph_flags(spec: EngineSpec) -> list[Flag]:
+    """spec.engine.compilation: each phase's graph backend, and the decode phase's largest captured batch."""
+    compilation = spec.engine.compilation
+    if compilation is None:
+        return []
+    source = "spec.engine.compilation"
+    flags = []
+    if compilation.graph_mode is not None:
+        decode, prefill = GRAPH_BACKENDS[compilation.graph_mode]
+        flags += [
+            Flag("--cuda-graph-backend-decode", decode, source),
+            Flag("--cuda-graph-backend-prefill", prefill, source),
+        ]
+    if compilation.max_capture_batch_size is not None:
+        flags.append(Flag("--cuda-graph-max-bs-decode", str(compilation.max_capture_batch_size), source))
+    return flags
+
+
 def disaggregation_flags(spec: EngineSpec, at: Rank) -> list[Flag]:
     """The role, the transfer backend and, on prefill, where its bootstrap server listens."""
     split = spec.disaggregation
@@ -240,7 +299,7 @@ class SGLang(EngineRenderer):
             ),
             Flag("--enable-metrics", None, "the operator"),
         ]
-        flags += shared_flags(spec, SGLANG_FACTS.spelling) + adaptive_flags(spec)
+        flags += shared_flags(spec, SGLANG_FACTS.spelling) + adaptive_flags(spec) + cuda_graph_flags(spec)
         if spec.scheduling.priority:
             # SGLang has no "priority" policy: priority scheduling runs on fcfs (or lof), and serves higher
             # values first unless told otherwise; lower-first matches vLLM, so one client works with both.
@@ -264,8 +323,12 @@ class SGLang(EngineRenderer):
         return ["python3", "-m", launcher(spec, exporter), *self.argv(spec, layout, at)]
 
     def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
-        """SGLang pins its scheduler processes to the NPU's CPU cores."""
-        return [{"name": "SGLANG_SET_CPU_AFFINITY", "value": "1"}]
+        """SGLang pins its scheduler processes to the NPU's CPU cores; the compile cache's root."""
+        env = [{"name": "SGLANG_SET_CPU_AFFINITY", "value": "1"}]
+        compilation = spec.engine.compilation
+        if compilation is not None and compilation.cache_dir:
+            env.append({"name": SGLANG_COMPILATION.cache_env, "value": compilation.cache_dir})
+        return env
 
     def kv_env(self, spec: EngineSpec, at: Rank, store_host: str) -> list[dict]:
         """The MemFabric config store of the ``ascend`` backend, on the first prefill leader."""
@@ -276,9 +339,9 @@ class SGLang(EngineRenderer):
         return [{"name": "dist-init", "containerPort": DIST_PORT, "protocol": "TCP"}]
 
     def version_problems(self, spec: EngineSpec, layout: EngineLayout, image: str) -> list[str]:
-        """int8 or the prefill delayer on an image whose SGLang predates them (its parser refuses the flag)."""
+        """int8, the prefill delayer or spec.engine.compilation on an image whose SGLang predates their flags."""
         version = SGLANG_FACTS.image_version(image)
-        problems = []
+        problems = compilation_problems(SGLANG_FACTS, spec, image)
         if spec.precision == "int8" and version < MODELSLIM:
             problems.append(
                 f"spec.precision: int8 needs SGLang's --quantization modelslim, which SGLang "

@@ -10,6 +10,7 @@ import json
 
 from .base import (
     SHORT_REQUEST_FIRST,
+    CompilationFacts,
     Dialect,
     EngineFacts,
     EngineRenderer,
@@ -21,6 +22,7 @@ from .base import (
     Release,
     Spelling,
     Version,
+    compilation_problems,
     format_version,
     fraction,
     shared_flags,
@@ -62,6 +64,36 @@ VLLM_KV_TRANSFER = KvTransfer(
 HCCL_BUFFSIZE = {"prefill": "256", "decode": "600"}
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 
+# spec.engine.compilation (vLLM 0.23.0's vllm/config/compilation.py, CompilationConfig and PassConfig, and
+# vllm/engine/arg_utils.py; the same keys in 0.32.0): graphMode eager is --enforce-eager (no torch.compile, no
+# graphs), the others CompilationConfig.cudagraph_mode, which vllm-ascend runs as ACL graphs.
+CUDAGRAPH_MODE = {"piecewise": "PIECEWISE", "fullDecodeOnly": "FULL_DECODE_ONLY"}
+VLLM_COMPILATION = CompilationFacts(
+    since=(0, 23, 0),
+    source="vLLM's --compilation-config keys cudagraph_mode, max_cudagraph_capture_size and pass_config",
+    graph_modes=("eager", *CUDAGRAPH_MODE),
+    # PassConfig's fusions of vLLM's own custom ops that 0.23.0 and 0.32.0 both have and that no platform check
+    # turns off (the others are CUDA- or ROCm-only, fuse_allreduce_rms is FlashInfer's, and sequence
+    # parallelism changes the layout).
+    fusion={
+        "normQuant": "fuse_norm_quant",
+        "actQuant": "fuse_act_quant",
+        "attnQuant": "fuse_attn_quant",
+    },
+    cache_env="VLLM_CACHE_ROOT",  # vllm/envs.py; the torch.compile cache is its torch_compile_cache folder
+    # What sets graphs, capture sizes or passes beside the JSON: --max-cudagraph-capture-size next to the JSON
+    # key of the same name is even refused at start ("mutually exclusive"); -O/--optimization-level fills in
+    # defaults for them.
+    flags=(
+        "--compilation-config",
+        "--enforce-eager",
+        "--no-enforce-eager",
+        "--cudagraph-capture-sizes",
+        "--max-cudagraph-capture-size",
+        "--optimization-level",
+    ),
+)
+
 # vLLM's request latency buckets, which its end-to-end and queue-time histograms share.
 _LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                     240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
@@ -100,6 +132,8 @@ VLLM_ASCEND_FACTS = EngineFacts(
         "--data-parallel-start-rank": ("-dpr",),
         "--data-parallel-address": ("-dpa",),
         "--data-parallel-rpc-port": ("-dpp",),
+        "--compilation-config": ("-cc",),
+        "--optimization-level": ("-O",),
     },
     # vLLM 0.23's parser; world size = tensor x pipeline x prefill context parallel, per data-parallel rank.
     layout_flags=(
@@ -120,6 +154,9 @@ VLLM_ASCEND_FACTS = EngineFacts(
         "--distributed-executor-backend",
     ),
     underscores=True,
+    compilation=VLLM_COMPILATION,
+    dotted=True,
+    joined=("-O",),
     tune_backend="vllm",
     features=frozenset({SHORT_REQUEST_FIRST}),
     kv_transfer=VLLM_KV_TRANSFER,
@@ -188,6 +225,26 @@ def short_request_first_config(spec: EngineSpec) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
+def compilation_config_flags(spec: EngineSpec) -> list[Flag]:
+    """spec.engine.compilation: ``--enforce-eager``, or ``--compilation-config`` with the keys it sets."""
+    compilation = spec.engine.compilation
+    if compilation is None:
+        return []
+    source = "spec.engine.compilation"
+    if compilation.graph_mode == "eager":
+        return [Flag("--enforce-eager", None, source)]
+    config: dict[str, object] = {}
+    if compilation.graph_mode is not None:
+        config["cudagraph_mode"] = CUDAGRAPH_MODE[compilation.graph_mode]
+    if compilation.max_capture_batch_size is not None:
+        config["max_cudagraph_capture_size"] = compilation.max_capture_batch_size
+    if compilation.fusion:
+        config["pass_config"] = {VLLM_COMPILATION.fusion[name]: True for name in compilation.fusion}
+    if not config:
+        return []
+    return [Flag("--compilation-config", json.dumps(config, separators=(",", ":")), source)]
+
+
 def kv_transfer_config(spec: EngineSpec, at: Rank) -> str:
     """``--kv-transfer-config``: the connector, this instance's role, port and engine id, and both roles' sizes.
 
@@ -244,6 +301,7 @@ class VllmAscend(EngineRenderer):
             flags.append(
                 Flag("--additional-config", short_request_first_config(spec), "spec.scheduling.policy")
             )
+        flags += compilation_config_flags(spec)
         if at.role is not None:
             flags.append(Flag("--kv-transfer-config", kv_transfer_config(spec, at), "spec.disaggregation"))
         if layout.multi_pod:
@@ -280,10 +338,14 @@ class VllmAscend(EngineRenderer):
         return ["/bin/bash", "-c", RAY_WORKER_SCRIPT]
 
     def env(self, spec: EngineSpec, layout: EngineLayout) -> list[dict]:
-        """Ray must leave ASCEND_RT_VISIBLE_DEVICES as the device plugin set it."""
+        """Ray must leave ASCEND_RT_VISIBLE_DEVICES as the device plugin set it; the compile cache's root."""
+        env = []
         if layout.multi_pod and multi_node_mode(spec) == "ray":
-            return [{"name": "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "value": "1"}]
-        return []
+            env.append({"name": "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "value": "1"})
+        compilation = spec.engine.compilation
+        if compilation is not None and compilation.cache_dir:
+            env.append({"name": VLLM_COMPILATION.cache_env, "value": compilation.cache_dir})
+        return env
 
     def kv_env(self, spec: EngineSpec, at: Rank, store_host: str) -> list[dict]:
         """HCCL's buffer size for the role, as vllm-ascend's P/D recipe sets it."""
@@ -311,12 +373,13 @@ class VllmAscend(EngineRenderer):
         ]
 
     def version_problems(self, spec: EngineSpec, layout: EngineLayout, image: str) -> list[str]:
-        """A native multi-pod launch on an image whose vLLM predates it."""
+        """A native multi-pod launch, or spec.engine.compilation, on an image whose vLLM predates it."""
         version = VLLM_ASCEND_FACTS.image_version(image)
+        problems = compilation_problems(VLLM_ASCEND_FACTS, spec, image)
         if layout.multi_pod and spec.engine.multi_node == "native" and version < NATIVE_MULTI_NODE:
-            return [
+            problems.append(
                 f"spec.engine.multiNode: native needs vLLM {format_version(NATIVE_MULTI_NODE)} "
                 f"or newer (--nnodes/--headless), and image {image} carries vLLM {format_version(version)}; "
                 "use multiNode: ray or a newer image"
-            ]
-        return []
+            )
+        return problems

@@ -27,7 +27,6 @@ from .metadata import Owner
 MAX_ARG_BYTES = MAX_ARG_LENGTH
 # The engines keep a token-id buffer of at least one 32-bit id per sequence of the batch in host memory.
 TOKEN_ID_BYTES = 4
-SHM_PATH = "/dev/shm"
 
 
 @dataclass
@@ -246,10 +245,10 @@ def _engine_overrides(engine: dict, base: dict) -> list[str]:
     problems = []
     mounts = {m["mountPath"]: m for m in engine.get("volumeMounts") or []}
     base_mounts = {m["mountPath"]: m for m in base.get("volumeMounts") or []}
-    if SHM_PATH in base_mounts and mounts.get(SHM_PATH) != base_mounts[SHM_PATH]:
+    if names.SHM_PATH in base_mounts and mounts.get(names.SHM_PATH) != base_mounts[names.SHM_PATH]:
         problems.append(
-            f"spec.template.spec.containers[engine].volumeMounts: {SHM_PATH} is mounted from "
-            f"{mounts.get(SHM_PATH, {}).get('name')!r} instead of the operator's in-memory volume "
+            f"spec.template.spec.containers[engine].volumeMounts: {names.SHM_PATH} is mounted from "
+            f"{mounts.get(names.SHM_PATH, {}).get('name')!r} instead of the operator's in-memory volume "
             "(spec.engine.shmSize); the engines' collective communication needs it; set spec.engine.shmSize"
         )
     # The operator's own variables (POD_IP, which HCCL_IF_IP reads, among them) are refused as reserved names.

@@ -41,6 +41,7 @@ ENGINE_UID = (
     1000  # HwHiAiUser, whom the Ascend driver grants its device nodes to; the project's images run as it
 )
 TERMINATION_GRACE_SECONDS = 60
+COMPILE_CACHE_VOLUME = "compile-cache"  # the emptyDir at spec.engine.compilation.cacheDir
 DRIVER_MOUNTS = (  # without the Ascend Docker Runtime the engine needs these from the host
     ("ascend-driver", "/usr/local/Ascend/driver", "Directory"),
     ("ascend-dcmi", "/usr/local/dcmi", "Directory"),
@@ -272,6 +273,8 @@ def _volumes(spec: AscendInferenceSpec) -> list[dict]:
         volumes += [
             {"name": vol, "hostPath": {"path": path, "type": kind}} for vol, path, kind in DRIVER_MOUNTS
         ]
+    if compile_cache_dir(spec):
+        volumes.append({"name": COMPILE_CACHE_VOLUME, "emptyDir": {}})
     return volumes
 
 
@@ -281,7 +284,45 @@ def _mounts(spec: AscendInferenceSpec) -> list[dict]:
         mounts.append({"name": "model", "mountPath": spec.model.mount_path, "readOnly": True})
     if not spec.hardware.ascend_runtime:
         mounts += [{"name": vol, "mountPath": path, "readOnly": True} for vol, path, _ in DRIVER_MOUNTS]
+    cache_dir = compile_cache_dir(spec)
+    if cache_dir:
+        # A template volumeMount at the same path merges over this one (its volume, a claim, say, replaces it).
+        mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": cache_dir})
     return mounts
+
+
+def compile_cache_problems(spec: AscendInferenceSpec) -> list[str]:
+    """The compile cache's folder against the driver mounts and a read-only template mount, each a sentence."""
+    cache_dir = compile_cache_dir(spec)
+    if not cache_dir:
+        return []
+    problems = []
+    if not spec.hardware.ascend_runtime:
+        for _, path, _ in DRIVER_MOUNTS:
+            if (cache_dir + "/").startswith(path + "/") or (path + "/").startswith(cache_dir + "/"):
+                problems.append(
+                    f"spec.engine.compilation.cacheDir {cache_dir!r} overlaps {path}, which the operator mounts "
+                    "from the host read-only (hardware.ascendRuntime: false); use a folder of its own, e.g. "
+                    "/var/cache/compile"
+                )
+    pod = (spec.template.spec if spec.template else None) or {}
+    for container in pod.get("containers") or []:
+        if not isinstance(container, dict) or container.get("name") != "engine":
+            continue
+        for mount in container.get("volumeMounts") or []:
+            if isinstance(mount, dict) and mount.get("mountPath") == cache_dir and mount.get("readOnly"):
+                problems.append(
+                    f"spec.template.spec.containers[engine].volumeMounts: {cache_dir} is "
+                    "spec.engine.compilation.cacheDir, where the engine writes its compile cache, and is "
+                    "mounted read-only; drop readOnly, or point cacheDir elsewhere"
+                )
+    return problems
+
+
+def compile_cache_dir(spec: AscendInferenceSpec) -> str | None:
+    """spec.engine.compilation.cacheDir, where the operator mounts the compile cache's volume; or None."""
+    compilation = spec.engine.compilation
+    return compilation.cache_dir if compilation is not None else None
 
 
 def render_services(spec: AscendInferenceSpec, owner: Owner, layout: Layout | None = None) -> list[dict]:

@@ -44,7 +44,7 @@ POD_FIELDS = frozenset(
     }
 )
 ENGINE_FIELDS = frozenset({"name", "env", "volumeMounts", "resources"})
-OPERATOR_VOLUMES = frozenset({"dshm", "model", "ascend-driver", "ascend-dcmi", "npu-smi"})
+OPERATOR_VOLUMES = frozenset({"dshm", "model", "ascend-driver", "ascend-dcmi", "npu-smi", "compile-cache"})
 
 # Strategic-merge keys of the lists a template may reach.
 MERGE_KEYS: dict[str, str] = {

@@ -19,7 +19,7 @@ from ..api.variants import variant_spec, variant_warnings
 from ..engines import engine_types
 from ..layout import Layout, LayoutError, plan, plan_roles
 from .agreement import Agreement, QueryParser, check_agreement, parse_here
-from .children import render_replica
+from .children import compile_cache_problems, render_replica
 from .disaggregation import disaggregation_problems, disaggregation_warnings
 from .engine import arg_conflicts, exporter_runs, version_problems, version_warnings
 from .metadata import Owner
@@ -79,6 +79,7 @@ def validate(
     problems += version_problems(obj.spec, layout)
     problems += variant_version_problems(obj.spec, layout)
     problems += template_problems(obj.spec)
+    problems += compile_cache_problems(obj.spec)
     if not problems:
         role = next(iter(roles), None)
         replica = render_replica(obj.spec, Owner(obj.name or "x", obj.namespace), 0, layout, role=role)

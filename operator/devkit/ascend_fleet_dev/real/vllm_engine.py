@@ -17,6 +17,8 @@ same rows):
   ports unless it moves them: every local pod shares the host's ports);
 - ``--kv-transfer-config`` (a two-role fleet's vllm-ascend connector) -> vLLM's ``ExampleConnector`` in the same
   ``kv_role``, its KV files under a shared folder (vllm-ascend's connectors need NPUs and Mooncake);
+- ``VLLM_CACHE_ROOT`` (``spec.engine.compilation.cacheDir``, a path the pod mounts) -> a folder under the host's
+  temp dir;
 - environment: the pod's, expanded as the kubelet does, plus ``HF_HUB_OFFLINE=1``.
 """
 
@@ -39,6 +41,9 @@ from ascend_fleet_exporter.config import ENV_PORT as EXPORTER_PORT_ENV
 DEFAULT_KV_CACHE_BYTES = 64 * 1024 * 1024
 # Where the CPU stand-in connector of a two-role fleet writes and finds the KV cache (shared by both roles).
 KV_SHARED_STORAGE = str(Path(tempfile.gettempdir()) / "ascend-fleet-kv")
+# Where the compile cache goes on this host when the pod names one (its own path is a volume the pod mounts).
+COMPILE_CACHE_ENV = "VLLM_CACHE_ROOT"
+COMPILE_CACHE = str(Path(tempfile.gettempdir()) / "ascend-fleet-compile-cache")
 DROPPED = frozenset(
     {
         "--quantization",
@@ -162,6 +167,9 @@ def translate(
     if port is not None and "--port" not in out:
         out += ["--port", str(port)]
     env["HF_HUB_OFFLINE"] = "1"
+    if COMPILE_CACHE_ENV in env:
+        changes.append(f"{COMPILE_CACHE_ENV} {env[COMPILE_CACHE_ENV]} -> {COMPILE_CACHE}")
+        env[COMPILE_CACHE_ENV] = COMPILE_CACHE
     if exporter_port is not None and EXPORTER_PORT_ENV in env:
         changes.append(f"{EXPORTER_PORT_ENV} {env[EXPORTER_PORT_ENV]} -> {exporter_port}")
         env[EXPORTER_PORT_ENV] = str(exporter_port)
