@@ -217,6 +217,28 @@ def ascend_connectors() -> str:
     return ",".join(connector.name for connector in kv.connectors)
 
 
+def results(engine: str, checked: list[dict], *, kv_connectors: bool = False) -> list[dict]:
+    """The engine's own parser on a few cases (``{"id", "argv"}``): one result per case, with ``ok``."""
+    env = {**os.environ, "ASCEND_FLEET_KV_CONNECTORS": ascend_connectors()} if kv_connectors else None
+    result = subprocess.run(
+        [ENGINES_PYTHON, str(CHECKER), engine],
+        input=json.dumps(checked),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        env=env,
+    )
+    return json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])["results"]
+
+
+def with_value(case: dict, flag: str, wrong, case_id: str) -> dict:
+    """``case`` with the value after ``flag`` replaced by ``wrong(value)``."""
+    argv = list(case["argv"])
+    argv[argv.index(flag) + 1] = wrong(argv[argv.index(flag) + 1])
+    return {"id": case_id, "argv": argv}
+
+
 @cache
 def parsed(engine: str) -> dict:
     result = subprocess.run(
@@ -273,16 +295,8 @@ def test_a_bad_flag_is_refused(engine):
         {"id": "misspelt", "argv": [*good, "--tensor-paralel-sise", "2"]},
         {"id": "priority-policy", "argv": [*good, *old_priority]},
     ]
-    result = subprocess.run(
-        [ENGINES_PYTHON, str(CHECKER), engine],
-        input=json.dumps(bad),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
-    assert [r["ok"] for r in answer["results"]] == [False, False], answer["results"]
+    answer = results(engine, bad)
+    assert [r["ok"] for r in answer] == [False, False], answer
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -328,16 +342,7 @@ def test_underscore_rule_matches_vllm():
     sglang_case["argv"] = [*sglang_case["argv"], "--enable_torch_compile"]
     outcome = {}
     for engine, case in (("vllm", vllm_case), ("sglang", sglang_case)):
-        result = subprocess.run(
-            [ENGINES_PYTHON, str(CHECKER), engine],
-            input=json.dumps([case]),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=900,
-        )
-        answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
-        outcome[engine] = answer["results"][0]["ok"]
+        outcome[engine] = results(engine, [case])[0]["ok"]
     assert outcome == {"vllm": facts_of("vllm-ascend").underscores, "sglang": facts_of("sglang").underscores}
 
 
@@ -380,21 +385,10 @@ def test_a_bad_compilation_value_is_refused():
         case = next(
             c for c in cases()[engine] if flag in c["argv"] and "PIECEWISE" in " ".join(c["argv"]).upper()
         )
-        argv = list(case["argv"])
-        argv[argv.index(flag) + 1] = wrong(argv[argv.index(flag) + 1])
-        bad.append((engine, {"id": "bad-compilation", "argv": argv}))
+        bad.append((engine, with_value(case, flag, wrong, "bad-compilation")))
     for engine, case in bad:
-        result = subprocess.run(
-            [ENGINES_PYTHON, str(CHECKER), engine],
-            input=json.dumps([case]),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=900,
-            env={**os.environ, "ASCEND_FLEET_KV_CONNECTORS": ascend_connectors()},
-        )
-        answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
-        assert answer["results"][0]["ok"] is False, (engine, answer["results"])
+        answer = results(engine, [case], kv_connectors=True)
+        assert answer[0]["ok"] is False, (engine, answer)
 
 
 def test_a_bad_kv_transfer_setting_is_refused():
@@ -405,18 +399,7 @@ def test_a_bad_kv_transfer_setting_is_refused():
         ("sglang", "--disaggregation-mode", lambda v: "prefil"),
     ):
         case = next(c for c in cases()[engine] if flag in c["argv"])
-        argv = list(case["argv"])
-        argv[argv.index(flag) + 1] = wrong(argv[argv.index(flag) + 1])
-        bad.append((engine, {"id": "bad-kv", "argv": argv}))
+        bad.append((engine, with_value(case, flag, wrong, "bad-kv")))
     for engine, case in bad:
-        result = subprocess.run(
-            [ENGINES_PYTHON, str(CHECKER), engine],
-            input=json.dumps([case]),
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=900,
-            env={**os.environ, "ASCEND_FLEET_KV_CONNECTORS": ascend_connectors()},
-        )
-        answer = json.loads(result.stdout[result.stdout.rfind("@@RESULTS@@") + len("@@RESULTS@@") :])
-        assert answer["results"][0]["ok"] is False, (engine, answer["results"])
+        answer = results(engine, [case], kv_connectors=True)
+        assert answer[0]["ok"] is False, (engine, answer)
