@@ -31,6 +31,7 @@ REPLICAS = Gauge(
 UNHEALTHY_NPUS = Gauge(
     "ascend_fleet_npu_unhealthy",
     "1 for each NPU the Ascend device plugin reports unhealthy under a replica, by node, NPU and fault level "
-    "(written by the operator acting as leader, each cycle a rule reads npu_unhealthy).",
-    ["namespace", "inference", "replica", "node", "npu", "level"],
+    "(written by the operator acting as leader, each cycle a rule reads npu_unhealthy); pd_role names the role "
+    "of a two-role fleet's replica, whose number counts within the role.",
+    ["namespace", "inference", "pd_role", "replica", "node", "npu", "level"],
 )

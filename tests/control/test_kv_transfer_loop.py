@@ -37,6 +37,9 @@ class _Kube:
     def event(self, body, type_, reason, message):
         self.events.append((type_, reason))
 
+    def list(self, kind, namespace):
+        return []  # the device plugin reports no NPU (the safety rules of each role read it)
+
 
 class _Source:
     list_calls = 0

@@ -230,7 +230,11 @@ def test_the_state_of_a_two_role_fleet_reads_each_roles_pods():
         "decode": (2, 8, [0, 1]),
     }
     assert state.for_role("decode").replica_states[1].leader.startswith("pd-decode-1")
-    assert state.rules[0].role == "prefill" and state.builtin == 0  # no safety rule without a role
+    assert state.rules[0].role == "prefill" and state.builtin == 2
+    assert [r.describe() for r in state.rules[1:]] == [
+        "npu_unhealthy > 0 for 30s -> replace prefill",
+        "npu_unhealthy > 0 for 30s -> replace decode",
+    ]
 
 
 def test_sglang_caps_its_prefill_instances_at_one():
@@ -239,8 +243,23 @@ def test_sglang_caps_its_prefill_instances_at_one():
     assert state.roles["prefill"].max_replicas == 1 and "MemFabric" in (state.roles["prefill"].limit or "")
 
 
-def test_a_two_role_fleet_without_rules_runs_none():
-    assert validate(_doc()).obj.spec.rules_in_force() == []
+def test_a_two_role_fleet_without_rules_runs_the_safety_rule_of_each_role_only():
+    spec = validate(_doc()).obj.spec
+    assert spec.rules == [] and [(r.metric, r.action, r.role) for r in spec.rules_in_force()] == [
+        ("npu_unhealthy", "replace", "prefill"),
+        ("npu_unhealthy", "replace", "decode"),
+    ]
+    off = inference("pd").engine("vllm-ascend").merge(disaggregation=_doc()["spec"]["disaggregation"])
+    assert validate(off.merge(safetyRules=False).build()).obj.spec.rules_in_force() == []
+
+
+def test_a_listed_replace_rule_of_one_role_takes_that_roles_safety_rule_only():
+    listed = {"metric": "npu_unhealthy", "threshold": 1, "for": "2m", "action": "replace", "role": "decode"}
+    in_force = validate(_doc([listed])).obj.spec.rules_in_force()
+    assert [r.describe() for r in in_force] == [
+        "npu_unhealthy > 1 for 2m -> replace decode",
+        "npu_unhealthy > 0 for 30s -> replace prefill",
+    ]
 
 
 # Each refused both by the CRD (kubectl apply) and by validate (the InvalidSpec condition), with what fits.
@@ -249,12 +268,6 @@ REFUSED = {
     "role on one role": (
         inference("one").engine("vllm-ascend").merge(rules=[{**WIRE_RULE, "role": "decode"}]).build(),
         "needs spec.disaggregation",
-    ),
-    "role with npu_unhealthy": (
-        _doc(
-            [{"metric": "npu_unhealthy", "threshold": 0, "for": "30s", "action": "replace", "role": "decode"}]
-        ),
-        "not yet per role",
     ),
     "layout below ratio.min": (_doc(ratio={"min": 1}), "below ratio.min"),
     "layout above ratio.max": (_doc(ratio={"max": 0.25}), "above ratio.max"),

@@ -8,6 +8,7 @@ import copy
 
 import yaml
 
+from ascend_fleet.api import names
 from ascend_fleet.api.settings import OperatorSettings
 from ascend_fleet.api.times import rfc3339
 from ascend_fleet.control.loop import ControlLoop
@@ -15,6 +16,8 @@ from ascend_fleet.control.queries import Observations
 from ascend_fleet.render import validate
 from ascend_fleet.render.children import render_all
 from tests.support.paths import ROOT
+
+from .test_npu_health import device_info, fault
 
 NOW = 1_700_000_000.0
 NS = "team-a"
@@ -29,6 +32,8 @@ class _Kube:
         self.status_writes = 0
         self.spec_patches: list[dict] = []
         self.events: list[tuple[str, str, str]] = []
+        self.configmaps: list[dict] = []  # the device plugin's, for npu_unhealthy
+        self.pod_patches: list[tuple[str, dict]] = []
 
     def get(self, kind, namespace, name):
         return copy.deepcopy(self.body)
@@ -38,12 +43,18 @@ class _Kube:
             self.status_writes += 1
             self.body.setdefault("status", {}).update(body["status"])
             self.body["metadata"]["resourceVersion"] = str(int(self.body["metadata"]["resourceVersion"]) + 1)
+        elif kind == "Pod":
+            self.pod_patches.append((name, body))
         else:
             self.spec_patches.append({k: v for k, v in body.items() if k != "metadata"})
         return copy.deepcopy(self.body)
 
     def event(self, body, type_, reason, message):
         self.events.append((type_, reason, message))
+
+    def list(self, kind, namespace):
+        assert (kind, namespace) == ("ConfigMap", names.DEVICE_INFO_NAMESPACE)
+        return copy.deepcopy(self.configmaps)
 
 
 class _Source:
@@ -96,9 +107,23 @@ def _fleet(ratio: dict | None = None) -> tuple[dict, list[dict]]:
     return body, pods
 
 
-def _cycle(ratio: dict | None = None, ttft: float = 5.0) -> tuple[_Kube, _Prometheus]:
+def _cycle(
+    ratio: dict | None = None, ttft: float = 5.0, faulty: tuple[str, int] | None = None
+) -> tuple[_Kube, _Prometheus]:
+    """One cycle; ``faulty``: the role and replica whose node's NPU the device plugin reports broken (each pod
+    on a node of its own)."""
     body, pods = _fleet(ratio)
     kube = _Kube(body)
+    for pod in pods:
+        labels = pod["metadata"]["labels"]
+        node = f"node-{labels[names.LABEL_PD_ROLE]}-{labels[names.LABEL_REPLICA]}"
+        pod["spec"]["nodeName"] = node
+        healthy = (labels[names.LABEL_PD_ROLE], int(labels[names.LABEL_REPLICA])) != faulty
+        kube.configmaps.append(
+            device_info(node)
+            if healthy
+            else device_info(node, unhealthy="Ascend910-1", faults=[fault("Ascend910-1", "SeparateNPU")])
+        )
     settings = OperatorSettings.model_validate({"prometheus": {"url": _Prometheus.url}})
     prometheus = _Prometheus(body["metadata"]["name"], ttft)
     loop = ControlLoop(settings, kube, prometheus, clock=lambda: NOW, source=_Source(kube, pods))  # type: ignore[arg-type]
@@ -132,3 +157,28 @@ def test_a_scale_the_ratio_stops_is_recorded_and_announced_but_not_written():
     )
     [(_, reason, message)] = [e for e in kube.events if e[1] == "ScaleUp"]
     assert "above ratio.max 0.5 (spec.disaggregation.ratio)" in message
+
+
+def test_a_faulty_npu_under_a_decode_replica_replaces_that_decode_replica_only():
+    # Both roles number their replicas from 0: prefill 0 shares decode 0's number, not its NPUs.
+    kube, _ = _cycle(ttft=0.5, faulty=("decode", 0))
+    [(leader, patch)] = kube.pod_patches
+    assert leader == "qwen-pd-decode-0"
+    assert patch["metadata"]["annotations"][names.ANNOTATION_DRAIN_REASON] == "npu replace"
+    [record] = kube.body["status"]["actions"]
+    assert (record["action"], record["target"], record["rule"]) == (
+        "replace",
+        "decode-replica-0",
+        "npu_unhealthy > 0 for 30s -> replace decode",
+    )
+
+
+def test_a_faulty_npu_under_the_prefill_replica_replaces_it_and_no_decode_replica():
+    kube, _ = _cycle(ttft=0.5, faulty=("prefill", 0))
+    assert [leader for leader, _ in kube.pod_patches] == ["qwen-pd-prefill-0"]
+    assert [r["target"] for r in kube.body["status"]["actions"]] == ["prefill-replica-0"]
+
+
+def test_healthy_npus_replace_nothing():
+    kube, _ = _cycle(ttft=0.5)
+    assert kube.pod_patches == [] and "actions" not in kube.body.get("status", {})

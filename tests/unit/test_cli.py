@@ -38,17 +38,6 @@ def test_validate_accepts_every_example():
     assert result.stdout.count(" is valid (") == len(EXAMPLES)
 
 
-# Warnings an example may still draw, each with why: the feature the example shows is reconciled but not yet
-# operated by the control loop. The test fails once they no longer warn.
-NOT_YET_OPERATED = (
-    "spec.disaggregation: the control loop's rules and autoscaling do not act on a two-role fleet"
-)
-RENDER_ONLY = {
-    name: NOT_YET_OPERATED
-    for name in ("sglang-disaggregated.yaml", "vllm-disaggregated.yaml", "vllm-disaggregated-routed.yaml")
-}
-
-
 def chart_settings(tmp_path) -> str:
     """The operator's settings as the chart installs them by default: its engine images at the chart's
     appVersion (an example validated without them draws the upstream images' no-exporter warning)."""
@@ -70,12 +59,16 @@ def test_no_example_turns_on_what_validate_warns_about(tmp_path):
     }
     assert set(warned) == {path.name for path in EXAMPLES}
     for name, warnings in warned.items():
-        allowed = RENDER_ONLY.get(name)
-        rest = [w for w in warnings if not (allowed and w.startswith(allowed))]
-        assert not rest, f"examples/{name}: {rest}"
-        assert len(rest) == len(warnings) - (1 if allowed else 0), (
-            f"examples/{name} no longer warns: {allowed}"
-        )
+        assert not warnings, f"examples/{name}: {warnings}"
+
+
+def test_a_two_role_fleet_is_summed_up_per_role():
+    result = cli("validate", str(ROOT / "examples" / "vllm-disaggregated.yaml"))
+    assert result.returncode == 0, result.stderr
+    assert (
+        "qwen-pd is valid (prefill: 1 replica x 1 pod x 4 NPUs = 4 NPUs; "
+        "decode: 2 replicas x 1 pod x 2 NPUs = 4 NPUs)"
+    ) in result.stdout
 
 
 BAD_STREAM = """\

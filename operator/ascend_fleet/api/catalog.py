@@ -172,23 +172,34 @@ def format_value(metric: str | None, value: float) -> str:
     return format_seconds(value) if metric in SECONDS else format_threshold(value)
 
 
+# How an operator-read signal's marker names the role it is read for: ``ascend-fleet-operator:npu_unhealthy@decode``.
+SIGNAL_ROLE_SEPARATOR = "@"
+
+
 def role_expression(expression: str, role: str) -> str:
     """An entry (or a rule's query) restricted to the series of one role of a two-role fleet.
 
     The engine pods' ``up`` carries the role the scrape copied from the pod, so the entry's series are kept where
-    an ``up`` of that role has the same namespace, inference and role: one query for all objects, per role.
+    an ``up`` of that role has the same namespace, inference and role: one query for all objects, per role. An
+    operator-read signal stays a marker, naming the role its answer is read for (:func:`signal_role`).
     """
+    if operator_signal(expression) is not None:
+        return f"{expression}{SIGNAL_ROLE_SEPARATOR}{role}"
     keys = f"{NAMESPACE_LABEL}, inference, {PD_ROLE_LABEL}"
     return f'({expression}) and on ({keys}) group by ({keys}) (up{{{PD_ROLE_LABEL}="{role}"}})'
 
 
 def operator_signal(expression: str) -> str | None:
     """The operator-read signal an entry stands for (None: the entry is PromQL)."""
-    return (
-        expression.removeprefix(OPERATOR_SIGNAL_PREFIX)
-        if expression.startswith(OPERATOR_SIGNAL_PREFIX)
-        else None
-    )
+    return signal_role(expression)[0]
+
+
+def signal_role(expression: str) -> tuple[str | None, str | None]:
+    """The operator-read signal a marker stands for and the role it is read for (None, None: PromQL)."""
+    if not expression.startswith(OPERATOR_SIGNAL_PREFIX):
+        return None, None
+    signal, _, role = expression.removeprefix(OPERATOR_SIGNAL_PREFIX).partition(SIGNAL_ROLE_SEPARATOR)
+    return signal, role or None
 
 
 # The PromQL entries of each preset; every catalog also has the operator-read signals.

@@ -5,6 +5,7 @@ Request scheduling and priority classes, routing, autoscaling, the control loop'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -284,15 +285,6 @@ _SCOPE_RULES: list[JsonDict] = [
 ]
 # The roles of a two-role fleet (spec.disaggregation), which a rule may read and act on one of.
 Role = Literal["prefill", "decode"]
-# npu_unhealthy is read from the device plugin per replica index, which both roles of a two-role fleet share.
-_ROLE_SIGNAL_SENTENCE = (
-    f"{NPU_UNHEALTHY} is read from the device plugin per replica, not yet per role: remove role from the rule, "
-    "or read a Prometheus metric"
-)
-_ROLE_SIGNAL_RULE: JsonDict = {
-    "rule": f"!has(self.role) || !has(self.metric) || self.metric != '{NPU_UNHEALTHY}'",
-    "message": _ROLE_SIGNAL_SENTENCE,
-}
 # Only the actions that move traffic to a variant take ``to``, and they need it.
 _VARIANT_RULE: JsonDict = {
     "rule": "(" + " || ".join(f"self.action == '{name}'" for name in VARIANT_ACTIONS) + ") == has(self.to)",
@@ -312,7 +304,6 @@ class Rule(Model):
                 },
                 *_SCOPE_RULES,
                 _VARIANT_RULE,
-                _ROLE_SIGNAL_RULE,
             ]
         }
     )
@@ -394,8 +385,6 @@ class Rule(Model):
             raise ValueError(window_sentence())
         if kind.takes_variant != (self.to is not None):
             raise ValueError(variant_sentence())
-        if self.role is not None and self.metric == NPU_UNHEALTHY:
-            raise ValueError(_ROLE_SIGNAL_SENTENCE)
         return self
 
     def describe(self) -> str:
@@ -427,22 +416,26 @@ def default_rules() -> list[Rule]:
     ]
 
 
-def builtin_safety_rules() -> list[Rule]:
-    """Rules that run beside ``spec.rules`` whatever it lists: the replacement of a replica on a faulty NPU."""
-    return [Rule(metric="npu_unhealthy", threshold=0, for_="30s", action="replace")]
+def builtin_safety_rules(roles: Sequence[Role | None] = ()) -> list[Rule]:
+    """Rules that run beside ``spec.rules`` whatever it lists: the replacement of a replica on a faulty NPU, once
+    per role on a two-role fleet (``roles``), each role's replicas read and replaced apart."""
+    return [
+        Rule(metric=NPU_UNHEALTHY, threshold=0, for_="30s", action="replace", role=role)
+        for role in (roles or (None,))
+    ]
 
 
 def _replaces(listed: Rule, safety: Rule) -> bool:
-    """A listed rule on the same metric with the same action takes a safety rule's place (its own window,
-    threshold or scope); a rule that only notifies on the metric leaves the safety rule running."""
-    return listed.metric == safety.metric and listed.action == safety.action
+    """A listed rule on the same metric with the same action (and role) takes a safety rule's place (its own
+    window, threshold or scope); a rule that only notifies on the metric leaves the safety rule running."""
+    return listed.metric == safety.metric and listed.action == safety.action and listed.role == safety.role
 
 
-def with_safety_rules(listed: list[Rule], safety: bool) -> list[Rule]:
+def with_safety_rules(listed: list[Rule], safety: bool, roles: Sequence[Role] = ()) -> list[Rule]:
     """The rules the control loop evaluates: the listed ones, then each built-in safety rule (``safety``
-    on) that no listed rule replaces."""
-    kept = [s for s in builtin_safety_rules() if not any(_replaces(r, s) for r in listed)] if safety else []
-    return [*listed, *kept]
+    on) that no listed rule replaces; ``roles``: those of a two-role fleet."""
+    builtin = builtin_safety_rules(roles) if safety else []
+    return [*listed, *(s for s in builtin if not any(_replaces(r, s) for r in listed))]
 
 
 class Disruption(Model):

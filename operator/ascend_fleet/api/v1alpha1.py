@@ -21,6 +21,7 @@ from .availability import Availability
 from .checks import DEFAULT_NPUS_PER_NODE, ENGINE_TYPE, engine_chip_problem
 from .compilation import Compilation, cache_dir_problems
 from .disaggregation import (
+    ROLES,
     Disaggregation,
     KvTransferSpec,
     RoleAutoscaling,
@@ -180,8 +181,8 @@ class AscendInferenceSpec(Model):
     safety_rules: bool = Field(
         default=True,
         description="Run the built-in safety rules beside spec.rules, whatever it lists: "
-        "npu_unhealthy > 0 for 30s -> replace. A listed rule on the same metric with the same action takes "
-        "a safety rule's place; false runs spec.rules alone.",
+        "npu_unhealthy > 0 for 30s -> replace (with spec.disaggregation, one per role). A listed rule on the "
+        "same metric with the same action (and role) takes a safety rule's place; false runs spec.rules alone.",
     )
     disruption: Disruption = Field(default_factory=Disruption)
     template: PodTemplate | None = Field(
@@ -262,9 +263,10 @@ class AscendInferenceSpec(Model):
         return self
 
     def rules_in_force(self) -> list[Rule]:
-        """The rules the control loop evaluates: spec.rules, then the built-in safety rules it keeps (none on a
-        two-role fleet: npu_unhealthy is not read per role yet)."""
-        return with_safety_rules(self.rules, self.safety_rules and self.disaggregation is None)
+        """The rules the control loop evaluates: spec.rules, then the built-in safety rules it keeps (on a
+        two-role fleet, one per role)."""
+        roles = ROLES if self.disaggregation is not None else ()
+        return with_safety_rules(self.rules, self.safety_rules, roles)
 
     @model_validator(mode="after")
     def _two_roles(self) -> AscendInferenceSpec:

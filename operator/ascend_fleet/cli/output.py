@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ..layout import plan_roles
 from ..render import Valid
 
 FORMATS = ("table", "json", "yaml")
@@ -71,8 +72,16 @@ def layout_fields(valid: Valid) -> dict[str, Any]:
         "npusPerPod": layout.npus_per_pod,
         "npusPerReplica": layout.npus_per_replica,
         "totalNpus": layout.total_npus,
-        "summary": layout.summary(),
+        "summary": layout_summary(valid),
     }
+
+
+def layout_summary(valid: Valid) -> str:
+    """The layout in a line: the fleet's, or each role's of a two-role fleet."""
+    roles = plan_roles(valid.obj.spec)
+    if not roles:
+        return valid.layout.summary()
+    return "; ".join(f"{role}: {layout.summary()}" for role, layout in roles.items())
 
 
 def safety_rules(valid: Valid) -> list[str]:
@@ -145,7 +154,7 @@ def validate_table(results: list[Checked]) -> str:
     for r in results:
         if r.valid is None:
             continue
-        lines.append(f"{r.source}: {r.name} is valid ({r.valid.layout.summary()})")
+        lines.append(f"{r.source}: {r.name} is valid ({layout_summary(r.valid)})")
         lines += [
             f"  built-in safety rule: {text} (spec.safetyRules: false turns it off)"
             for text in safety_rules(r.valid)

@@ -296,10 +296,10 @@ class ControlLoop:
         faults = self._fault_clock.stamp(npu_health.faults_by_node(configmaps), now)
         found = npu_health.answer_health(queries, fleets, faults, now, self.policy.step, observations)
         UNHEALTHY_NPUS.clear()
-        for (namespace, inference, replica), npus in found.items():
+        for (namespace, inference, role, replica), npus in found.items():
             for fault in npus:
                 UNHEALTHY_NPUS.labels(
-                    namespace, inference, str(replica), fault.node, fault.npu, fault.level
+                    namespace, inference, role or "", str(replica), fault.node, fault.npu, fault.level
                 ).set(1)
 
     # ----- writing -----

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..api import names
+from ..api.catalog import signal_role
 from .model import FleetState, Placement
 from .queries import Observations, Query, expected_samples
 
@@ -191,6 +192,9 @@ def _value(found: Sequence[NpuFault], query: Query, now: float) -> float:
     return float(len(found))
 
 
+FaultKey = tuple[str, str, str | None, int]  # namespace, inference, role (None: a fleet of one role), replica
+
+
 def answer_health(
     queries: Iterable[Query],
     fleets: Iterable[FleetState],
@@ -198,35 +202,39 @@ def answer_health(
     now: float,
     step: float,
     observations: Observations,
-) -> dict[tuple[str, str, int], list[NpuFault]]:
+) -> dict[FaultKey, list[NpuFault]]:
     """Answer the ``npu_unhealthy`` queries into ``observations``; returns each replica's faults.
 
     Every replica with pods has a full window of samples: the device plugin's view is read whole each
     cycle, and an NPU it does not list is healthy. A fleet-scoped rule reads the mean over the replicas, as
-    the Prometheus entries aggregate.
+    the Prometheus entries aggregate. A query read for one role (a two-role fleet's rule names its role)
+    answers for that role's replicas, numbered within the role; a fleet without that role has no series.
     """
-    fleets = list(fleets)
+    views = [view for fleet in fleets for view in fleet.views()]
     per_replica = {
-        (fleet.namespace, fleet.name, index): replica_faults(info.placement, faults)
-        for fleet in fleets
-        for index, info in fleet.replica_states.items()
+        (view.namespace, view.name, view.role, index): replica_faults(info.placement, faults)
+        for view in views
+        for index, info in view.replica_states.items()
     }
     for query in queries:
+        role = signal_role(query.window.expression)[1]
         samples = float(expected_samples(query.window.seconds, step))
         series: dict[tuple[str, str, int | None], float] = {}
-        for fleet in fleets:
+        for view in views:
+            if view.role != role:
+                continue
             values = []
-            for index in sorted(fleet.replica_states):
-                found = per_replica[(fleet.namespace, fleet.name, index)]
+            for index in sorted(view.replica_states):
+                found = per_replica[(view.namespace, view.name, view.role, index)]
                 value = samples if query.stat == "count" else _value(found, query, now)
                 values.append(value)
                 if query.window.scope == "replica":
-                    key = (fleet.namespace, fleet.name, index)
+                    key = (view.namespace, view.name, index)
                     series[key] = value
                     if found:
                         observations.note(query.window, key, "; ".join(f.describe() for f in found))
             if query.window.scope == "fleet" and values:
-                series[(fleet.namespace, fleet.name, None)] = sum(values) / len(values)
+                series[(view.namespace, view.name, None)] = sum(values) / len(values)
         observations.series[query] = series
     return {key: found for key, found in per_replica.items() if found}
 

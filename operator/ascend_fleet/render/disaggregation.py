@@ -110,10 +110,7 @@ def disaggregation_warnings(spec: AscendInferenceSpec) -> list[str]:
     split = spec.disaggregation
     if split is None:
         return []
-    warnings = [
-        "spec.disaggregation: the control loop's rules and autoscaling do not act on a two-role fleet yet; the "
-        "operator runs both roles at the sizes their parallelism.data gives"
-    ]
+    warnings = []
     if split.kv_transfer.connector == STORE_CONNECTOR:
         warnings.append(
             f"spec.disaggregation.kvTransfer.connector: {STORE_CONNECTOR} moves the KV cache through a KV pool "
