@@ -118,10 +118,18 @@ def test_required_over_the_domain_availability_spreads_over_is_refused():
     doc = two_roles(placement={"mode": "required", "topologyKey": "topology.kubernetes.io/zone"})
     doc["spec"]["availability"] = {"spread": "zone"}
     assert "a second leader could never start" in problems(doc)
+    assert any("a second leader could never start" in e for e in api_server_errors(crd(), doc))
+    # spread node (the default) is over kubernetes.io/hostname
+    node = two_roles(placement={"mode": "required", "topologyKey": "kubernetes.io/hostname"})
+    node["spec"]["availability"] = {}
+    assert "a second leader could never start" in problems(node)
+    assert any("a second leader could never start" in e for e in api_server_errors(crd(), node))
     doc["spec"]["disaggregation"]["placement"]["mode"] = "preferred"
     validate(doc)  # a preference yields to the spread
+    assert api_server_errors(crd(), doc) == []
     doc["spec"]["disaggregation"]["placement"] = {"mode": "required", "topologyKey": SUPER_POD}
     validate(doc)  # one super-pod, spread over its zones: possible
+    assert api_server_errors(crd(), doc) == []
 
 
 def test_the_disaggregated_examples_render_the_default_placement():

@@ -16,6 +16,7 @@ from pydantic.json_schema import JsonDict
 
 from ..engines.base import KvConnector, KvTransfer
 from ..engines.registry import facts_of
+from .availability import TOPOLOGY_KEYS
 from .bounds import MAX_IMAGE_LENGTH, MAX_QUALIFIED_NAME_LENGTH
 from .fields import Model
 from .k8s import qualified_name_problem
@@ -428,6 +429,29 @@ def rule_role_validations() -> list[dict]:
     ]
 
 
+PLACEMENT_CLASH_SENTENCE = (
+    "spec.disaggregation.placement: mode required keeps every pod in one domain of its topologyKey, and "
+    "spec.availability spreads the leaders over several domains of the same key, so a second leader could never "
+    "start; use mode preferred, another topologyKey, or another spread"
+)
+
+
+def placement_validation() -> dict:
+    """CEL at the spec node: a required placement over the key spec.availability spreads leaders across."""
+    placement = f"{_SPLIT}.placement"
+    key = f"(has({placement}.topologyKey) ? {placement}.topologyKey : '{DEFAULT_TOPOLOGY_KEY}')"
+    spread = (
+        f"(has(self.availability.spread) && self.availability.spread == 'zone' ? '{TOPOLOGY_KEYS['zone']}' : "
+        f"'{TOPOLOGY_KEYS['node']}')"
+    )
+    return {
+        "rule": f"!has({_SPLIT}) || !has({placement}) || !has({placement}.mode) || {placement}.mode != 'required' "
+        f"|| !has(self.availability) || {spread} != {key}",
+        "message": PLACEMENT_CLASH_SENTENCE,
+        "fieldPath": ".disaggregation.placement",
+    }
+
+
 def disaggregation_validations(node: str) -> list[dict]:
     """CEL at the spec node: the connector belongs to the engine, the port misses the engine's own range, and the
     roles fit the connector; ``node`` is the CEL of the NPUs per node."""
@@ -435,6 +459,7 @@ def disaggregation_validations(node: str) -> list[dict]:
 
     rules: list[dict] = [
         *rule_role_validations(),
+        placement_validation(),
         {
             "rule": f"!has({_SPLIT}) || !has(self.variants) || size(self.variants) == 0",
             "message": "spec.disaggregation and spec.variants do not go together yet: a two-role fleet serves one "
