@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_fleet.api.catalog import PRESETS, Catalog
+from ascend_fleet.api.catalog import PRESETS, Catalog, role_expression
 from ascend_fleet.api.settings import ControlSettings
 from ascend_fleet.reconcile.apply import known_metrics
 from ascend_fleet.render import InvalidSpec, validate
@@ -60,6 +60,39 @@ def test_the_core_types_and_hbm_bandwidth_read_each_presets_names():
     assert "npu_chip_info_hbm_bandwidth_utilization" in npu_exporter.expression("hbm_bandwidth_saturation")
     # npu-exporter has no AI CPU gauge: the entry stays the project's exporter's.
     assert npu_exporter.expression("aicpu_utilization") == own.expression("aicpu_utilization")
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_tpot_reads_each_engines_own_histogram_per_role(preset):
+    expression = Catalog.build(preset).expression("tpot_p99")
+    assert expression is not None
+    quantiles = expression.split(" or ")
+    assert quantiles == [
+        "histogram_quantile(0.99, sum by (namespace, inference, pd_role, replica, le) "
+        f"(rate({histogram}_bucket[1m])))"
+        for histogram in ("vllm:request_time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
+    ]
+    # A decode rule keeps the decode series only.
+    assert 'pd_role="decode"' in role_expression(expression, "decode")
+
+
+def test_a_decode_rule_on_tpot_takes_a_duration():
+    doc = (
+        inference("pd")
+        .engine("vllm-ascend")
+        .merge(
+            disaggregation={
+                "prefill": {"parallelism": {"tensor": 2}},
+                "decode": {"parallelism": {"tensor": 2}},
+            }
+        )
+        .build()
+    )
+    doc["spec"]["rules"] = [
+        {"metric": "tpot_p99", "threshold": "100ms", "for": "2m", "action": "scale_up", "role": "decode"}
+    ]
+    (rule,) = validate(doc, known_metrics=known_metrics(ControlSettings())).obj.spec.rules
+    assert rule.threshold == pytest.approx(0.1) and rule.describe().startswith("tpot_p99 > 100ms for 2m")
 
 
 def test_every_catalog_entry_is_documented():

@@ -1,4 +1,4 @@
-"""The request KPIs of the catalog (ttft_p99, queue_time_p99, slow_request_share), read by a real Prometheus
+"""The request KPIs of the catalog (ttft_p99, tpot_p99, queue_time_p99, slow_request_share), read by a real Prometheus
 from a simulated engine that served real requests, against what the client measured."""
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_request_kpis_follow_the_requests_the_engine_served(prometheus_binary):
         # Prometheus needs two scrapes after the requests to see the increase (1 s scrape interval).
         time.sleep(3)
         values = {name: query(prometheus, catalog.expression(name)) for name in
-                  ("slow_request_share", "ttft_p99", "queue_time_p99")}  # fmt: skip
+                  ("slow_request_share", "ttft_p99", "tpot_p99", "queue_time_p99")}  # fmt: skip
     slow = sum(total > 1.0 for _, total in measured) / len(measured)
     assert 0 < slow < 1
     assert values["slow_request_share"]["0"] == pytest.approx(slow, abs=0.01)
@@ -107,3 +107,8 @@ def test_request_kpis_follow_the_requests_the_engine_served(prometheus_binary):
     worst_queue = worst_ttft - 0.05
     low, high = bucket(worst_queue, dialect_of("vllm").queue_buckets)
     assert low * 0.9 <= values["queue_time_p99"]["0"] <= high
+    # Time per output token after the first, each request's mean (vLLM's histogram): the slowest request's
+    # tokens after the first, as the client saw them stream, fall in the bucket the quantile reads.
+    worst_tpot = max((total - first) / (29 - 1) for first, total in measured)
+    low, high = bucket(worst_tpot, dialect_of("vllm").tpot_buckets)
+    assert low * 0.9 <= values["tpot_p99"]["0"] <= high * 1.1, (worst_tpot, values["tpot_p99"])

@@ -71,8 +71,15 @@ def dry_run_create(kube, pod: dict) -> dict:
         },
         {"parallelism": {"tensor": 8, "pipeline": 2}, "template": TEMPLATE},
         {"hardware": {"chip": "ascend910_93"}, "precision": "int8", "memory": {"expandableSegments": False}},
+        {
+            "disaggregation": {
+                "prefill": {"parallelism": {"tensor": 4}},
+                "decode": {"parallelism": {"tensor": 2, "data": 2}},
+                "placement": {"mode": "required", "topologyKey": "example.com/super-pod"},
+            }
+        },
     ],
-    ids=["vllm", "sglang-multi-pod", "vllm-template", "a3-int8"],
+    ids=["vllm", "sglang-multi-pod", "vllm-template", "a3-int8", "pd-required-placement"],
 )
 def test_restricted_namespaces_admit_engine_pods(real_cluster, restricted_namespace, spec):
     for pod in objects(restricted_namespace, **spec):

@@ -192,6 +192,9 @@ def test_the_parser_accepts_every_built_in_catalog_query(preset):
 
     rule = {"threshold": 2, "for": "5m", "action": "scale_up"}
     rules = [{**rule, "query": expression} for expression in PRESETS[preset].values()]
-    found = problems(doc(rules=rules))
+    # A spec holds at most 15 rules: the catalog is checked in parts.
+    found = [
+        problem for at in range(0, len(rules), 10) for problem in problems(doc(rules=rules[at : at + 10]))
+    ]
     assert len(rules) >= 5 and len(found) == len(rules)
     assert all("is not confined to namespace default" in problem for problem in found), found

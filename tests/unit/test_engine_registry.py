@@ -47,6 +47,7 @@ FAKE_FACTS = EngineFacts(
         ttft_histogram="fake:ttft_seconds",
         queue_time_histogram="fake:queue_seconds",
         e2e_latency_histogram="fake:e2e_seconds",
+        tpot_histogram="fake:tpot_seconds",
     ),
     spelling=Spelling("fake-int8", "--batch", "--batch-tokens", "--context"),
     aliases={"--tp": ("--tensor",)},

@@ -21,6 +21,7 @@ def test_every_latency_entry_is_a_catalog_entry():
 
     assert Catalog.build().names() >= SECONDS
     assert format_value("queue_time_p99", 2.0) == "2s"
+    assert format_value("tpot_p99", 0.1) == "100ms"
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,7 @@ def test_every_latency_entry_is_a_catalog_entry():
         ({"threshold": "1s"}, "is a duration, but npu_utilization is a ratio"),
         ({"metric": "queue_depth", "threshold": "1s"}, "queue_depth is a count"),
         ({"metric": "ttft_p99", "threshold": "85%"}, "write a duration such as 1s or 500ms"),
+        ({"metric": "tpot_p99", "threshold": "10%"}, "write a duration such as 1s or 500ms"),
         ({"metric": "queue_depth", "threshold": "50%"}, "queue_depth is a count"),
     ],
 )

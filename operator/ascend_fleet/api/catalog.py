@@ -63,7 +63,8 @@ _ENGINE_ENTRIES = {
 }
 
 # Request KPIs from the engines' own histograms, over the last minute (the seeds' "requests over 1 s"):
-# the 99th percentile of time to first token and of time waiting in the engine's queue, and the share of
+# the 99th percentile of time to first token, of time per output token and of time waiting in the engine's
+# queue, and the share of
 # requests whose end-to-end latency exceeded one second (1.0 is a bucket bound in both engines).
 REQUEST_RATE_WINDOW = "1m"
 _BY_LE = "by (namespace, inference, pd_role, replica, le)"
@@ -87,6 +88,8 @@ def _share_over_one_second(*histograms: str) -> str:
 _REQUEST_ENTRIES = {
     "ttft_p99": _p99(*(m.ttft_histogram for m in _METRICS)),
     "queue_time_p99": _p99(*(m.queue_time_histogram for m in _METRICS)),
+    # Time per output token after the first: a decode role's signal, as TTFT is a prefill role's.
+    "tpot_p99": _p99(*(m.tpot_histogram for m in _METRICS)),
     "slow_request_share": _share_over_one_second(*(m.e2e_latency_histogram for m in _METRICS)),
 }
 
@@ -161,7 +164,7 @@ COUNTS = frozenset({"queue_depth", "running_requests", NPU_UNHEALTHY})
 
 
 # Entries in seconds (latencies): a rule may write their threshold as a duration (``1s``, ``500ms``).
-SECONDS = frozenset({"ttft_p99", "queue_time_p99"})
+SECONDS = frozenset({"ttft_p99", "tpot_p99", "queue_time_p99"})
 
 
 def format_value(metric: str | None, value: float) -> str:

@@ -9,14 +9,17 @@ condition and ``ascend-fleet validate`` report.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import JsonDict
 
 from ..engines.base import KvConnector, KvTransfer
 from ..engines.registry import facts_of
-from .bounds import MAX_IMAGE_LENGTH
+from .availability import TOPOLOGY_KEYS
+from .bounds import MAX_IMAGE_LENGTH, MAX_QUALIFIED_NAME_LENGTH
 from .fields import Model
+from .k8s import qualified_name_problem
 from .policy import REPLICA_BOUNDS_RULE, Role, Rule
 
 # llm-d's published P/D sidecar image, of the llm-d-inference-scheduler release tools/pd-sidecar builds (v0.4.0).
@@ -85,6 +88,47 @@ class KvTransferSpec(Model):
         "own range [20000, 20000 + 1000 x NPUs per node) (default 28000 on 8-NPU nodes, 36000 on 16); SGLang: "
         "--disaggregation-bootstrap-port (default 8998).",
     )
+
+
+# The well-known node label of a zone, which cloud providers' node controllers set (kubernetes.io docs,
+# "Well-Known Labels, Annotations and Taints").
+DEFAULT_TOPOLOGY_KEY = "topology.kubernetes.io/zone"
+PlacementMode = Literal["required", "preferred", "none"]
+# A label key as the API server takes it: an optional DNS-subdomain prefix and '/', then a name of up to 63
+# characters (the models check the exact lengths and say why; the CRD refuses the same keys at kubectl apply).
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$"
+)
+
+
+class Placement(Model):
+    """Where the two roles run relative to each other: in one domain of a node label, which the KV transfer needs
+    when it moves over a network that does not cross that domain."""
+
+    topology_key: str = Field(
+        default=DEFAULT_TOPOLOGY_KEY,
+        min_length=1,
+        max_length=MAX_QUALIFIED_NAME_LENGTH,
+        # The pattern goes to the CRD only: the model's own check says which part of the key is wrong.
+        json_schema_extra={"pattern": LABEL_KEY_PATTERN},
+        description="The node label whose value names a domain the fleet's pods share (a zone, or the label your "
+        "nodes carry for the NPU network the KV cache crosses, such as a super-pod or switch label).",
+    )
+    mode: PlacementMode = Field(
+        default="preferred",
+        description="required: every pod of both roles goes where the fleet's other pods are, in one domain "
+        "(nodes without the label are not used); preferred: the scheduler favours that domain but may leave it; "
+        "none: no rule.",
+    )
+
+    @field_validator("topology_key")
+    @classmethod
+    def _a_label_key(cls, value: str) -> str:
+        problem = qualified_name_problem(value)
+        if problem:
+            raise ValueError(f"topologyKey must be a node label key: {problem}")
+        return value
 
 
 def _data_of(role: str) -> str:
@@ -185,6 +229,11 @@ class Disaggregation(Model):
         max_length=MAX_IMAGE_LENGTH,
         description="Image of llm-d's P/D sidecar, which decode pods run in front of their engine with "
         "routing.mode inferencePool; default the operator's routing.pdSidecarImage.",
+    )
+    placement: Placement = Field(
+        default_factory=Placement,
+        description="Keeps prefill and decode pods in one topology domain (pod affinity toward the fleet's "
+        "pods); absent: preferred, over topology.kubernetes.io/zone.",
     )
     ratio: RatioBound | None = Field(
         default=None,
@@ -380,6 +429,29 @@ def rule_role_validations() -> list[dict]:
     ]
 
 
+PLACEMENT_CLASH_SENTENCE = (
+    "spec.disaggregation.placement: mode required keeps every pod in one domain of its topologyKey, and "
+    "spec.availability spreads the leaders over several domains of the same key, so a second leader could never "
+    "start; use mode preferred, another topologyKey, or another spread"
+)
+
+
+def placement_validation() -> dict:
+    """CEL at the spec node: a required placement over the key spec.availability spreads leaders across."""
+    placement = f"{_SPLIT}.placement"
+    key = f"(has({placement}.topologyKey) ? {placement}.topologyKey : '{DEFAULT_TOPOLOGY_KEY}')"
+    spread = (
+        f"(has(self.availability.spread) && self.availability.spread == 'zone' ? '{TOPOLOGY_KEYS['zone']}' : "
+        f"'{TOPOLOGY_KEYS['node']}')"
+    )
+    return {
+        "rule": f"!has({_SPLIT}) || !has({placement}) || !has({placement}.mode) || {placement}.mode != 'required' "
+        f"|| !has(self.availability) || {spread} != {key}",
+        "message": PLACEMENT_CLASH_SENTENCE,
+        "fieldPath": ".disaggregation.placement",
+    }
+
+
 def disaggregation_validations(node: str) -> list[dict]:
     """CEL at the spec node: the connector belongs to the engine, the port misses the engine's own range, and the
     roles fit the connector; ``node`` is the CEL of the NPUs per node."""
@@ -387,6 +459,7 @@ def disaggregation_validations(node: str) -> list[dict]:
 
     rules: list[dict] = [
         *rule_role_validations(),
+        placement_validation(),
         {
             "rule": f"!has({_SPLIT}) || !has(self.variants) || size(self.variants) == 0",
             "message": "spec.disaggregation and spec.variants do not go together yet: a two-role fleet serves one "

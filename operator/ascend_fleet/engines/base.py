@@ -84,6 +84,9 @@ class Metrics:
     ttft_histogram: str
     queue_time_histogram: str
     e2e_latency_histogram: str
+    # Time per output token after the first: vLLM observes each request's mean, SGLang each token's interval
+    # (Dialect.tpot_per_token), so one p99 reads a request's mean on vLLM and a token's gap on SGLang.
+    tpot_histogram: str
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class Dialect:
     ttft_buckets: tuple[float, ...]
     e2e_buckets: tuple[float, ...]
     queue_buckets: tuple[float, ...]
+    tpot_buckets: tuple[float, ...]
+    tpot_per_token: bool  # the TPOT histogram counts every output token, rather than each request once
     finished_requests: str  # the counter of finished requests, after the prefix
     finished_reason: bool  # whether that counter carries a finished_reason label
     aborted_requests: (

@@ -120,6 +120,9 @@ SGLANG_FACTS = EngineFacts(
         ttft_histogram="sglang:time_to_first_token_seconds",
         queue_time_histogram="sglang:queue_time_seconds",
         e2e_latency_histogram="sglang:e2e_request_latency_seconds",
+        # SGLang has no per-request TPOT histogram: its inter-token latency counts every output token at the
+        # interval of its step (python/sglang/srt/metrics/collector.py, read in 0.5.5 and a later main).
+        tpot_histogram="sglang:inter_token_latency_seconds",
     ),
     # SGLang's per-step token cap is --chunked-prefill-size (--max-prefill-tokens is not a per-step bound).
     spelling=Spelling("modelslim", "--max-running-requests", "--chunked-prefill-size", "--context-length"),
@@ -200,6 +203,32 @@ SGLANG_FACTS = EngineFacts(
             80,
             90,
         ),  # fmt: skip
+        tpot_buckets=(
+            0.002,
+            0.004,
+            0.006,
+            0.008,
+            0.010,
+            0.015,
+            0.020,
+            0.025,
+            0.030,
+            0.035,
+            0.040,
+            0.060,
+            0.080,
+            0.100,
+            0.200,
+            0.400,
+            0.600,
+            0.800,
+            1.000,
+            2.000,
+            4.000,
+            6.000,
+            8.000,
+        ),  # fmt: skip
+        tpot_per_token=True,
         finished_requests="num_requests",
         finished_reason=False,
         aborted_requests="num_aborted_requests",

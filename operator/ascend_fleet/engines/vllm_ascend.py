@@ -94,6 +94,11 @@ VLLM_COMPILATION = CompilationFacts(
     ),
 )
 
+# vLLM's inter-token latency buckets, which its per-request time per output token shares (vllm/v1/metrics/buckets.py,
+# 0.32.0).
+_INTER_TOKEN_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                        20.0, 40.0, 80.0)  # fmt: skip
+
 # vLLM's request latency buckets, which its end-to-end and queue-time histograms share.
 _LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                     240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
@@ -117,6 +122,9 @@ VLLM_ASCEND_FACTS = EngineFacts(
         ttft_histogram="vllm:time_to_first_token_seconds",
         queue_time_histogram="vllm:request_queue_time_seconds",
         e2e_latency_histogram="vllm:e2e_request_latency_seconds",
+        # Each finished request's decode time over its output tokens after the first (vLLM 0.11 and later;
+        # vllm/v1/metrics/loggers.py, 0.32.0).
+        tpot_histogram="vllm:request_time_per_output_token_seconds",
     ),
     spelling=Spelling("ascend", "--max-num-seqs", "--max-num-batched-tokens", "--max-model-len"),
     aliases={
@@ -190,6 +198,8 @@ VLLM_ASCEND_FACTS = EngineFacts(
         ),  # fmt: skip
         e2e_buckets=_LATENCY_BUCKETS,
         queue_buckets=_LATENCY_BUCKETS,
+        tpot_buckets=_INTER_TOKEN_BUCKETS,
+        tpot_per_token=False,
         finished_requests="request_success",
         finished_reason=True,
         aborted_requests=None,

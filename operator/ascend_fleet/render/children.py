@@ -28,6 +28,7 @@ from .metadata import (
     serving_selector,
 )
 from .network import render_network_policy
+from .pdplacement import apply_pair_placement
 from .pdsidecar import behind_sidecar, rename_engine_port, sidecar_container, sidecar_runs
 from .routing import PickerSettings, render_routing
 from .template import ENGINE_CONTAINER, merge_template
@@ -176,6 +177,8 @@ def _pod(fleet: AscendInferenceSpec, layout: Layout, owner: Owner, at: Rank, rev
     # availability entries must survive that.
     merged = merge_template(pod, spec)
     apply_availability(merged["spec"], spec.availability, name, at.leader)
+    if spec.disaggregation is not None:  # both roles in one topology domain, where the KV transfer needs it
+        apply_pair_placement(merged["spec"], spec.disaggregation.placement, name)
     return merged
 
 

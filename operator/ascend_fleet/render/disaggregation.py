@@ -14,6 +14,7 @@ from ..engines import facts_of
 from ..engines.base import format_version
 from ..layout import Layout
 from .engine import EXPORTER_PORT, exporter_runs, leader_ports
+from .pdplacement import placement_problems
 from .pdsidecar import SIDECAR_ENGINE_PORT_OFFSET, sidecar_engine_port, sidecar_runs
 
 # What the operator does not do for a two-role fleet yet, said where it would otherwise do something wrong.
@@ -31,6 +32,7 @@ def disaggregation_problems(obj: AscendInference, roles: dict[str, Layout]) -> l
     if name:
         problems.append(name)
     problems += _sidecar_port_problems(spec, roles)
+    problems += placement_problems(split.placement, spec.availability)
     facts = kv_transfer_of(spec.engine.type)
     if facts is None or split.kv_transfer.port is None:
         return problems

@@ -496,6 +496,10 @@ class _EngineMetrics:
             "Time requests spent waiting in the queue, in seconds.",
             dialect.queue_buckets,
         )
+        self.tpot = histogram(
+            series.tpot_histogram, "Time per output token after the first, in seconds.", dialect.tpot_buckets
+        )
+        self.tpot_per_token = dialect.tpot_per_token
         self.prompt = counter(f"{prefix}prompt_tokens", "Prefill tokens processed.")
         self.generation = counter(f"{prefix}generation_tokens", "Generation tokens processed.")
         if dialect.cache_config_info:
@@ -517,6 +521,12 @@ class _EngineMetrics:
         self.ttft.observe(seq.first_token_at - seq.arrival)
         self.e2e.observe(seq.finished_at - seq.arrival)
         self.queue.observe(seq.admitted - seq.arrival)
+        # Tokens after the first: a per-request engine (vLLM) observes their mean once, 0 for a one-token answer;
+        # a per-token engine (SGLang) observes each one's gap, here all at the simulated pace.
+        after_first = seq.max_tokens - 1
+        mean = (seq.finished_at - seq.first_token_at) / after_first if after_first > 0 else 0.0
+        for _ in range(after_first if self.tpot_per_token else 1):
+            self.tpot.observe(mean)
         self.prompt.inc(seq.prompt_tokens)
         self.generation.inc(seq.max_tokens)
         self.requests.inc()
