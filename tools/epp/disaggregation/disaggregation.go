@@ -7,10 +7,14 @@
 //     instance in the decode profile, one in the prefill profile;
 //   - pd-profile-handler runs the decode profile, then the prefill profile when the decode one found an
 //     endpoint, and makes the decode endpoint the request's destination;
+//   - pd-pair-filter, in the prefill profile, keeps the endpoints whose pod has the same value of a label as
+//     the decode pod the decode profile chose (the fleet's revision: a rollout never pairs a decode engine
+//     with a prefill engine of another version);
 //   - prefill-header-handler writes the chosen prefill endpoint's host:port into x-prefiller-host-port.
 //
 // The behaviour is that of llm-d-inference-scheduler's P/D plugins (the header is the one its pd-sidecar
-// reads), written against this picker's release: that project's releases build on an older picker API.
+// reads), written against this picker's release: that project's releases build on an older picker API. The
+// pair filter is the project's own: llm-d pairs any prefill pod with any decode pod.
 package disaggregation
 
 import (
@@ -31,7 +35,12 @@ const (
 	// RoleFilterType, ProfileHandlerType and PrefillHeaderType are the plugins' `type` in the EndpointPickerConfig.
 	RoleFilterType     = "pd-role-filter"
 	ProfileHandlerType = "pd-profile-handler"
+	PairFilterType     = "pd-pair-filter"
 	PrefillHeaderType  = "prefill-header-handler"
+
+	// DecodeChoiceKey is where the profile handler leaves the decode endpoint in the scheduling cycle's state
+	// before it runs the prefill profile, for the pair filter to read.
+	DecodeChoiceKey plugin.StateKey = "pd-decode-choice"
 
 	// PrefillHeader names the prefill endpoint (host:port) to the decode pod's sidecar; llm-d's pd-sidecar
 	// reads this header.
@@ -131,9 +140,10 @@ func (h *ProfileHandler) TypedName() plugin.TypedName {
 	return h.typedName
 }
 
-// Pick chooses the next profile to run: decode first; prefill once decode found an endpoint; then none. A
-// decode profile that found nothing ends the cycle (there is nowhere to send the request).
-func (h *ProfileHandler) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.LLMRequest,
+// Pick chooses the next profile to run: decode first; prefill once decode found an endpoint, which it then
+// leaves in the cycle's state (DecodeChoiceKey) for the pair filter; then none. A decode profile that found
+// nothing ends the cycle (there is nowhere to send the request).
+func (h *ProfileHandler) Pick(_ context.Context, cycleState *scheduling.CycleState, _ *scheduling.LLMRequest,
 	candidates map[string]scheduling.SchedulerProfile, results map[string]*scheduling.ProfileRunResult) map[string]scheduling.SchedulerProfile {
 	decoded, ran := results[h.profiles.Decode]
 	if !ran {
@@ -146,7 +156,86 @@ func (h *ProfileHandler) Pick(_ context.Context, _ *scheduling.CycleState, _ *sc
 	if !configured {
 		return map[string]scheduling.SchedulerProfile{}
 	}
+	if cycleState != nil && len(decoded.TargetEndpoints) > 0 {
+		cycleState.Write(DecodeChoiceKey, &DecodeChoice{Endpoint: decoded.TargetEndpoints[0]})
+	}
 	return map[string]scheduling.SchedulerProfile{h.profiles.Prefill: prefill}
+}
+
+// DecodeChoice is the decode endpoint the decode profile chose (the request's destination), kept in the
+// scheduling cycle's state while the prefill profile runs.
+type DecodeChoice struct {
+	Endpoint scheduling.Endpoint
+}
+
+// Clone copies the choice (the endpoint itself is shared, as the scheduler shares it between profiles).
+func (c *DecodeChoice) Clone() plugin.StateData {
+	return &DecodeChoice{Endpoint: c.Endpoint}
+}
+
+// PairFilter keeps the endpoints whose pod's Label has the value of the chosen decode pod's.
+type PairFilter struct {
+	typedName plugin.TypedName
+	Label     string `json:"label"`
+}
+
+var _ scheduling.Filter = &PairFilter{}
+
+// PairFilterFactory builds a pair filter; a missing label is an error, as for the role filter.
+func PairFilterFactory(name string, raw json.RawMessage, _ plugin.Handle) (plugin.Plugin, error) {
+	filter := &PairFilter{typedName: plugin.TypedName{Type: PairFilterType, Name: name}}
+	if len(raw) == 0 {
+		return nil, errors.New("pd-pair-filter needs parameters: label")
+	}
+	if err := json.Unmarshal(raw, filter); err != nil {
+		return nil, fmt.Errorf("pd-pair-filter parameters: %w", err)
+	}
+	if filter.Label == "" {
+		return nil, errors.New("pd-pair-filter needs a label")
+	}
+	return filter, nil
+}
+
+// TypedName is the filter's type and instance name.
+func (f *PairFilter) TypedName() plugin.TypedName {
+	return f.typedName
+}
+
+// Filter returns the endpoints whose Label equals the decode pod's, in their order. Without a decode choice
+// (the filter outside a prefill profile the handler runs) or a decode pod without the label it keeps none:
+// the request then goes to the decode pod alone, which computes the prompt itself, rather than to a prefill
+// pod whose KV it may not be able to read.
+func (f *PairFilter) Filter(ctx context.Context, cycleState *scheduling.CycleState, _ *scheduling.LLMRequest, endpoints []scheduling.Endpoint) []scheduling.Endpoint {
+	kept := []scheduling.Endpoint{}
+	want, found := f.decodeValue(cycleState)
+	if !found {
+		log.FromContext(ctx).Info("no decode pod to pair with; no prefill endpoint kept", "label", f.Label)
+		return kept
+	}
+	for _, endpoint := range endpoints {
+		if meta := endpoint.GetMetadata(); meta != nil {
+			if value, has := meta.Labels[f.Label]; has && value == want {
+				kept = append(kept, endpoint)
+			}
+		}
+	}
+	return kept
+}
+
+func (f *PairFilter) decodeValue(cycleState *scheduling.CycleState) (string, bool) {
+	if cycleState == nil {
+		return "", false
+	}
+	choice, err := scheduling.ReadCycleStateKey[*DecodeChoice](cycleState, DecodeChoiceKey)
+	if err != nil || choice == nil || choice.Endpoint == nil {
+		return "", false
+	}
+	meta := choice.Endpoint.GetMetadata()
+	if meta == nil {
+		return "", false
+	}
+	value, has := meta.Labels[f.Label]
+	return value, has
 }
 
 // ProcessResults makes the decode profile primary (its endpoints receive the request) and keeps the prefill
