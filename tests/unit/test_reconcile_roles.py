@@ -141,6 +141,57 @@ def test_a_failed_prefill_pod_restarts_its_own_gang_only():
     assert [p["metadata"]["name"] for p in second.creates] == ["pd-prefill-0"]
 
 
+def touched(result):
+    """The names of the pods a pass writes to, deletes or creates."""
+    return {w.name for w in [*result.patches, *result.deletes] if w.kind == "Pod"} | {
+        o["metadata"]["name"] for o in result.creates if o["kind"] == "Pod"
+    }
+
+
+def in_service(valid, pod):
+    """Whether the fleet's Service (the request entry: decode leaders that serve) selects ``pod``."""
+    service = next(
+        s for s in render_services(valid.obj.spec, Owner.of(valid.obj)) if s["metadata"]["name"] == "pd"
+    )
+    labels = pod["metadata"]["labels"]
+    return all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+
+
+def test_a_prefill_gang_restart_leaves_its_decode_peers_serving_throughout():
+    """Failed, deleted, recreated, booting, failed again and held back: at no pass is a decode pod drained,
+    deleted or replaced, so the decode leaders stay in the Service and the decode role stays ready."""
+    valid = make(prefill={"tensor": 8, "pipeline": 2})  # a two-pod prefill gang: one rank fails, both go
+    decode = role_pods(valid, "decode", [0, 1])
+    assert all(in_service(valid, p) for p in decode)  # no write below touches them, so they stay selected
+    gang = role_pods(valid, "prefill", [0])
+    failed = [gang[0], running(gang[1], restarts=1)]
+    going = [deleting(p) for p in failed]
+    booting = [running(p, ready=False) for p in gang]
+    steps = [  # (what the prefill gang is, its pods, when, the prefill pods the pass writes to)
+        ("a rank failed", failed, NOW, ["pd-prefill-0", "pd-prefill-0-1"]),
+        ("the gang going", going, NOW + 1, []),
+        ("the gang gone", [], NOW + 2, ["pd-prefill-0", "pd-prefill-0-1"]),  # the first restart: no backoff
+        ("the new gang booting", booting, NOW + 3, []),
+        ("a rank failed again", failed, NOW + 60, ["pd-prefill-0", "pd-prefill-0-1"]),
+        ("gone, in its backoff", [], NOW + 61, []),  # the second restart waits 30 s: no prefill at all
+    ]
+    status = None
+    for step, prefill, now, written in steps:
+        current = make(prefill={"tensor": 8, "pipeline": 2}, status=status)
+        result = plan_pass(current.obj, current.layout, cluster(current, prefill + decode), now, SETTINGS)
+        assert sorted(touched(result)) == written, step  # prefill pods only, never a decode one
+        assert not [w for w in [*result.patches, *result.deletes] if w.kind != "Pod"], (
+            step
+        )  # Service, PDB kept
+        assert result.status["roles"]["decode"]["readyReplicas"] == 2, step
+        assert not [e for e in result.events if "decode" in e.message], step
+        assert condition(result)["status"] == "False", step  # the fleet is not Ready, yet decode serves
+        status = result.status
+    assert status["groupRestarts"] == [
+        {"replica": 0, "role": "prefill", "count": 2, "lastTime": rfc3339_ms(NOW + 60)}
+    ]
+
+
 def test_scaling_one_role_in_drains_that_role():
     valid = make(decode={"tensor": 2, "data": 1})
     pods = role_pods(valid, "prefill", [0]) + role_pods(valid, "decode", [0, 1])
