@@ -39,8 +39,10 @@ const (
 	PrefillHeaderType  = "prefill-header-handler"
 
 	// DecodeChoiceKey is where the profile handler leaves the decode endpoint in the scheduling cycle's state
-	// before it runs the prefill profile, for the pair filter to read.
+	// before it runs the prefill profile, for the pair filter to read; PairKey is where the pair filter leaves
+	// the label and value it paired by, for the profile handler to trim the decode fallbacks to.
 	DecodeChoiceKey plugin.StateKey = "pd-decode-choice"
+	PairKey         plugin.StateKey = "pd-pair"
 
 	// PrefillHeader names the prefill endpoint (host:port) to the decode pod's sidecar; llm-d's pd-sidecar
 	// reads this header.
@@ -162,6 +164,37 @@ func (h *ProfileHandler) Pick(_ context.Context, cycleState *scheduling.CycleSta
 	return map[string]scheduling.SchedulerProfile{h.profiles.Prefill: prefill}
 }
 
+// pairedFallbacks is decoded with only the endpoints of the pair filter's value (the first, the one it paired
+// with, always); decoded itself when no pair filter ran.
+func pairedFallbacks(cycleState *scheduling.CycleState, decoded *scheduling.ProfileRunResult) *scheduling.ProfileRunResult {
+	if cycleState == nil {
+		return decoded
+	}
+	pair, err := scheduling.ReadCycleStateKey[*Pair](cycleState, PairKey)
+	if err != nil || pair == nil {
+		return decoded
+	}
+	trimmed := &scheduling.ProfileRunResult{TargetEndpoints: decoded.TargetEndpoints[:1:1]}
+	for _, endpoint := range decoded.TargetEndpoints[1:] {
+		if meta := endpoint.GetMetadata(); meta != nil {
+			if value, has := meta.Labels[pair.Label]; has && value == pair.Value {
+				trimmed.TargetEndpoints = append(trimmed.TargetEndpoints, endpoint)
+			}
+		}
+	}
+	return trimmed
+}
+
+// Pair is the label and value the pair filter kept prefill endpoints by.
+type Pair struct {
+	Label, Value string
+}
+
+// Clone copies the pair.
+func (p *Pair) Clone() plugin.StateData {
+	return &Pair{Label: p.Label, Value: p.Value}
+}
+
 // DecodeChoice is the decode endpoint the decode profile chose (the request's destination), kept in the
 // scheduling cycle's state while the prefill profile runs.
 type DecodeChoice struct {
@@ -212,6 +245,7 @@ func (f *PairFilter) Filter(ctx context.Context, cycleState *scheduling.CycleSta
 		log.FromContext(ctx).Info("no decode pod to pair with; no prefill endpoint kept", "label", f.Label)
 		return kept
 	}
+	cycleState.Write(PairKey, &Pair{Label: f.Label, Value: want})
 	for _, endpoint := range endpoints {
 		if meta := endpoint.GetMetadata(); meta != nil {
 			if value, has := meta.Labels[f.Label]; has && value == want {
@@ -240,8 +274,11 @@ func (f *PairFilter) decodeValue(cycleState *scheduling.CycleState) (string, boo
 
 // ProcessResults makes the decode profile primary (its endpoints receive the request) and keeps the prefill
 // result for the header handler. A failed prefill profile leaves the request to decode alone: the sidecar,
-// given no prefill endpoint, forwards it to its engine, which then computes the prompt itself.
-func (h *ProfileHandler) ProcessResults(ctx context.Context, _ *scheduling.CycleState, _ *scheduling.LLMRequest,
+// given no prefill endpoint, forwards it to its engine, which then computes the prompt itself. With a prefill
+// endpoint chosen by a pair filter, the decode fallbacks (endpoints after the first, which the gateway may
+// retry on with the same header) are only those of the pair's value: a retry never reaches a decode pod of
+// another revision than the prefill pod named.
+func (h *ProfileHandler) ProcessResults(ctx context.Context, cycleState *scheduling.CycleState, _ *scheduling.LLMRequest,
 	results map[string]*scheduling.ProfileRunResult) (*scheduling.SchedulingResult, error) {
 	decoded := results[h.profiles.Decode]
 	if decoded == nil || len(decoded.TargetEndpoints) == 0 {
@@ -250,6 +287,7 @@ func (h *ProfileHandler) ProcessResults(ctx context.Context, _ *scheduling.Cycle
 	kept := map[string]*scheduling.ProfileRunResult{h.profiles.Decode: decoded}
 	if prefilled := results[h.profiles.Prefill]; prefilled != nil && len(prefilled.TargetEndpoints) > 0 {
 		kept[h.profiles.Prefill] = prefilled
+		kept[h.profiles.Decode] = pairedFallbacks(cycleState, decoded)
 	} else {
 		log.FromContext(ctx).Info("no prefill endpoint; the decode endpoint computes the prompt itself")
 	}

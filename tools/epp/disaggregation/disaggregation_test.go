@@ -271,3 +271,42 @@ func TestThePairFilterRefusesToStartWithoutALabel(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeFallbacksAreOfTheNamedPrefillPodsRevision(t *testing.T) {
+	built, _ := ProfileHandlerFactory("pd", nil, nil)
+	decode := upstream.NewSchedulerProfile().WithFilters(roleFilter(t, "decode")).WithPicker(picker.NewMaxScorePicker(3))
+	prefill := upstream.NewSchedulerProfile().WithFilters(roleFilter(t, "prefill"), pairFilter(t)).WithPicker(picker.NewMaxScorePicker(1))
+	profiles := map[string]scheduling.SchedulerProfile{"decode": decode, "prefill": prefill}
+	scheduler := upstream.NewSchedulerWithConfig(upstream.NewSchedulerConfig(built.(*ProfileHandler), profiles))
+	revisionOf := map[string]string{"d-a1": "aaa", "d-a2": "aaa", "d-b": "bbb", "p-a": "aaa", "p-b": "bbb"}
+	pool := []scheduling.Endpoint{
+		revised("d-a1", "decode", "aaa", "10.0.1.1"), revised("d-a2", "decode", "aaa", "10.0.1.2"),
+		revised("d-b", "decode", "bbb", "10.0.1.3"),
+		revised("p-a", "prefill", "aaa", "10.0.0.1"), revised("p-b", "prefill", "bbb", "10.0.0.2"),
+	}
+	for range 30 { // random ties: each decode pod comes first in some draws
+		result, err := scheduler.Schedule(context.Background(), &scheduling.LLMRequest{RequestId: "r"}, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		decoded := names(result.ProfileResults["decode"].TargetEndpoints)
+		prefilled := names(result.ProfileResults["prefill"].TargetEndpoints)
+		want := map[string]int{"aaa": 2, "bbb": 1}[revisionOf[decoded[0]]]
+		if len(decoded) != want || len(prefilled) != 1 {
+			t.Fatalf("decode %v (want %d of its revision), prefill %v", decoded, want, prefilled)
+		}
+		for _, name := range decoded {
+			if revisionOf[name] != revisionOf[prefilled[0]] {
+				t.Fatalf("decode %v may be retried with prefill %v of another revision", decoded, prefilled)
+			}
+		}
+	}
+	// Without a prefill pod of its revision the request is the decode pods' alone: every fallback stays.
+	alone := []scheduling.Endpoint{pool[0], pool[1], pool[2], pool[4]}
+	for range 30 {
+		result, _ := scheduler.Schedule(context.Background(), &scheduling.LLMRequest{RequestId: "r"}, alone)
+		if got := names(result.ProfileResults["decode"].TargetEndpoints); revisionOf[got[0]] == "aaa" && len(got) != 3 {
+			t.Fatalf("decode %v without a prefill pod lost fallbacks", got)
+		}
+	}
+}
