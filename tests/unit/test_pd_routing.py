@@ -83,13 +83,17 @@ def test_the_pool_targets_the_sidecar_and_prefill_port_and_selects_both_roles():
     assert config == picker_config(obj.spec, Owner.of(obj))  # with the classifier: the example has classes
     profiles = {p["name"]: [r["pluginRef"] for r in p["plugins"]] for p in config["schedulingProfiles"]}
     assert list(profiles) == ["decode", "prefill"]
-    assert profiles["decode"][0] == "decode-filter" and profiles["prefill"][0] == "prefill-filter"
-    assert profiles["decode"][1:] == profiles["prefill"][1:]  # each the usual profile behind its filter
+    assert profiles["decode"][0] == "decode-filter"
+    # Prefill: its role, then only the pods of the chosen decode pod's revision.
+    assert profiles["prefill"][:2] == ["prefill-filter", "pd-pair-filter"]
+    assert profiles["decode"][1:] == profiles["prefill"][2:]  # each the usual profile behind its filters
     filters = {p["name"]: p["parameters"] for p in config["plugins"] if p["type"] == "pd-role-filter"}
     assert filters == {
         "decode-filter": {"label": names.LABEL_LLMD_ROLE, "roles": ["decode"]},
         "prefill-filter": {"label": names.LABEL_LLMD_ROLE, "roles": ["prefill"]},
     }
+    (pair,) = (p for p in config["plugins"] if p["type"] == "pd-pair-filter")
+    assert pair["parameters"] == {"label": names.LABEL_REVISION}
     assert {"pd-profile-handler", "prefill-header-handler"} <= {p["type"] for p in config["plugins"]}
 
 
@@ -120,3 +124,23 @@ def test_the_operator_fills_in_its_sidecar_image():
     own = routed()
     own["spec"]["disaggregation"]["sidecarImage"] = "mine:2"
     assert settings.with_default_image(own)["spec"]["disaggregation"]["sidecarImage"] == "mine:2"
+
+
+def test_both_roles_carry_one_revision_the_picker_pairs_by():
+    """The pair filter compares the decode and prefill pods' revision label: equal only for pods of one spec."""
+
+    def revisions(doc: dict) -> dict[str, str]:
+        return {name: pod["metadata"]["labels"][names.LABEL_REVISION] for name, pod in pods(doc).items()}
+
+    before = revisions(routed())
+    assert sorted(before) == ["pd-decode-0", "pd-decode-1", "pd-prefill-0"]
+    (rev,) = set(before.values())  # one value over both roles: pods of one spec pair
+    prefill_changed = routed()
+    prefill_changed["spec"]["disaggregation"]["prefill"]["parallelism"]["tensor"] = 8
+    image_changed = routed(image="engine:v2")
+    decode_scaled = routed()
+    decode_scaled["spec"]["disaggregation"]["decode"]["parallelism"]["data"] = 3
+    for changed in (prefill_changed, image_changed):
+        after = set(revisions(changed).values())
+        assert len(after) == 1 and after != {rev}  # a new spec: no pod of it pairs with an old one
+    assert set(revisions(decode_scaled).values()) == {rev}  # scaling a role keeps the pairs

@@ -23,6 +23,7 @@ func main() {
 	plugin.Register(variants.PluginType, variants.Factory)
 	plugin.Register(disaggregation.RoleFilterType, disaggregation.RoleFilterFactory)
 	plugin.Register(disaggregation.ProfileHandlerType, disaggregation.ProfileHandlerFactory)
+	plugin.Register(disaggregation.PairFilterType, disaggregation.PairFilterFactory)
 	plugin.Register(disaggregation.PrefillHeaderType, disaggregation.PrefillHeaderFactory)
 	plugin.Register(classify.PluginType, front.PluginFactory)
 	args, settings, err := front.Args(os.Args[1:])

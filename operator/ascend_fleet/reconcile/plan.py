@@ -10,7 +10,7 @@ requests get ``drainSeconds``) and only then delete.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..api import names
@@ -77,7 +77,8 @@ def plan_pass(
 
     A two-role fleet (spec.disaggregation) plans each role's replicas as a colocated fleet's, with the role's
     own layout; pods of a role the spec no longer has (or a colocated fleet's pods beside two roles, and the
-    other way round) are surplus, drained and deleted like a scale-in.
+    other way round) are surplus, drained and deleted like a scale-in. A rollout takes decode first
+    (:func:`may_roll_out`).
     """
     result = PassPlan()
     owner = Owner.of(obj)
@@ -88,11 +89,14 @@ def plan_pass(
     wanted_roles: dict[str | None, Layout] = {role: each for role, each in plan_roles(obj.spec).items()}
     wanted_roles = wanted_roles or {None: layout}
     present = {pod_role(p) for p in observed.pods}
+    roles = [*wanted_roles, *sorted(r for r in present if r not in wanted_roles and r is not None)]
+    found = {role: observed_replicas(observed.pods, role) for role in roles}
     scopes: list[RoleScope] = []
-    for role in [*wanted_roles, *sorted(r for r in present if r not in wanted_roles and r is not None)]:
-        scope = RoleScope(role, wanted_roles.get(role), observed_replicas(observed.pods, role))
+    for role in roles:
+        scope = RoleScope(role, wanted_roles.get(role), found[role])
         restarts = {r["replica"]: r for r in stored if r.get("role") == role}
-        _plan_replicas(obj, owner, scope, restarts, rev, observed, now, settings, result)
+        rolls = may_roll_out(role, found, rev)
+        _plan_replicas(obj, owner, scope, restarts, rev, observed, now, settings, result, rolls)
         scopes.append(scope)
     if None not in wanted_roles and None in present:  # a colocated fleet's pods beside two roles
         scope = RoleScope(None, None, observed_replicas(observed.pods))
@@ -118,6 +122,27 @@ def plan_pass(
     if result.writes_children:
         result.later(REQUEUE_AFTER_WRITE_SECONDS)
     return result
+
+
+def may_roll_out(
+    role: str | None, replicas: Mapping[str | None, Mapping[int, ObservedReplica]], rev: str
+) -> bool:
+    """Whether ``role``'s ready replicas of an older revision may be taken out of service for ``rev`` this pass.
+
+    Decode goes first: a prefill replica of an older revision stays in service while any decode replica of an
+    older revision still serves (its leader Ready and not yet deleted, draining included: draining is the
+    time its in-flight requests finish, and each of those may still be reading KV from its prefill peer).
+    Once the old decode replicas are gone the prefill ones roll. Decode and a colocated fleet always may
+    (within their budget); ``replicas`` is every role's observed replicas, by role.
+    """
+    if role != names.PD_PREFILL:
+        return True
+    return not any(_serves_older(group, rev) for group in replicas.get(names.PD_DECODE, {}).values())
+
+
+def _serves_older(group: ObservedReplica, rev: str) -> bool:
+    leader = group.leader
+    return not group.at_revision(rev) and leader is not None and leader.ready and not leader.deleting
 
 
 @dataclass
@@ -152,8 +177,10 @@ def _plan_replicas(
     now: float,
     settings: ReconcileSettings,
     result: PassPlan,
+    rolls: bool = True,
 ) -> None:
-    """One role's replicas: create, restart, drain, roll out within its budget, and collect what is gone."""
+    """One role's replicas: create, restart, drain, roll out within its budget (not at all this pass unless
+    ``rolls``), and collect what is gone."""
     spec, groups, role = obj.spec, scope.groups, scope.role
     ppr, wanted = scope.pods_per_replica, scope.wanted
 
@@ -202,7 +229,7 @@ def _plan_replicas(
             _forget_stable_restarts(group, ppr, restarts, now, settings)
             _restore_serving(group, result)
 
-    _roll_out(outdated, budget, rev, spec.disruption.drain_seconds, now, result)
+    _roll_out(outdated, budget if rolls else 0, rev, spec.disruption.drain_seconds, now, result)
     _collect_pod_groups(obj, groups, result)
     scope.unplaced = _unplaced(groups, wanted, ppr, now, settings, result)
     scope.restarts = list(restarts.values())

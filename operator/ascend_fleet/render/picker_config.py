@@ -116,7 +116,10 @@ def picker_config(spec: AscendInferenceSpec, owner: Owner | None = None) -> dict
 # The project's P/D plugins (tools/epp/disaggregation), which follow llm-d's: a role filter heading each
 # profile, the handler running decode then prefill, and the one naming the prefill pod in the request header
 # the decode pod's sidecar reads (x-prefiller-host-port). The profiles are named as the handler's defaults.
+# The pair filter is the project's own: in the prefill profile, it keeps the prefill pods of the chosen
+# decode pod's revision (one hash over both roles' pods, so equal values mean engines of the same spec).
 PD_ROLE_FILTER = "pd-role-filter"
+PD_PAIR_FILTER = "pd-pair-filter"
 PD_PROFILE_HANDLER = "pd-profile-handler"
 PD_HEADER_HANDLER = "prefill-header-handler"
 PD_PROFILES = (names.PD_DECODE, names.PD_PREFILL)
@@ -124,8 +127,9 @@ PD_PROFILES = (names.PD_DECODE, names.PD_PREFILL)
 
 def pd_scheduling(config: dict) -> dict:
     """``config`` (the picker's usual configuration) split for a two-role fleet: a ``decode`` and a ``prefill``
-    profile, each the usual one behind a filter on the pods' ``llm-d.ai/role`` label, the P/D profile handler
-    choosing between them and the header handler naming the prefill pod. A new dict; ``config`` is unchanged."""
+    profile, each the usual one behind a filter on the pods' ``llm-d.ai/role`` label (the prefill one also
+    behind the pair filter on the pods' revision), the P/D profile handler choosing between them and the header
+    handler naming the prefill pod. A new dict; ``config`` is unchanged."""
     pd = copy.deepcopy(config)
     (usual,) = pd["schedulingProfiles"]
     pd["plugins"] += [
@@ -137,11 +141,20 @@ def pd_scheduling(config: dict) -> dict:
             }
             for role in PD_PROFILES
         ),
+        {"type": PD_PAIR_FILTER, "parameters": {"label": names.LABEL_REVISION}},
         {"type": PD_PROFILE_HANDLER},
         {"type": PD_HEADER_HANDLER},
     ]
+    pairing = {names.PD_PREFILL: [{"pluginRef": PD_PAIR_FILTER}]}
     pd["schedulingProfiles"] = [
-        {"name": role, "plugins": [{"pluginRef": f"{role}-filter"}, *copy.deepcopy(usual["plugins"])]}
+        {
+            "name": role,
+            "plugins": [
+                {"pluginRef": f"{role}-filter"},
+                *pairing.get(role, []),
+                *copy.deepcopy(usual["plugins"]),
+            ],
+        }
         for role in PD_PROFILES
     ]
     return pd

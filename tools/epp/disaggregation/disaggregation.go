@@ -7,10 +7,14 @@
 //     instance in the decode profile, one in the prefill profile;
 //   - pd-profile-handler runs the decode profile, then the prefill profile when the decode one found an
 //     endpoint, and makes the decode endpoint the request's destination;
+//   - pd-pair-filter, in the prefill profile, keeps the endpoints whose pod has the same value of a label as
+//     the decode pod the decode profile chose (the fleet's revision: a rollout never pairs a decode engine
+//     with a prefill engine of another version);
 //   - prefill-header-handler writes the chosen prefill endpoint's host:port into x-prefiller-host-port.
 //
 // The behaviour is that of llm-d-inference-scheduler's P/D plugins (the header is the one its pd-sidecar
-// reads), written against this picker's release: that project's releases build on an older picker API.
+// reads), written against this picker's release: that project's releases build on an older picker API. The
+// pair filter is the project's own: llm-d pairs any prefill pod with any decode pod.
 package disaggregation
 
 import (
@@ -31,7 +35,14 @@ const (
 	// RoleFilterType, ProfileHandlerType and PrefillHeaderType are the plugins' `type` in the EndpointPickerConfig.
 	RoleFilterType     = "pd-role-filter"
 	ProfileHandlerType = "pd-profile-handler"
+	PairFilterType     = "pd-pair-filter"
 	PrefillHeaderType  = "prefill-header-handler"
+
+	// DecodeChoiceKey is where the profile handler leaves the decode endpoint in the scheduling cycle's state
+	// before it runs the prefill profile, for the pair filter to read; PairKey is where the pair filter leaves
+	// the label and value it paired by, for the profile handler to trim the decode fallbacks to.
+	DecodeChoiceKey plugin.StateKey = "pd-decode-choice"
+	PairKey         plugin.StateKey = "pd-pair"
 
 	// PrefillHeader names the prefill endpoint (host:port) to the decode pod's sidecar; llm-d's pd-sidecar
 	// reads this header.
@@ -131,9 +142,10 @@ func (h *ProfileHandler) TypedName() plugin.TypedName {
 	return h.typedName
 }
 
-// Pick chooses the next profile to run: decode first; prefill once decode found an endpoint; then none. A
-// decode profile that found nothing ends the cycle (there is nowhere to send the request).
-func (h *ProfileHandler) Pick(_ context.Context, _ *scheduling.CycleState, _ *scheduling.LLMRequest,
+// Pick chooses the next profile to run: decode first; prefill once decode found an endpoint, which it then
+// leaves in the cycle's state (DecodeChoiceKey) for the pair filter; then none. A decode profile that found
+// nothing ends the cycle (there is nowhere to send the request).
+func (h *ProfileHandler) Pick(_ context.Context, cycleState *scheduling.CycleState, _ *scheduling.LLMRequest,
 	candidates map[string]scheduling.SchedulerProfile, results map[string]*scheduling.ProfileRunResult) map[string]scheduling.SchedulerProfile {
 	decoded, ran := results[h.profiles.Decode]
 	if !ran {
@@ -146,13 +158,127 @@ func (h *ProfileHandler) Pick(_ context.Context, _ *scheduling.CycleState, _ *sc
 	if !configured {
 		return map[string]scheduling.SchedulerProfile{}
 	}
+	if cycleState != nil && len(decoded.TargetEndpoints) > 0 {
+		cycleState.Write(DecodeChoiceKey, &DecodeChoice{Endpoint: decoded.TargetEndpoints[0]})
+	}
 	return map[string]scheduling.SchedulerProfile{h.profiles.Prefill: prefill}
+}
+
+// pairedFallbacks is decoded with only the endpoints of the pair filter's value (the first, the one it paired
+// with, always); decoded itself when no pair filter ran.
+func pairedFallbacks(cycleState *scheduling.CycleState, decoded *scheduling.ProfileRunResult) *scheduling.ProfileRunResult {
+	if cycleState == nil {
+		return decoded
+	}
+	pair, err := scheduling.ReadCycleStateKey[*Pair](cycleState, PairKey)
+	if err != nil || pair == nil {
+		return decoded
+	}
+	trimmed := &scheduling.ProfileRunResult{TargetEndpoints: decoded.TargetEndpoints[:1:1]}
+	for _, endpoint := range decoded.TargetEndpoints[1:] {
+		if meta := endpoint.GetMetadata(); meta != nil {
+			if value, has := meta.Labels[pair.Label]; has && value == pair.Value {
+				trimmed.TargetEndpoints = append(trimmed.TargetEndpoints, endpoint)
+			}
+		}
+	}
+	return trimmed
+}
+
+// Pair is the label and value the pair filter kept prefill endpoints by.
+type Pair struct {
+	Label, Value string
+}
+
+// Clone copies the pair.
+func (p *Pair) Clone() plugin.StateData {
+	return &Pair{Label: p.Label, Value: p.Value}
+}
+
+// DecodeChoice is the decode endpoint the decode profile chose (the request's destination), kept in the
+// scheduling cycle's state while the prefill profile runs.
+type DecodeChoice struct {
+	Endpoint scheduling.Endpoint
+}
+
+// Clone copies the choice (the endpoint itself is shared, as the scheduler shares it between profiles).
+func (c *DecodeChoice) Clone() plugin.StateData {
+	return &DecodeChoice{Endpoint: c.Endpoint}
+}
+
+// PairFilter keeps the endpoints whose pod's Label has the value of the chosen decode pod's.
+type PairFilter struct {
+	typedName plugin.TypedName
+	Label     string `json:"label"`
+}
+
+var _ scheduling.Filter = &PairFilter{}
+
+// PairFilterFactory builds a pair filter; a missing label is an error, as for the role filter.
+func PairFilterFactory(name string, raw json.RawMessage, _ plugin.Handle) (plugin.Plugin, error) {
+	filter := &PairFilter{typedName: plugin.TypedName{Type: PairFilterType, Name: name}}
+	if len(raw) == 0 {
+		return nil, errors.New("pd-pair-filter needs parameters: label")
+	}
+	if err := json.Unmarshal(raw, filter); err != nil {
+		return nil, fmt.Errorf("pd-pair-filter parameters: %w", err)
+	}
+	if filter.Label == "" {
+		return nil, errors.New("pd-pair-filter needs a label")
+	}
+	return filter, nil
+}
+
+// TypedName is the filter's type and instance name.
+func (f *PairFilter) TypedName() plugin.TypedName {
+	return f.typedName
+}
+
+// Filter returns the endpoints whose Label equals the decode pod's, in their order. Without a decode choice
+// (the filter outside a prefill profile the handler runs) or a decode pod without the label it keeps none:
+// the request then goes to the decode pod alone, which computes the prompt itself, rather than to a prefill
+// pod whose KV it may not be able to read.
+func (f *PairFilter) Filter(ctx context.Context, cycleState *scheduling.CycleState, _ *scheduling.LLMRequest, endpoints []scheduling.Endpoint) []scheduling.Endpoint {
+	kept := []scheduling.Endpoint{}
+	want, found := f.decodeValue(cycleState)
+	if !found {
+		log.FromContext(ctx).Info("no decode pod to pair with; no prefill endpoint kept", "label", f.Label)
+		return kept
+	}
+	cycleState.Write(PairKey, &Pair{Label: f.Label, Value: want})
+	for _, endpoint := range endpoints {
+		if meta := endpoint.GetMetadata(); meta != nil {
+			if value, has := meta.Labels[f.Label]; has && value == want {
+				kept = append(kept, endpoint)
+			}
+		}
+	}
+	return kept
+}
+
+func (f *PairFilter) decodeValue(cycleState *scheduling.CycleState) (string, bool) {
+	if cycleState == nil {
+		return "", false
+	}
+	choice, err := scheduling.ReadCycleStateKey[*DecodeChoice](cycleState, DecodeChoiceKey)
+	if err != nil || choice == nil || choice.Endpoint == nil {
+		return "", false
+	}
+	meta := choice.Endpoint.GetMetadata()
+	if meta == nil {
+		return "", false
+	}
+	value, has := meta.Labels[f.Label]
+	return value, has
 }
 
 // ProcessResults makes the decode profile primary (its endpoints receive the request) and keeps the prefill
 // result for the header handler. A failed prefill profile leaves the request to decode alone: the sidecar,
-// given no prefill endpoint, forwards it to its engine, which then computes the prompt itself.
-func (h *ProfileHandler) ProcessResults(ctx context.Context, _ *scheduling.CycleState, _ *scheduling.LLMRequest,
+// given no prefill endpoint, forwards it to its engine, which then computes the prompt itself. With a prefill
+// endpoint chosen by a pair filter, the decode fallbacks (endpoints after the first, which the gateway may
+// retry on with the same header) are only those of the pair's value: a retry never reaches a decode pod of
+// another revision than the prefill pod named.
+func (h *ProfileHandler) ProcessResults(ctx context.Context, cycleState *scheduling.CycleState, _ *scheduling.LLMRequest,
 	results map[string]*scheduling.ProfileRunResult) (*scheduling.SchedulingResult, error) {
 	decoded := results[h.profiles.Decode]
 	if decoded == nil || len(decoded.TargetEndpoints) == 0 {
@@ -161,6 +287,7 @@ func (h *ProfileHandler) ProcessResults(ctx context.Context, _ *scheduling.Cycle
 	kept := map[string]*scheduling.ProfileRunResult{h.profiles.Decode: decoded}
 	if prefilled := results[h.profiles.Prefill]; prefilled != nil && len(prefilled.TargetEndpoints) > 0 {
 		kept[h.profiles.Prefill] = prefilled
+		kept[h.profiles.Decode] = pairedFallbacks(cycleState, decoded)
 	} else {
 		log.FromContext(ctx).Info("no prefill endpoint; the decode endpoint computes the prompt itself")
 	}
