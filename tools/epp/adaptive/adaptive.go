@@ -49,7 +49,8 @@ const (
 	DecreaseFactor = 0.75
 
 	// StaleAfter drops a request the picker never saw end (a client or engine gone mid-stream sends no last
-	// chunk), so its slot is not held forever. Longer than any answer the fleet serves.
+	// chunk), so its slot is not held forever, and an endpoint no cycle offered for as long with nothing in
+	// flight (a deleted pod), with its gauge. Longer than any answer the fleet serves.
 	StaleAfter = 10 * time.Minute
 )
 
@@ -71,12 +72,14 @@ type Config struct {
 	IntervalMs   float64 `json:"intervalMs,omitempty"`
 }
 
-// endpointState is one endpoint's limit, its requests in flight, its last scraped queue and last change.
+// endpointState is one endpoint's limit, its requests in flight, its last scraped queue, its last change and
+// when a scheduling cycle last offered it.
 type endpointState struct {
 	limit    int
 	inFlight int
 	queue    int
 	changed  time.Time
+	seen     time.Time
 }
 
 // sent is one request in flight: where it went, when, and whether its first chunk came back.
@@ -165,7 +168,7 @@ func key(meta *fwkdl.EndpointMetadata) string {
 func (l *Limiter) state(endpoint string) *endpointState {
 	state, found := l.endpoints[endpoint]
 	if !found {
-		state = &endpointState{limit: l.config.MaxBatchSize}
+		state = &endpointState{limit: l.config.MaxBatchSize, seen: l.now()}
 		l.endpoints[endpoint] = state
 		Limit.WithLabelValues(endpoint).Set(float64(state.limit))
 	}
@@ -181,6 +184,7 @@ func (l *Limiter) Filter(_ context.Context, _ *scheduling.CycleState, _ *schedul
 	kept := make([]scheduling.Endpoint, 0, len(endpoints))
 	for _, endpoint := range endpoints {
 		state := l.state(key(endpoint.GetMetadata()))
+		state.seen = l.now()
 		if metrics := endpoint.GetMetrics(); metrics != nil {
 			state.queue = metrics.WaitingQueueSize
 		}
@@ -265,13 +269,20 @@ func (l *Limiter) observe(ctx context.Context, endpoint string, ttft time.Durati
 	Limit.WithLabelValues(endpoint).Set(float64(limit))
 }
 
-// dropStale forgets requests in flight for longer than StaleAfter.
+// dropStale forgets requests in flight for longer than StaleAfter, then endpoints gone as long; one that
+// comes back starts again at the upper bound.
 func (l *Limiter) dropStale() {
 	now := l.now()
 	for id, tracked := range l.requests {
 		if now.Sub(tracked.at) > StaleAfter {
 			l.state(tracked.endpoint).inFlight--
 			delete(l.requests, id)
+		}
+	}
+	for endpoint, state := range l.endpoints {
+		if state.inFlight <= 0 && now.Sub(state.seen) > StaleAfter {
+			delete(l.endpoints, endpoint)
+			Limit.DeleteLabelValues(endpoint)
 		}
 	}
 }

@@ -164,3 +164,28 @@ func TestInFlightEndsAtTheLastChunkFollowsRetriesAndExpires(t *testing.T) {
 		t.Fatalf("a request older than StaleAfter: want it dropped, got %d in flight", got)
 	}
 }
+
+func TestAnEndpointGoneForLongIsForgottenWithItsGauge(t *testing.T) {
+	Limit.Reset() // the gauge is the package's: other tests' endpoints out of the count
+	l, c := build(t, Config{MinBatchSize: 1, MaxBatchSize: 4, TTFTTargetMs: 500})
+	l.Filter(context.Background(), nil, nil, []scheduling.Endpoint{endpoint("gone", 2), endpoint("r0", 0)})
+	late := send(l, "late", "gone")
+	c.advance(time.Second)
+	chunk(l, late, "gone", true)
+	if got := testutil.ToFloat64(Limit.WithLabelValues("ns/gone")); got != 3 {
+		t.Fatalf("gauge after a decrease: want 3, got %g", got)
+	}
+	c.advance(StaleAfter / 2)
+	l.Filter(context.Background(), nil, nil, []scheduling.Endpoint{endpoint("r0", 0)})
+	if got := l.LimitOf("ns/gone"); got != 3 {
+		t.Fatalf("offered within StaleAfter: want the limit kept at 3, got %d", got)
+	}
+	c.advance(StaleAfter)
+	l.Filter(context.Background(), nil, nil, []scheduling.Endpoint{endpoint("r0", 0)})
+	if got := testutil.CollectAndCount(Limit, "ascend_fleet_adaptive_batch_limit"); got != 1 {
+		t.Errorf("gauge series after the pod is gone: want only r0's, got %d", got)
+	}
+	if got := l.LimitOf("ns/gone"); got != 4 {
+		t.Errorf("a forgotten endpoint starts again at the upper bound: want 4, got %d", got)
+	}
+}
