@@ -1,6 +1,6 @@
 """``python -m bench.routing``: how much of the long tail each routing layer removes, on one mixed-length trace.
 
-One run; per load one trace, replayed against five fleets of the same two replicas (simulated engines on the
+One run; per load one trace, replayed against six fleets of the same two replicas (simulated engines on the
 real control plane, all requests through upstream Envoy):
 
 - (a) ``service``: Envoy picks a replica at random, as kube-proxy does for the plain ClusterIP Service;
@@ -11,7 +11,10 @@ real control plane, all requests through upstream Envoy):
   classes). The client sends prompts only: the classifier in front of the picker names each request's class;
 - (d) ``pool+seed-order``: (c) in the order the seed's code wrote, long prompts first;
 - (e) ``pool+classes+priority``: (c) with ``scheduling.priority``: the engines schedule by the request's
-  ``priority``, which the classifier writes from the class.
+  ``priority``, which the classifier writes from the class;
+- (f) ``pool+adaptive``: (b) with ``batching.minBatchSize`` and ``ttftTarget``: the picker adapts each
+  engine's in-flight limit between 2 and its 4 slots to hold first tokens within 500 ms, where (b) holds the
+  fixed limit.
 
 The trace has the seeds' length mix (log-normal prompts, median 512 tokens, as the fleet simulator) with
 answers an eighth of the simulator's (median 25 tokens), so that a request's own decode stays under a second
@@ -134,7 +137,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="arrival rates over the fleet's capacity (default 0.5,0.75,0.9,1.05)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fleets", default=None,
-                        help=f"simulated fleets (default: all five; with --engines vllm: {','.join(REAL_FLEETS)})")  # fmt: skip
+                        help=f"simulated fleets (default: all six; with --engines vllm: {','.join(REAL_FLEETS)})")  # fmt: skip
     parser.add_argument("--engines", choices=ENGINE_KINDS, default="simulated",
                         help="simulated: the simulated fleets only; vllm: also three fleets on real vLLM engines")  # fmt: skip
     parser.add_argument("--real-fleets", default=",".join(REAL_FLEETS),

@@ -32,7 +32,14 @@ ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_CRDS = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
 NAME = "llm"
 MODEL = "qwen"  # the served model name every request asks for
-FLEETS = ("service", "pool", "pool+classes", "pool+seed-order", "pool+classes+priority")
+FLEETS = ("service", "pool", "pool+classes", "pool+seed-order", "pool+classes+priority", "pool+adaptive")
+# pool+adaptive: the pool with the adaptive in-flight limit between these bounds (maxBatchSize is the engine's
+# SLOTS). The target sits between the pool's first-token p99 at load 0.75 (0.40 s in bench/logs/routing.log,
+# the calm the limit should leave alone) and its p50 at load 1.05 (0.66 s, the overload it should notice).
+ADAPTIVE_MIN_BATCH = 2
+ADAPTIVE_TTFT_TARGET = "500ms"
+# The fleets with one class, whose client names the class's objective (no classifier in front of the picker).
+ONE_CLASS = ("pool", "pool+adaptive")
 LOADS = (0.5, 0.75, 0.9, 1.05)
 # The seed's order: prompts over 2048 tokens in its queue named "high", the rest below (sizes as the seed's);
 # the fleet simulator's classes-seed-order ranks the classes the same way.
@@ -47,7 +54,7 @@ def spec_doc(namespace: str, mode: str) -> dict:
         "parallelism": {"data": REPLICAS},
         "batching": {"maxBatchSize": SLOTS},
     }
-    if mode == "pool":
+    if mode in ONE_CLASS:
         spec["routing"] = {
             "mode": "inferencePool",
             "classes": [{"name": "all", "priority": 0, "maxQueue": 100000}],
@@ -58,13 +65,15 @@ def spec_doc(namespace: str, mode: str) -> dict:
         spec["routing"] = {"mode": "inferencePool", "classes": SEED_ORDER}
     if mode == "pool+classes+priority":
         spec["scheduling"] = {"priority": True}
+    if mode == "pool+adaptive":
+        spec["batching"] |= {"minBatchSize": ADAPTIVE_MIN_BATCH, "ttftTarget": ADAPTIVE_TTFT_TARGET}
     return {"apiVersion": names.API_VERSION, "kind": names.KIND,
             "metadata": {"name": NAME, "namespace": namespace}, "spec": spec}  # fmt: skip
 
 
 def classified(mode: str) -> bool:
     """Whether the server classes this fleet's requests (the classifier in front of the picker)."""
-    return mode.startswith("pool+")
+    return mode.startswith("pool+") and mode not in ONE_CLASS
 
 
 def kubectl(cluster: RealCluster, *args: str, input: str | None = None) -> str:
@@ -102,8 +111,8 @@ async def replay(
     """The trace in real time; each outcome labelled with the request's seeds' class, whatever the fleet's."""
     seeds = validate(spec_doc("x", "pool+classes")).obj.spec.routing
     routing = obj.spec.routing
-    # Only the one-class pool names its objective; classed fleets get prompts only.
-    header = objective_name(NAME, routing.classes[0]) if mode == "pool" else None
+    # Only the one-class pools name their objective; classed fleets get prompts only.
+    header = objective_name(NAME, routing.classes[0]) if mode in ONE_CLASS else None
 
     async def one(session, request: Request) -> Outcome:
         status, ttft, total, tokens = await send(session, url, request, header, real)
@@ -129,7 +138,7 @@ def answers(url: str, obj: AscendInference, mode: str, real: bool = False) -> bo
     Without it a trace shorter than the picker's start-up was shed whole, and the fleet measured nothing.
     """
     warm_up = Request(0.0, 8, 1)
-    header = objective_name(NAME, obj.spec.routing.classes[0]) if mode == "pool" else None
+    header = objective_name(NAME, obj.spec.routing.classes[0]) if mode in ONE_CLASS else None
 
     async def one() -> int:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:

@@ -1,5 +1,5 @@
-"""The Go tests of the picker's own plugins (tools/epp: the variant filter, the prompt-length classifier and the
-prefill/decode plugins), run by the Go toolchain against the picker release go.mod pins. Skipped without Go;
+"""The Go tests of the picker's own plugins (tools/epp: the variant filter, the prompt-length classifier, the
+prefill/decode plugins and the adaptive in-flight limit), run by the Go toolchain against the picker release go.mod pins. Skipped without Go;
 under ``CI=true`` that fails."""
 
 from __future__ import annotations
@@ -30,5 +30,5 @@ def test_the_picker_plugins_pass_their_go_tests():
     )
     print(done.stdout)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    for package in ("variants", "classify", "disaggregation"):
+    for package in ("variants", "classify", "disaggregation", "adaptive"):
         assert f"ascend-fleet.dev/epp/{package}" in done.stdout

@@ -29,8 +29,11 @@ from bench.routing.figures import (
     spread_report,
     with_spread,
 )
+from bench.routing.fleets import ADAPTIVE_MIN_BATCH, SLOTS, classified, spec_doc
 from bench.routing.real import fleet_objects
 
+from ascend_fleet.render import validate
+from ascend_fleet.render.picker_config import ADAPTIVE_LIMIT, picker_config
 from ascend_fleet.simulate.curve import BatchCurve
 from ascend_fleet.simulate.routing import service_time
 from ascend_fleet.simulate.traces import Trace
@@ -87,7 +90,7 @@ def test_report_prints_no_nan_for_a_class_without_requests():
 
 def test_engines_vllm_runs_the_three_fleets_on_both_kinds_by_default():
     simulated = parse_args([])
-    assert simulated.engines == "simulated" and simulated.fleets == list(FLEETS) and len(FLEETS) == 5
+    assert simulated.engines == "simulated" and simulated.fleets == list(FLEETS) and len(FLEETS) == 6
     real = parse_args(["--engines", "vllm", "--loads", "0.5,0.9", "--real-seconds", "30"])
     assert real.fleets == real.real_fleets == ["service", "pool", "pool+classes"]
     assert real.loads == [0.5, 0.9] and real.real_seconds == 30.0
@@ -179,3 +182,16 @@ def test_runs_default_to_three_and_must_be_at_least_one():
     assert parse_args(["--runs", "1"]).runs == 1
     with pytest.raises(SystemExit):
         parse_args(["--runs", "0"])
+
+
+def test_the_adaptive_fleet_is_the_one_class_pool_with_the_adaptive_limit():
+    pool, adaptive = (validate(spec_doc("bench", mode)).obj.spec for mode in ("pool", "pool+adaptive"))
+    assert adaptive.routing == pool.routing and not classified("pool+adaptive") and classified("pool+classes")
+    assert adaptive.batching.max_batch_size == pool.batching.max_batch_size == SLOTS
+    (plugin,) = [p for p in picker_config(adaptive)["plugins"] if p["type"] == ADAPTIVE_LIMIT]
+    assert plugin["parameters"] == {
+        "minBatchSize": ADAPTIVE_MIN_BATCH,
+        "maxBatchSize": SLOTS,
+        "ttftTargetMs": 500,
+    }
+    assert not [p for p in picker_config(pool)["plugins"] if p["type"] == ADAPTIVE_LIMIT]

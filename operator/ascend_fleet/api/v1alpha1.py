@@ -89,6 +89,12 @@ from .workload import (
     TemplateMetadata,
 )
 
+# The adaptive in-flight limit runs in the endpoint picker; a plain Service has none.
+ADAPTIVE_NEEDS_POOL = (
+    "batching.ttftTarget needs routing.mode inferencePool: the endpoint picker holds each engine's adaptive "
+    "in-flight limit, and a plain Service has none; set routing.mode: inferencePool, or remove ttftTarget"
+)
+
 
 def _engine_types_with(feature: str) -> list[str]:
     return [facts.type for facts in builtin_facts() if feature in facts.features]
@@ -152,6 +158,11 @@ class AscendInferenceSpec(Model):
                     "|| " + _cel_engine_is_one_of(_engine_types_with(PREFILL_DELAYER)),
                     "message": "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: "
                     "remove it, or use engine.type sglang",
+                },
+                {
+                    "rule": "!has(self.batching) || !has(self.batching.ttftTarget) || (has(self.routing) && "
+                    "has(self.routing.mode) && self.routing.mode == 'inferencePool')",
+                    "message": ADAPTIVE_NEEDS_POOL,
                 },
             ]
         }
@@ -230,6 +241,12 @@ class AscendInferenceSpec(Model):
                 "batching.prefillDelayer is SGLang's prefill delayer; vllm-ascend has none: remove it, "
                 "or use engine.type sglang"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _adaptive_limit_routed(self) -> AscendInferenceSpec:
+        if self.batching.ttft_target is not None and self.routing.mode != "inferencePool":
+            raise ValueError(ADAPTIVE_NEEDS_POOL)
         return self
 
     @model_validator(mode="after")

@@ -291,10 +291,44 @@ class PrefillDelayer(Model):
     )
 
 
+# The adaptive in-flight limit's rules, as CEL on Batching (and the same sentences from its validator).
+_ADAPTIVE_RULES: list[JsonDict] = [
+    {
+        "rule": "!has(self.minBatchSize) || !has(self.maxBatchSize) || self.minBatchSize <= self.maxBatchSize",
+        "message": "batching.minBatchSize must be at most batching.maxBatchSize",
+    },
+    {
+        "rule": "!has(self.ttftTarget) || has(self.maxBatchSize)",
+        "message": "batching.ttftTarget adapts each engine's in-flight limit up to batching.maxBatchSize: "
+        "set maxBatchSize",
+    },
+    {
+        "rule": "!has(self.minBatchSize) || has(self.ttftTarget)",
+        "message": "batching.minBatchSize is the lower bound of the adaptive in-flight limit: set "
+        "batching.ttftTarget, or remove minBatchSize",
+    },
+]
+
+
 class Batching(Model):
     """Continuous-batching limits (engine defaults when unset) and the engines' own adaptive knobs."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [*_ADAPTIVE_RULES]})
+
     max_batch_size: int | None = Field(default=None, ge=1, description="Sequences in a batch.")
+    min_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="With ttftTarget: the least in-flight requests the endpoint picker keeps allowing each "
+        "engine, however slow its first tokens (default 1).",
+    )
+    ttft_target: Duration | None = Field(
+        default=None,
+        description="A first-token target (500ms, 1s): the endpoint picker adapts each engine's in-flight "
+        "limit between minBatchSize and maxBatchSize to hold it, one more while first tokens come within it "
+        "and the engine's queue is empty, a quarter fewer when not (needs routing.mode inferencePool and "
+        "maxBatchSize; docs/routing.md). Unset: the limit is the engine's maxBatchSize.",
+    )
     max_batch_tokens: int | None = Field(default=None, ge=1, description="Tokens scheduled in one step.")
     chunked_prefill: bool | None = Field(
         default=None,
@@ -304,6 +338,33 @@ class Batching(Model):
     prefill_delayer: PrefillDelayer | None = Field(
         default=None, description="SGLang only: its adaptive prefill delayer (engine.type sglang)."
     )
+
+    @model_validator(mode="after")
+    def _adaptive_limit(self) -> Batching:
+        problems = []
+        if self.ttft_target is not None and self.ttft_target <= 0:
+            problems.append("batching.ttftTarget must be above zero, e.g. 500ms or 1s")
+        if (
+            self.min_batch_size is not None
+            and self.max_batch_size is not None
+            and self.min_batch_size > self.max_batch_size
+        ):
+            problems.append(
+                f"batching.minBatchSize {self.min_batch_size} must be at most batching.maxBatchSize "
+                f"{self.max_batch_size}"
+            )
+        if self.ttft_target is not None and self.max_batch_size is None:
+            problems.append(str(_ADAPTIVE_RULES[1]["message"]))
+        if self.min_batch_size is not None and self.ttft_target is None:
+            problems.append(str(_ADAPTIVE_RULES[2]["message"]))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def adaptive_min(self) -> int:
+        """The adaptive limit's lower bound: minBatchSize, else 1."""
+        return self.min_batch_size or 1
 
 
 _MEMORY_SUM = " + ".join(

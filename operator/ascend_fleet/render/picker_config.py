@@ -1,7 +1,8 @@
 """The endpoint picker's configuration (its ``EndpointPickerConfig``) and the names it refers to.
 
 Scorers over the engines' own metrics, a saturation filter, flow control with one priority band per class;
-with ``spec.variants`` the project's variant filter; with classes the prompt-length classifier; for a two-role
+with ``spec.variants`` the project's variant filter; with ``spec.batching.ttftTarget`` the project's adaptive
+in-flight limit; with classes the prompt-length classifier; for a two-role
 fleet the P/D profiles. :mod:`.routing` puts it into the picker's ConfigMap. Pure.
 """
 
@@ -24,6 +25,8 @@ OBJECTIVE_HEADER = "x-gateway-inference-objective"
 CLASSIFIER_PLUGIN = "prompt-length-objective"
 # The picker's filter by pod label that sends a rewritten request to a pod of the variant it was rewritten to.
 VARIANT_FILTER = "variant-filter"
+# The project's in-flight limit per endpoint that adapts to a first-token target (tools/epp/adaptive).
+ADAPTIVE_LIMIT = "adaptive-batch-limit"
 # The request body field vLLM (``--scheduling-policy priority``) and SGLang (``--enable-priority-scheduling``)
 # read a request's priority from.
 ENGINE_PRIORITY_FIELD = "priority"
@@ -65,6 +68,7 @@ def picker_config(spec: AscendInferenceSpec, owner: Owner | None = None) -> dict
     ]
     detector = saturation_detector(spec)
     variants = variant_filter(spec)
+    adaptive = adaptive_limit(spec)
     classifier = (
         [{"type": CLASSIFIER_PLUGIN, "parameters": classifier_plugin(spec, owner)}]
         if owner is not None and classifies(spec)
@@ -87,6 +91,7 @@ def picker_config(spec: AscendInferenceSpec, owner: Owner | None = None) -> dict
             extractor,
             detector,
             *variants,
+            *adaptive,
             *classifier,
         ],
         "schedulingProfiles": [
@@ -100,6 +105,9 @@ def picker_config(spec: AscendInferenceSpec, owner: Owner | None = None) -> dict
                     # As a filter, before any scorer: an engine whose gauges are stale (its scrapes fail: a
                     # dead engine or node) or that is saturated is passed over while another is not.
                     {"pluginRef": detector["type"]},
+                    # With batching.ttftTarget: of those, the engines under their adaptive in-flight limit
+                    # (all of them when none is; the detector and flow control then hold requests back).
+                    *({"pluginRef": a["type"]} for a in adaptive),
                     {"pluginRef": "queue-scorer", "weight": 2},
                     {"pluginRef": "kv-cache-utilization-scorer", "weight": 2},
                     {"pluginRef": "prefix-cache-scorer", "weight": 3},
@@ -171,6 +179,29 @@ def variant_filter(spec: AscendInferenceSpec) -> list[dict]:
         return []
     models = {served_name(spec.model.name, v): v.name for v in spec.variants}
     return [{"type": VARIANT_FILTER, "parameters": {"label": names.LABEL_VARIANT, "models": models}}]
+
+
+def adaptive_limit(spec: AscendInferenceSpec) -> list[dict]:
+    """The project's adaptive in-flight limit (tools/epp/adaptive) for a fleet with batching.ttftTarget, else
+    nothing: its bounds (minBatchSize, default 1, and maxBatchSize) and the target in milliseconds.
+
+    The plugin is one instance: its filter in the profile(s), its request hooks counting what each engine has in
+    flight and timing each first token; on a two-role fleet it counts the decode endpoint, where requests go.
+    """
+    batching = spec.batching
+    if batching.ttft_target is None or batching.max_batch_size is None:
+        return []
+    target_ms = batching.ttft_target * 1000
+    return [
+        {
+            "type": ADAPTIVE_LIMIT,
+            "parameters": {
+                "minBatchSize": batching.adaptive_min,
+                "maxBatchSize": batching.max_batch_size,
+                "ttftTargetMs": int(target_ms) if target_ms == int(target_ms) else round(target_ms, 3),
+            },
+        }
+    ]
 
 
 def saturation_detector(spec: AscendInferenceSpec) -> dict:
