@@ -102,7 +102,7 @@ LABEL_KEY_PATTERN = (
 )
 
 
-class Placement(Model):
+class PairPlacement(Model):
     """Where the two roles run relative to each other: in one domain of a node label, which the KV transfer needs
     when it moves over a network that does not cross that domain."""
 
@@ -230,8 +230,8 @@ class Disaggregation(Model):
         description="Image of llm-d's P/D sidecar, which decode pods run in front of their engine with "
         "routing.mode inferencePool; default the operator's routing.pdSidecarImage.",
     )
-    placement: Placement = Field(
-        default_factory=Placement,
+    placement: PairPlacement = Field(
+        default_factory=PairPlacement,
         description="Keeps prefill and decode pods in one topology domain (pod affinity toward the fleet's "
         "pods); absent: preferred, over topology.kubernetes.io/zone.",
     )

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from ..api import names
 from ..api.availability import TOPOLOGY_KEYS, Availability
-from ..api.disaggregation import Placement
+from ..api.disaggregation import PairPlacement
 
 # The highest weight a preferred term takes (the API server refuses 0 and anything above 100), so the
 # preference outweighs the scheduler's other scores as far as a preference can.
 PREFERRED_WEIGHT = 100
 
 
-def pair_term(placement: Placement, name: str) -> dict:
+def pair_term(placement: PairPlacement, name: str) -> dict:
     """The affinity term: the fleet's pods (both roles, any revision), in one domain of the topology key."""
     return {
         "labelSelector": {"matchLabels": {names.LABEL_NAME: name}},
@@ -31,7 +31,7 @@ def pair_term(placement: Placement, name: str) -> dict:
     }
 
 
-def apply_pair_placement(pod_spec: dict, placement: Placement, name: str) -> None:
+def apply_pair_placement(pod_spec: dict, placement: PairPlacement, name: str) -> None:
     """Append the fleet's affinity term to a rendered pod spec, after the template merge (a template's own
     podAffinity terms stay beside it); mode none adds nothing."""
     if placement.mode == "none":
@@ -45,7 +45,7 @@ def apply_pair_placement(pod_spec: dict, placement: Placement, name: str) -> Non
     affinity[key] = [*affinity.get(key, []), entry]
 
 
-def placement_problems(placement: Placement, availability: Availability | None) -> list[str]:
+def placement_problems(placement: PairPlacement, availability: Availability | None) -> list[str]:
     """A required placement over the very domain spec.availability spreads leaders across: no second leader
     could ever start (each a sentence)."""
     if placement.mode != "required" or availability is None:
