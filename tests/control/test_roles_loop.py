@@ -143,9 +143,10 @@ def test_a_prefill_rule_that_holds_scales_the_prefill_role_only():
     )
 
 
-def test_a_rule_that_does_not_hold_scales_nothing():
+def test_a_rule_that_does_not_hold_on_healthy_npus_scales_and_replaces_nothing():
     kube, _ = _cycle(ttft=0.5)
     assert kube.spec_patches == [] and "actions" not in kube.body.get("status", {})
+    assert kube.pod_patches == []
 
 
 def test_a_scale_the_ratio_stops_is_recorded_and_announced_but_not_written():
@@ -177,8 +178,3 @@ def test_a_faulty_npu_under_the_prefill_replica_replaces_it_and_no_decode_replic
     kube, _ = _cycle(ttft=0.5, faulty=("prefill", 0))
     assert [leader for leader, _ in kube.pod_patches] == ["qwen-pd-prefill-0"]
     assert [r["target"] for r in kube.body["status"]["actions"]] == ["prefill-replica-0"]
-
-
-def test_healthy_npus_replace_nothing():
-    kube, _ = _cycle(ttft=0.5)
-    assert kube.pod_patches == [] and "actions" not in kube.body.get("status", {})

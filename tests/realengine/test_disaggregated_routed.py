@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,7 +28,7 @@ from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port
 from ascend_fleet_dev.real.disaggregation import PREFILL_HEADER, SOURCE_COMPUTED, SOURCE_TRANSFERRED
 from ascend_fleet_dev.real.pdpods import DisaggregatedPods
 from ascend_fleet_dev.real.poolendpoints import PoolRef
-from tests.routing.test_dataplane import UPSTREAM_CRDS, binaries, session  # noqa: F401 (binaries: a fixture)
+from tests.routing.test_dataplane import binaries, pool_namespace, session  # noqa: F401 (binaries: a fixture)
 from tests.routing.test_disaggregation import NAME, ROLE_LABEL, ROLES, inference
 
 from .support import vllm_cpu_or_skip
@@ -66,10 +65,7 @@ class Chain:
 @pytest.fixture(scope="module")
 def chain(real_cluster, binaries, tmp_path_factory):  # noqa: F811 (binaries is the imported fixture)
     environment, sidecar = vllm_cpu_or_skip(), sidecar_or_skip()
-    namespace = f"pd-real-{uuid.uuid4().hex[:6]}"
-    real_cluster.kubectl("create", "namespace", namespace)
-    real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
-    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
+    namespace = pool_namespace(real_cluster, "pd-real")
     obj = inference(namespace)
     objects = render_all(obj)
     (pool,) = [o for o in objects if o["kind"] == "InferencePool"]

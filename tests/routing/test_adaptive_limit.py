@@ -10,7 +10,6 @@ still served.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import urllib.request
 import uuid
@@ -26,13 +25,12 @@ from ascend_fleet.render.picker_config import OBJECTIVE_HEADER, objective_name, 
 from ascend_fleet.render.routing import picker_args, picker_name
 from ascend_fleet_dev.fleet.engines import SimulatedEngines
 from ascend_fleet_dev.fleet.scenario import Scenario
-from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable, Envoy, Picker, ensure_picker, free_port
+from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port
 from ascend_fleet_dev.real.poolendpoints import PoolRef
+from tests.routing.test_dataplane import binaries, pool_namespace  # noqa: F401 (binaries: a fixture)
 from tests.support.documents import inference
-from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.e2e
-UPSTREAM_CRDS = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
 NAME = "llm"
 SLOTS, FLOOR = 4, 2
 LIMIT = re.compile(r'^ascend_fleet_adaptive_batch_limit\{endpoint="([^"]+)"\} (\S+)$', re.M)
@@ -54,17 +52,8 @@ async def complete(url: str, header: str) -> int:
         return response.status
 
 
-def test_late_first_tokens_bring_each_limit_down_to_the_floor(real_cluster, tmp_path):
-    try:
-        binary = ensure_picker(progress=lambda line: print(line, flush=True))
-    except DataPlaneUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the data plane: {error}")
-        pytest.skip(str(error))
-    namespace = f"adaptive-{uuid.uuid4().hex[:6]}"
-    real_cluster.kubectl("create", "namespace", namespace)
-    real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
-    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
+def test_late_first_tokens_bring_each_limit_down_to_the_floor(real_cluster, binaries, tmp_path):  # noqa: F811
+    namespace = pool_namespace(real_cluster, "adaptive")
     engines = SimulatedEngines(Scenario.constant(0.0))
     real_cluster.kubelet.add_listener(engines)
     picker = envoy = None
@@ -92,7 +81,9 @@ def test_late_first_tokens_bring_each_limit_down_to_the_floor(real_cluster, tmp_
         args = picker_args(
             Owner.of(obj), grpc_port=free_port(), health_port=free_port(), metrics_port=free_port()
         )
-        picker = Picker(args, picker_config(obj.spec), kubeconfig, binary=binary).start(timeout=scaled(60.0))
+        picker = Picker(args, picker_config(obj.spec), kubeconfig, binary=binaries[0]).start(
+            timeout=scaled(60.0)
+        )
         envoy = Envoy(picker_port=picker.grpc_port, pool=PoolRef(real_cluster.kube, namespace, NAME),
                       fallbacks=picker.fallbacks).start(timeout=scaled(60.0))  # fmt: skip
         header = objective_name(NAME, obj.spec.routing.classes[0])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import urllib.request
 import uuid
@@ -31,38 +30,21 @@ from ascend_fleet_dev.fleet.scenario import Scenario
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.real.argv import replace_flag
 from ascend_fleet_dev.real.dataplane import (
-    DataPlaneUnavailable,
     Envoy,
     Picker,
-    ensure_picker,
-    envoy_binary,
 )
 from ascend_fleet_dev.real.poolendpoints import PoolRef
-from tests.support.paths import ROOT
+from tests.routing.test_dataplane import binaries, pool_namespace  # noqa: F401 (binaries: a fixture)
 
 pytestmark = pytest.mark.e2e
-UPSTREAM_CRDS = ROOT / "charts" / "ascend-fleet" / "files" / "inference-extension"
 NAME = "llm"
 REQUESTS = re.compile(r"^inference_objective_request_total\{([^}]*)\} ([0-9.e+]+)$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
-def binaries():
-    try:
-        return ensure_picker(progress=lambda line: print(line, flush=True)), envoy_binary()
-    except DataPlaneUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the data plane: {error}")
-        pytest.skip(str(error))
-
-
-@pytest.fixture(scope="module")
-def fleet(real_cluster, binaries, tmp_path_factory):
+def fleet(real_cluster, binaries, tmp_path_factory):  # noqa: F811 (binaries is the imported fixture)
     """The seeds' default classes with engine priority; (url, picker)."""
-    namespace = f"classify-{uuid.uuid4().hex[:6]}"
-    real_cluster.kubectl("create", "namespace", namespace)
-    real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
-    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
+    namespace = pool_namespace(real_cluster, "classify")
     engines = SimulatedEngines(Scenario.constant(0.0))
     real_cluster.kubelet.add_listener(engines)
     processes: list = []

@@ -68,6 +68,16 @@ def binaries():
         pytest.skip(str(error))
 
 
+def pool_namespace(real_cluster, prefix: str) -> str:
+    """A fresh namespace named ``<prefix>-<random>``, with the Gateway API Inference Extension's CRDs
+    established; its name."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    real_cluster.kubectl("create", "namespace", namespace)
+    real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
+    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
+    return namespace
+
+
 def inference(namespace: str) -> AscendInference:
     doc = (
         inference_document(NAME, "qwen")
@@ -100,10 +110,7 @@ class Routed:
 
 @pytest.fixture(scope="module")
 def routed(real_cluster, binaries, tmp_path_factory):
-    namespace = f"routing-{uuid.uuid4().hex[:6]}"
-    real_cluster.kubectl("create", "namespace", namespace)
-    real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
-    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
+    namespace = pool_namespace(real_cluster, "routing")
     engines = SimulatedEngines(Scenario.constant(0.0))
     real_cluster.kubelet.add_listener(engines)
     picker = envoy = None

@@ -27,7 +27,7 @@ from ascend_fleet_dev.fleet.engines import SimulatedEngines
 from ascend_fleet_dev.fleet.scenario import Scenario
 from ascend_fleet_dev.real.dataplane import Envoy, Picker, free_port
 from ascend_fleet_dev.real.poolendpoints import PoolRef
-from tests.routing.test_dataplane import UPSTREAM_CRDS, binaries, session  # noqa: F401 (binaries: a fixture)
+from tests.routing.test_dataplane import binaries, pool_namespace, session  # noqa: F401 (binaries: a fixture)
 from tests.support.documents import inference as inference_document
 
 pytestmark = pytest.mark.e2e
@@ -80,10 +80,7 @@ class Plane:
 
 @pytest.fixture(scope="module")
 def plane(real_cluster, binaries, tmp_path_factory):  # noqa: F811 (binaries is the imported fixture)
-    namespace = f"variants-{uuid.uuid4().hex[:6]}"
-    real_cluster.kubectl("create", "namespace", namespace)
-    real_cluster.kubectl("apply", "--server-side", "-f", str(UPSTREAM_CRDS))
-    real_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(UPSTREAM_CRDS))
+    namespace = pool_namespace(real_cluster, "variants")
     engines = SimulatedEngines(Scenario.constant(0.0))
     real_cluster.kubelet.add_listener(engines)
     try:
