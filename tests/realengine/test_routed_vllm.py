@@ -246,7 +246,8 @@ def test_completions_and_chat_through_the_pool_are_answered_by_vllm(routed):
 
 
 class Gauges(threading.Thread):
-    """Samples one engine's running and waiting gauges (its own /metrics) every 0.1 s until stopped."""
+    """Samples one engine's running and waiting gauges (its own /metrics) every 0.1 s until stopped; a read
+    that ends after the stop is dropped."""
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(name=f"gauges {engine.pod}", daemon=True)
@@ -260,6 +261,10 @@ class Gauges(threading.Thread):
             except (AssertionError, OSError):
                 series = []
             gauge = {s.name: s.value for s in series if s.name in (RUNNING, WAITING)}
+            # A read that ends after the halt may have seen the flood cancelled (the halt comes first), so it
+            # does not count; one that ended before the halt read the engine while the flood still ran.
+            if self.halt.is_set():
+                return
             if len(gauge) == 2:
                 self.seen.append((gauge[RUNNING], gauge[WAITING]))
             if self.halt.wait(0.1):
@@ -328,6 +333,9 @@ def saturate_and_route(
                 statuses = []
                 for _ in range(ROUTED):
                     statuses.append(await routed_request(client, entry, refused))
+                # And one sample read after the last routed request, so the samples span the routed ones.
+                taken = len(gauges.seen)
+                await asyncio.to_thread(wait_for, lambda: len(gauges.seen) > taken, 60, "a last sample", 0.1)
                 return statuses
             finally:
                 gauges.halt.set()
