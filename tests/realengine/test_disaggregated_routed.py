@@ -72,6 +72,7 @@ def chain(real_cluster, binaries, tmp_path_factory):  # noqa: F811 (binaries is 
     pods = [o for o in objects if o["kind"] == "Pod"]
     listener = DisaggregatedPods(
         environment,
+        namespace=namespace,
         label=ROLE_LABEL,
         port=pool["spec"]["targetPorts"][0]["number"],
         served_name=served_name(pods[0]),

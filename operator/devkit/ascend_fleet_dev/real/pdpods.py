@@ -14,54 +14,14 @@ decode pod's address. Requests, ``/health`` and ``/metrics`` pass through it unc
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import socketserver
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ascend_fleet_dev.real.disaggregation import ENGINE_START_TIMEOUT, PdSidecar, TinyEngine
+from ascend_fleet_dev.real.tcprelay import TcpRelay
 from ascend_fleet_dev.real.vllm_env import VllmCpu
-
-_CHUNK = 65536
-
-
-class TcpRelay(socketserver.ThreadingTCPServer):
-    """Every connection to ``(host, port)`` forwarded to ``127.0.0.1:target``, both ways, until either closes."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, host: str, port: int, target: int) -> None:
-        self.target = target
-        super().__init__((host, port), _Forward)
-        threading.Thread(target=self.serve_forever, name=f"relay {host}:{port}", daemon=True).start()
-
-    def close(self) -> None:
-        self.shutdown()
-        self.server_close()
-
-
-class _Forward(socketserver.BaseRequestHandler):
-    server: TcpRelay
-
-    def handle(self) -> None:
-        with socket.create_connection(("127.0.0.1", self.server.target), timeout=600) as upstream:
-            back = threading.Thread(target=_pipe, args=(upstream, self.request), daemon=True)
-            back.start()
-            _pipe(self.request, upstream)
-            back.join()
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    """Copy until ``source`` ends, then end ``sink``'s writing side."""
-    with contextlib.suppress(OSError):
-        while data := source.recv(_CHUNK):
-            sink.sendall(data)
-    with contextlib.suppress(OSError):
-        sink.shutdown(socket.SHUT_WR)
 
 
 class DisaggregatedPods:
@@ -71,14 +31,18 @@ class DisaggregatedPods:
         self,
         environment: VllmCpu,
         *,
+        namespace: str,
         label: str,
         port: int,
         served_name: str,
         workdir: Path,
         sidecar_binary: str | Path | None = None,
     ) -> None:
-        """``label`` names a pod's role (``prefill`` or ``decode``), ``port`` is the pool's target port."""
+        """Runs the pods of ``namespace`` alone: the node agent tells every listener of every pod, and another
+        namespace's pods may bear the same names (one being deleted must not stop these). ``label`` names a
+        pod's role (``prefill`` or ``decode``), ``port`` is the pool's target port."""
         self.environment, self.label, self.port, self.served_name = environment, label, port, served_name
+        self.namespace = namespace
         self.workdir, self.sidecar_binary = workdir, sidecar_binary
         self.shared = workdir / "kv"
         self.shared.mkdir(parents=True, exist_ok=True)
@@ -89,7 +53,7 @@ class DisaggregatedPods:
     def on_pod_running(self, pod: dict[str, Any]) -> None:
         role = pod["metadata"].get("labels", {}).get(self.label)
         name, ip = pod["metadata"]["name"], pod["status"]["podIP"]
-        if role not in ("prefill", "decode"):
+        if role not in ("prefill", "decode") or not self._mine(pod):
             return
         workdir = self.workdir / name
         workdir.mkdir(exist_ok=True)
@@ -116,10 +80,15 @@ class DisaggregatedPods:
             sidecar.start()
 
     def on_pod_stopped(self, pod: dict[str, Any]) -> None:
+        if not self._mine(pod):
+            return
         with self._lock:
             stops = self._stops.pop(pod["metadata"]["name"], [])
         for stop in stops:
             stop()
+
+    def _mine(self, pod: Mapping[str, Any]) -> bool:
+        return bool(pod["metadata"].get("namespace") == self.namespace)
 
     def wait_healthy(self, timeout: float = ENGINE_START_TIMEOUT) -> None:
         """Wait until both engines answer ``/health``."""
