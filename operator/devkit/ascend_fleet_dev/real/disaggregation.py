@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import tempfile
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -172,13 +172,18 @@ class PdSidecar(Process):
     name = "pd-sidecar"
 
     def __init__(
-        self, decode_port: int, *, binary: str | Path | None = None, workdir: str | Path | None = None
+        self,
+        decode_port: int,
+        *,
+        binary: str | Path | None = None,
+        workdir: str | Path | None = None,
+        flags: Sequence[str] = ("-connector", SIDECAR_CONNECTOR, "-secure-proxy=false"),
     ) -> None:
+        """On a free port, in front of the engine on ``127.0.0.1:decode_port``, with ``flags`` beside."""
         super().__init__(workdir)
         self.binary = Path(binary) if binary else ensure_pd_sidecar()
         self.port = free_port()
-        self.argv = [str(self.binary), "-port", str(self.port), "-vllm-port", str(decode_port),
-                     "-connector", SIDECAR_CONNECTOR, "-secure-proxy=false"]  # fmt: skip
+        self.argv = [str(self.binary), "-port", str(self.port), "-vllm-port", str(decode_port), *flags]
 
     @property
     def url(self) -> str:

@@ -12,6 +12,8 @@ serves the OpenAI API (a replica's leader), it does what a kubelet does with the
   (the exporter plugin, loaded by vLLM, listens on a free port of the host: every pod shares it);
 - with a Prometheus attached, each pod's metrics port is a scrape target (group ``real-engines``, the labels
   the simulated engines' targets carry) from the moment it answers until the pod stops;
+- a decode pod's ``pd-sidecar`` container (a routed two-role fleet) runs beside its engine as llm-d's
+  sidecar, its flags translated by :mod:`~ascend_fleet_dev.real.podsidecar`;
 - each engine takes about 3 GiB, so at most ``limit`` run at once; a pod beyond that is refused (phase
   Failed) with one line that says why.
 
@@ -32,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
+from ascend_fleet.render.pdsidecar import PD_SIDECAR_CONTAINER
 from ascend_fleet.render.template import ENGINE_CONTAINER
 from ascend_fleet_dev.fleet.enginepods import (
     METRICS_PORT_NAME,
@@ -43,6 +46,14 @@ from ascend_fleet_dev.fleet.prometheus import Target
 from ascend_fleet_dev.fleet.serving import DEFAULT_ENGINE
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.local.process import LocalProcess, ProcessFailed
+from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable
+from ascend_fleet_dev.real.disaggregation import ensure_pd_sidecar
+from ascend_fleet_dev.real.podsidecar import (
+    PodSidecar,
+    SidecarUnfit,
+    pod_sidecar_container,
+    start_pod_sidecar,
+)
 from ascend_fleet_dev.real.vllm_engine import NotAnEngine, health_probe, serve_process, translate
 from ascend_fleet_dev.real.vllm_env import VllmCpu
 from ascend_fleet_exporter.config import ENV_SPOOL_DIR
@@ -84,6 +95,7 @@ class RealEngine:
     health_path: str
     exporter_port: int
     relay: ThreadingHTTPServer | None = None
+    sidecar: PodSidecar | None = None  # a decode pod's P/D sidecar (a routed two-role fleet)
 
 
 def named_port(container: Mapping[str, Any], port: int | str) -> int | None:
@@ -137,10 +149,13 @@ class RealEngines:
         workdir: str | Path | None = None,
         start_timeout: float = START_TIMEOUT,
         prometheus: TargetGroups | None = None,
+        sidecar_binary: str | Path | None = None,
     ) -> None:
         """Run servers from ``environment``, at most ``limit`` at once; ``controls`` report failed starts;
-        ``prometheus`` scrapes each pod's metrics port once it answers."""
+        ``prometheus`` scrapes each pod's metrics port once it answers; a decode pod's P/D sidecar runs from
+        ``sidecar_binary`` (default: the cached build, made when the first such pod comes)."""
         self.environment = environment
+        self.sidecar_binary = Path(sidecar_binary) if sidecar_binary else None
         self.controls = controls
         self.limit = limit
         self.start_timeout = start_timeout
@@ -187,12 +202,25 @@ class RealEngines:
         if full:
             self._refuse(key)
             return
+        sidecar = pod_sidecar_container(pod)
+        if sidecar is not None:
+            try:
+                engine.sidecar = self._start_sidecar(
+                    sidecar, downward_values(pod)["status.podIP"] or "127.0.0.1"
+                )
+            except (DataPlaneUnavailable, SidecarUnfit, OSError) as error:
+                _log.warning("the P/D sidecar of pod %s/%s did not start: %s", *key, error)
+                engine.process.stop()
+                self.controls.crash(*key, PD_SIDECAR_CONTAINER)
+                return
         try:
             engine.process.wait_ready(
                 health_probe(engine.url, engine.health_path), self.start_timeout, interval=1.0
             )
         except ProcessFailed as error:
             _log.warning("vllm serve for pod %s/%s did not start: %s", *key, error)
+            if engine.sidecar is not None:
+                engine.sidecar.stop()
             engine.process.stop()
             self.controls.crash(*key, ENGINE_CONTAINER)
             return
@@ -279,6 +307,14 @@ class RealEngines:
             str(pod["metadata"].get("uid")), process, f"http://{ip}:{port}", path, exporter_port
         )
 
+    def _start_sidecar(self, container: Mapping[str, Any], ip: str) -> PodSidecar:
+        if self.sidecar_binary is None:
+            self.sidecar_binary = ensure_pd_sidecar()
+        work = Path(tempfile.mkdtemp(prefix="pd-sidecar-", dir=self.workdir))
+        sidecar = start_pod_sidecar(container, ip, binary=self.sidecar_binary, workdir=work)
+        _log.info("P/D sidecar on %s:%d (%s)", ip, sidecar.flags.port, "; ".join(sidecar.flags.changes))
+        return sidecar
+
     def _relay(self, pod: Mapping[str, Any], engine: RealEngine) -> ThreadingHTTPServer | None:
         container = engine_container(pod) or {}
         port = named_port(container, METRICS_PORT_NAME)
@@ -331,6 +367,8 @@ def _read(url: str) -> bytes:
 
 
 def _stop(engine: RealEngine) -> None:
+    if engine.sidecar is not None:
+        engine.sidecar.stop()
     if engine.relay is not None:
         engine.relay.shutdown()
         engine.relay.server_close()
