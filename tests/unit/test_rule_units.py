@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from ascend_fleet.api.catalog import SECONDS, format_value
 from ascend_fleet.api.policy import Rule
@@ -56,3 +57,27 @@ def test_a_step_percentage_is_whole_percents():
     (parsed,) = valid.obj.spec.rules
     assert parsed.step == 13
     assert parsed.model_dump(by_alias=True)["step"] == 13
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "npu_utilization > 85% for 5m -> scale_up",
+        "kv_cache_usage < 20% for 15m -> scale_down decode",
+        "ttft_p99 >= 500ms for 2m -> scale_up prefill",
+    ],
+)
+def test_a_rule_written_as_text_is_refused_with_the_object_it_reads_as(text):
+    """The object the sentence proposes is itself a valid rule, and reads back as the text that was written."""
+    with pytest.raises(InvalidSpec) as refused:
+        validate(cr(rules=[text]))
+    proposal = str(refused.value).split(" as ", 1)[1]
+    obj = Rule.model_validate(yaml.safe_load(proposal))
+    assert obj.describe() == text
+
+
+def test_text_that_is_no_rule_is_refused_with_an_example_and_is_not_echoed_whole():
+    with pytest.raises(
+        InvalidSpec, match=r"a rule is an object, not the text 'x{80}\.\.\.': write it as \{metric"
+    ):
+        validate(cr(rules=["x" * 5000]))

@@ -5,6 +5,7 @@ Request scheduling and priority classes, routing, autoscaling, the control loop'
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
@@ -292,6 +293,34 @@ _VARIANT_RULE: JsonDict = {
 }
 
 
+# The text form of a rule, as ``Rule.describe`` writes it: ``<metric> <comparison> <threshold> for <window> ->
+# <action> [<role>]``.
+_RULE_TEXT = re.compile(
+    r"\s*(?P<metric>[a-z0-9_]+)\s*(?P<comparison>>=|<=|>|<)\s*(?P<threshold>[0-9.]+%?[a-z]*)\s+for\s+"
+    r"(?P<window>[0-9]+[smhd])\s*->\s*(?P<action>[a-z_]+)(?:\s+(?P<role>prefill|decode))?\s*"
+)
+# Text longer than any rule is not echoed back whole.
+_TEXT_SHOWN = 80
+
+
+def text_rule_sentence(text: str) -> str:
+    """Why a rule written as text is refused, with the object it reads as when it follows the text form."""
+    found = _RULE_TEXT.fullmatch(text[: _TEXT_SHOWN * 2])
+    if found is None:
+        shown = text if len(text) <= _TEXT_SHOWN else text[:_TEXT_SHOWN] + "..."
+        return (
+            f"a rule is an object, not the text {shown!r}: write it as {{metric: npu_utilization, "
+            "threshold: 85%, for: 5m, action: scale_up}"
+        )
+    parts = [f"metric: {found['metric']}"]
+    if found["comparison"] != ">":
+        parts.append(f'comparison: "{found["comparison"]}"')
+    parts += [f"threshold: {found['threshold']}", f"for: {found['window']}", f"action: {found['action']}"]
+    if found["role"]:
+        parts.append(f"role: {found['role']}")
+    return f"a rule is an object, not text: write {text.strip()!r} as {{{', '.join(parts)}}}"
+
+
 class Rule(Model):
     """``<metric> <comparison> <threshold> for <window> -> <action>``."""
 
@@ -354,7 +383,10 @@ class Rule(Model):
     @model_validator(mode="before")
     @classmethod
     def _threshold_fits_metric(cls, data: object) -> object:
-        """A duration for a latency, a percentage for a ratio: checked on the threshold as written."""
+        """A duration for a latency, a percentage for a ratio: checked on the threshold as written. A rule
+        written as text (the form rules are described in) is refused with the object it reads as."""
+        if isinstance(data, str):
+            raise ValueError(text_rule_sentence(data))
         if isinstance(data, dict):
             problem = threshold_unit_problem(data.get("metric"), data.get("threshold"))
             if problem is not None:
