@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -39,11 +39,12 @@ from bench.failover import NAME, example, prepare_namespace
 
 NAMESPACE = "picker-failover"
 STEADY = 5  # answers in a row that count as served again
+MODEL = "qwen2.5-1.5b"  # the served model of the example (spec.model.name)
 
 
-def completion(url: str, prompt: str, max_tokens: int) -> urllib.request.Request:
+def completion(url: str, prompt: str, max_tokens: int, model: str = MODEL) -> urllib.request.Request:
     """A short completion request to the OpenAI API at ``url``."""
-    body = json.dumps({"model": "qwen2.5-1.5b", "prompt": prompt, "max_tokens": max_tokens}).encode()
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens}).encode()
     return urllib.request.Request(
         url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
     )
@@ -51,34 +52,41 @@ def completion(url: str, prompt: str, max_tokens: int) -> urllib.request.Request
 
 @dataclass
 class Traffic:
-    """(seconds since start, answered) per request, sent by one thread at a fixed rate to the pool ``NAME``
-    in ``namespace`` through its gateway; ``ended`` the second each answer (or failure) came, in the same order."""
+    """(seconds since start, answered) per request, sent by one thread at a fixed rate to the pool ``pool``
+    in ``namespace`` through its gateway; ``ended`` the second each answer (or failure) came, and ``answers``
+    the response headers named in ``kept`` that it carried, in the same order."""
 
     pickers: LocalPods
     rate: float
     namespace: str = NAMESPACE
+    pool: str = NAME
+    model: str = MODEL
+    kept: tuple[str, ...] = ()
     results: list[tuple[float, bool]] = field(default_factory=list)
     ended: list[float] = field(default_factory=list)
+    answers: list[dict[str, str]] = field(default_factory=list)
     began: float = field(default_factory=time.monotonic)
     _stop: threading.Event = field(default_factory=threading.Event)
 
-    def _one(self) -> bool:
-        url = self.pickers.gateway_url(self.namespace, NAME)
+    def _one(self) -> tuple[bool, dict[str, str]]:
+        url = self.pickers.gateway_url(self.namespace, self.pool)
         if url is None:
-            return False
+            return False, {}
         # A prompt of its own: identical ones would (rightly) draw the picker's prefix-cache affinity to one
         # replica, and a replica that gets no traffic shows no failover.
-        request = completion(url, f"{uuid.uuid4().hex} hello", 2)
+        request = completion(url, f"{uuid.uuid4().hex} hello", 2, self.model)
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
-                return answer.status == 200
+                kept = {name: answer.headers[name] for name in self.kept if answer.headers.get(name)}
+                return answer.status == 200, kept
         except (urllib.error.URLError, OSError):
-            return False
+            return False, {}
 
     def run(self) -> None:
         while not self._stop.is_set():
             sent = time.monotonic()
-            answered = self._one()
+            answered, kept = self._one()
+            self.answers.append(kept)  # before results: a reader of results finds its answer
             self.results.append((sent - self.began, answered))
             self.ended.append(self.now())
             self._stop.wait(max(1 / self.rate - (time.monotonic() - sent), 0))
@@ -149,14 +157,15 @@ class PlannedRun:
     removed: dict[str, int] = field(default_factory=dict)
 
 
-def _engine_pods(kube: Kube) -> list[dict]:
-    return [p for p in kube.list("Pod", NAMESPACE, {names.LABEL_NAME: NAME}) if not is_picker_pod(p)]
+def engine_pods(kube: Kube, namespace: str = NAMESPACE, name: str = NAME) -> list[dict]:
+    return [p for p in kube.list("Pod", namespace, {names.LABEL_NAME: name}) if not is_picker_pod(p)]
 
 
-def _settled(kube: Kube, replicas: int) -> bool:
-    """Every wanted replica ready at the current revision, and no engine pod draining or being deleted."""
-    status = kube.get(names.KIND, NAMESPACE, NAME).get("status") or {}
-    pods = _engine_pods(kube)
+def settled(kube: Kube, replicas: int, namespace: str = NAMESPACE, name: str = NAME) -> bool:
+    """Every wanted replica ready at the current revision (both roles' on a two-role fleet, as its status
+    counts them), and no engine pod draining or being deleted."""
+    status = kube.get(names.KIND, namespace, name).get("status") or {}
+    pods = engine_pods(kube, namespace, name)
     moving = [
         p
         for p in pods
@@ -171,22 +180,36 @@ def _settled(kube: Kube, replicas: int) -> bool:
     )
 
 
-def _operate(kube: Kube, traffic: Traffic, name: str, change, replicas: int, run: PlannedRun) -> None:
-    """Apply ``change`` and count the requests that fail until the fleet is settled at ``replicas``."""
-    start, before = len(traffic.results), {p["metadata"]["uid"] for p in _engine_pods(kube)}
+def operate(
+    kube: Kube,
+    traffic: Traffic,
+    name: str,
+    change: Callable[[], object],
+    replicas: int,
+    run: PlannedRun,
+    namespace: str = NAMESPACE,
+    fleet: str = NAME,
+) -> None:
+    """Apply ``change`` and count the requests that fail until the fleet ``fleet`` is settled at ``replicas``."""
+    start, before = len(traffic.results), {p["metadata"]["uid"] for p in engine_pods(kube, namespace, fleet)}
     change()
     time.sleep(1)  # the operator's first write lands before "settled" can be read off the old state
-    wait_for(lambda: _settled(kube, replicas), 180, f"the fleet settled after the {name}", interval=0.5)
+    wait_for(
+        lambda: settled(kube, replicas, namespace, fleet),
+        180,
+        f"the fleet settled after the {name}",
+        interval=0.5,
+    )
     window = traffic.results[start:]
     run.failed[name], run.sent[name] = sum(not ok for _, ok in window), len(window)
-    run.removed[name] = len(before - {p["metadata"]["uid"] for p in _engine_pods(kube)})
+    run.removed[name] = len(before - {p["metadata"]["uid"] for p in engine_pods(kube, namespace, fleet)})
     if not run.removed[name]:
         raise RuntimeError(f"the {name} removed no engine pod: the operation did not happen")
 
 
 def _planned(kube: Kube, traffic: Traffic) -> PlannedRun:
     run = PlannedRun({}, {})
-    _operate(kube, traffic, "scale_in", lambda: _patch_spec(kube, {"parallelism": {"data": 2}}), 2, run)
+    operate(kube, traffic, "scale_in", lambda: _patch_spec(kube, {"parallelism": {"data": 2}}), 2, run)
 
     def restart() -> None:
         (leader,) = [
@@ -195,9 +218,9 @@ def _planned(kube: Kube, traffic: Traffic) -> PlannedRun:
         ]
         kube.patch("Pod", NAMESPACE, leader, drain_patch(rfc3339_ms(time.time()), "rule restart (bench)"))
 
-    _operate(kube, traffic, "restart", restart, 2, run)
+    operate(kube, traffic, "restart", restart, 2, run)
     rollout = {"template": {"metadata": {"annotations": {"bench.ascendfleet.io/rollout": "1"}}}}
-    _operate(kube, traffic, "rollout", lambda: _patch_spec(kube, rollout), 2, run)
+    operate(kube, traffic, "rollout", lambda: _patch_spec(kube, rollout), 2, run)
     return run
 
 
@@ -211,6 +234,7 @@ class Routed:
 
     pickers: LocalPods
     engines: SimulatedEngines
+    model: str = MODEL
 
     def warm(self) -> None:
         """One request straight to each serving engine. An engine that has served none reports the
@@ -220,7 +244,9 @@ class Routed:
             address = self.engines.api_endpoint(pod.namespace, pod.name)
             if address is None:
                 continue
-            with urllib.request.urlopen(completion(f"http://{address}", "warm", 1), timeout=10) as answer:
+            with urllib.request.urlopen(
+                completion(f"http://{address}", "warm", 1, self.model), timeout=10
+            ) as answer:
                 answer.read()
 
     def answered(self) -> dict[str, int]:
@@ -244,26 +270,32 @@ class Routed:
 
 
 @contextmanager
-def routed(local: Stack, namespace: str, doc: dict) -> Iterator[Routed]:
+def routed(
+    local: Stack, namespace: str, doc: dict, *, echoed: Sequence[str] = (), upstream_header: str | None = None
+) -> Iterator[Routed]:
     """``doc`` (an inference with ``routing.mode: inferencePool``) applied in ``namespace`` and reconciled
     by the operator, its engines simulated and its picker pods (with their gateways) running here; yields
-    once two pickers run and one leads."""
+    once two pickers run and one leads. ``echoed`` and ``upstream_header`` go to the pool's gateway
+    (:class:`LocalPods`)."""
     kube = local.cluster.kube()
+    name, model = doc["metadata"]["name"], doc["spec"]["model"]["name"]
     install_inference_extension(kube)
     prepare_namespace(kube, namespace)
     engines = SimulatedEngines(Scenario.constant(0.0))
     local.cluster.kubelet.add_listener(engines)
     try:
         with (
-            LocalPods(kube, local.cluster.control_plane) as pickers,
+            LocalPods(
+                kube, local.cluster.control_plane, echoed=echoed, upstream_header=upstream_header
+            ) as pickers,
             OperatorThread(OperatorContext(OperatorSettings(), local.cluster.kube()), RunOptions()),
         ):
             local.cluster.kubelet.add_listener(pickers)
             try:
                 kube.create(doc)
-                wait_for(lambda: len(pickers.pool_routes(namespace, NAME)) == 2, 180, "two picker pods")
-                wait_for(lambda: pickers.route(namespace, NAME), 60, "a serving picker")
-                yield Routed(pickers, engines)
+                wait_for(lambda: len(pickers.pool_routes(namespace, name)) == 2, 180, "two picker pods")
+                wait_for(lambda: pickers.route(namespace, name), 60, "a serving picker")
+                yield Routed(pickers, engines, model)
             finally:
                 local.cluster.kubelet.remove_listener(pickers)
     finally:
@@ -284,7 +316,7 @@ def run_routed(
     ):
         pickers = fleet.pickers
         kube = local.cluster.kube()
-        wait_for(lambda: _settled(kube, 3), 180, "three replicas serving")
+        wait_for(lambda: settled(kube, 3), 180, "three replicas serving")
         fleet.warm()
         with Traffic(pickers, rate) as traffic:
             wait_for(traffic.steady, 60, "steady answers")

@@ -110,3 +110,27 @@ def test_the_dev_fleets_targets_carry_the_pods_role():
             assert found is not None
             roles.add((found.inference, scrape_target(found).labels.get("pd_role")))
     assert roles == {("pd", "prefill"), ("pd", "decode"), ("one", None)}
+
+
+def test_a_routed_decode_pod_is_served_on_its_sidecars_port():
+    """The InferencePool targets the sidecar's port on a routed decode leader: the simulated engine answers there;
+    prefill pods and unrouted decode pods keep the engine's own port."""
+    from ascend_fleet.render import validate
+    from ascend_fleet.render.children import render_all
+    from ascend_fleet_dev.fleet.enginepods import engine_pod
+    from tests.support.documents import inference
+
+    split = {"prefill": {"parallelism": {"tensor": 4}}, "decode": {"parallelism": {"tensor": 2, "data": 2}}}
+    ports = {}
+    for mode in ("inferencePool", "service"):
+        doc = inference("pd").engine("vllm-ascend").merge(disaggregation=split).routing(mode).build()
+        for pod in (o for o in render_all(validate(doc).obj) if o["kind"] == "Pod"):
+            found = engine_pod(pod, now=0.0)
+            assert found is not None
+            ports[(mode, found.pd_role)] = found.api_port
+    assert ports == {
+        ("inferencePool", "prefill"): 8000,
+        ("inferencePool", "decode"): 8000,  # the sidecar's; the engine behind it is on 8200
+        ("service", "prefill"): 8000,
+        ("service", "decode"): 8000,
+    }

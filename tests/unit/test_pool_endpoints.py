@@ -293,3 +293,19 @@ def test_an_endpoint_that_left_the_pool_stays_reachable_by_name_for_the_linger(t
     assert hosts(path) == ["127.0.1.1:8000", "127.0.1.3:8000"] and draining(path) == []
     # The pickers' file lingers nothing by default.
     assert FollowedEndpoints(lambda: [], tmp_path / "p.json", "endpoint_picker").linger == 0
+
+
+def test_the_gateway_can_name_the_engine_that_answered(tmp_path):
+    manager = envoy_config(
+        8080,
+        8081,
+        picker_port=9002,
+        pool_eds=tmp_path / "p.json",
+        echoed=["x-a"],
+        upstream_header="x-served-by",
+    )["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    (only,) = manager["route_config"]["virtual_hosts"][0]["routes"]
+    added = {h["header"]["key"]: h["header"]["value"] for h in only["response_headers_to_add"]}
+    assert added == {"x-a": "%REQ(x-a)%", "x-served-by": "%UPSTREAM_REMOTE_ADDRESS%"}
+    plain = envoy_config(8080, 8081, picker_port=9002, pool_eds=tmp_path / "p.json")
+    assert "response_headers_to_add" not in str(plain)

@@ -22,6 +22,7 @@ from ascend_fleet.api.names import (
     ROLE_WORKER,
 )
 from ascend_fleet.render import EXPORTER_PORT
+from ascend_fleet.render.pdsidecar import PD_SIDECAR_CONTAINER
 from ascend_fleet.render.routing import PICKER_COMPONENT
 from ascend_fleet_dev.fleet.prometheus import Target
 from ascend_fleet_dev.fleet.serving import (
@@ -34,6 +35,7 @@ from ascend_fleet_dev.fleet.serving import (
 
 METRICS_PORT_NAME = "npu-metrics"
 NPU_RESOURCE_PREFIX = "huawei.com/"
+SIDECAR_PORT_NAME = "http"  # the P/D sidecar's container port (render/pdsidecar.py)
 FALLBACK_HOST = "127.0.0.1"  # where a pod without an IP of its own is served
 
 
@@ -157,7 +159,16 @@ def metrics_port(pod: Mapping[str, Any]) -> int:
 
 
 def api_port(pod: Mapping[str, Any]) -> int | None:
-    """The engine's ``--port`` (its OpenAI API), or ``None`` when the command line names none."""
+    """The engine's ``--port`` (its OpenAI API), or ``None`` when the command line names none.
+
+    A decode leader with llm-d's P/D sidecar (a routed two-role fleet) takes requests on the sidecar's port,
+    the one its InferencePool targets, and the sidecar hands them to the engine: the simulated engine answers
+    there, standing in for both (it does not ask the prefill pod the picker's header names)."""
+    for container in _containers(pod):
+        if container.get("name") == PD_SIDECAR_CONTAINER:
+            for port in container.get("ports") or []:
+                if port.get("name") == SIDECAR_PORT_NAME and port.get("containerPort"):
+                    return int(port["containerPort"])
     return engine_config(_command_words(pod), engine=detect_engine(pod), default_model="").port
 
 

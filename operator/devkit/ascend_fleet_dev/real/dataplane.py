@@ -262,6 +262,7 @@ class Envoy(Process):
         pickers: Callable[[], list[str]] | None = None,
         fail_open: bool = False,
         echoed: Sequence[str] = (),
+        upstream_header: str | None = None,
     ) -> None:
         """With ``picker_port`` (one picker) or ``pickers`` (the ``host:port`` of every picker that serves
         now, followed while Envoy runs, as a gateway follows the picker Service's Ready endpoints) the
@@ -269,7 +270,8 @@ class Envoy(Process):
         on each of the ``fallbacks`` endpoints the picker names after the first; otherwise requests spread
         randomly over ``endpoints``. With ``classifier_port`` the classifier sees each request first (it names
         the objective). ``fail_open``: the pool's ``failureMode: FailOpen``, requests go on without a picker.
-        ``echoed``: request headers returned in each response as the engine received them (for tests)."""
+        ``echoed``: request headers returned in each response as the engine received them, and
+        ``upstream_header``: a response header naming the engine (``host:port``) that answered (for tests)."""
         super().__init__(workdir)
         picked = picker_port is not None or pickers is not None
         if picked != (pool is not None) or (picker_port is not None and pickers is not None):
@@ -300,6 +302,7 @@ class Envoy(Process):
             fallbacks=fallbacks,
             fail_open=fail_open,
             echoed=echoed,
+            upstream_header=upstream_header,
         )
 
     @property

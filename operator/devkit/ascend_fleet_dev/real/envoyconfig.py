@@ -35,6 +35,7 @@ def envoy_config(
     fallbacks: int = 0,
     fail_open: bool = False,
     echoed: Sequence[str] = (),
+    upstream_header: str | None = None,
 ) -> dict[str, Any]:
     """An Envoy bootstrap: one HTTP listener on 127.0.0.1:``port`` routing every path to the engines.
 
@@ -49,7 +50,8 @@ def envoy_config(
     request's stream goes to one of them, and a picker that refuses the stream is ejected at once and the
     stream retried on another. ``fail_open`` lets a request go on unrouted when no picker answers.
     Each request header named in ``echoed`` comes back in the response, as the upstream received it (after
-    the picker's header mutations): for tests of what the picker told an engine.
+    the picker's header mutations): for tests of what the picker told an engine. ``upstream_header`` names a
+    response header carrying the ``host:port`` of the engine that answered (the last one tried).
     """
     filters: list[dict[str, Any]] = []
     clusters: list[dict[str, Any]] = []
@@ -74,6 +76,13 @@ def envoy_config(
         {"header": {"key": name, "value": f"%REQ({name})%"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
         for name in echoed
     ]
+    if upstream_header is not None:
+        echo.append(
+            {
+                "header": {"key": upstream_header, "value": "%UPSTREAM_REMOTE_ADDRESS%"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            }
+        )
     return _bootstrap(port, admin_port, _connection_manager(target, filters, retry, echo), clusters)
 
 

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -185,8 +185,14 @@ class LocalPods:
         pickers: bool = True,
         workdir: str | Path | None = None,
         on_route: Callable[[Route, bool], None] | None = None,
+        echoed: Sequence[str] = (),
+        upstream_header: str | None = None,
     ) -> None:
         """``kube`` (an admin client) reads ConfigMaps and requests tokens; ``cluster`` writes kubeconfigs.
+
+        ``echoed`` and ``upstream_header`` go to every pool's gateway (:class:`Envoy`): request headers returned
+        as the engine received them, and a response header naming the engine that answered (for tests; off
+        by default).
 
         With ``pickers`` the picker binary is built (or taken from the cache) here, before any pod needs it:
         :class:`~ascend_fleet_dev.real.dataplane.DataPlaneUnavailable` says why it cannot be.
@@ -200,6 +206,7 @@ class LocalPods:
             workdir = self._tmp.name
         self.workdir = Path(workdir)
         self.on_route = on_route
+        self.echoed, self.upstream_header = tuple(echoed), upstream_header
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Running] = {}
         self._gateways: dict[tuple[str, str], Envoy] = {}  # by (namespace, pool)
@@ -394,6 +401,8 @@ class LocalPods:
             fallbacks=fallbacks,
             fail_open=mode == "FailOpen",
             workdir=workdir,
+            echoed=self.echoed,
+            upstream_header=self.upstream_header,
         ).start()
         with self._lock:
             current = self._gateways.setdefault(key, gateway)
