@@ -14,7 +14,10 @@ engine computed a prompt and which received it. Skipped without the control plan
 
 from __future__ import annotations
 
+import time
+import urllib.error
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -23,6 +26,7 @@ from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunO
 from ascend_fleet.kube import wait_for
 from ascend_fleet_dev.real.disaggregation import SOURCE_COMPUTED, SOURCE_TRANSFERRED, prompt_tokens_by_source
 from ascend_fleet_dev.real.localpods import LocalPods, install_inference_extension, is_picker_pod
+from ascend_fleet_dev.real.realengines import RealEngines
 from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet, without_warnings
 from tests.support.documents import inference
@@ -46,12 +50,32 @@ def both_roles_ready(fleet: Fleet) -> dict | None:
     return status if ready else None
 
 
+@dataclass
+class PdFleet:
+    fleet: Fleet
+    engines: RealEngines
+    gateway: str  # the pool's entry: Envoy in front of the picker
+
+    def pods(self) -> dict[str, dict]:
+        """The engine pods by role, as they are now."""
+        return {
+            p["metadata"]["labels"][names.LABEL_PD_ROLE]: p
+            for p in self.fleet.pods(NAME)
+            if not is_picker_pod(p) and not p["metadata"].get("deletionTimestamp")
+        }
+
+    def pid(self, pod: dict) -> int | None:
+        engine = self.engines.engine(NAMESPACE, pod["metadata"]["name"])
+        assert engine is not None, f"pod {pod['metadata']['name']} has no real engine"
+        return engine.process.pid
+
+
 @pytest.fixture(scope="module")
-def pd_fleet() -> Iterator[tuple[Fleet, dict[str, dict], str]]:
-    """The fleet, its engine pods by role and the gateway's URL."""
+def pd_fleet() -> Iterator[PdFleet]:
     picker_or_skip()
     sidecar_or_skip()
     with real_vllm_stack(NAMESPACE, limit=2) as local:
+        assert local.real_engines is not None
         install_inference_extension(local.kube)
         with (
             LocalPods(local.kube, local.cluster.control_plane) as pickers,
@@ -72,12 +96,7 @@ def pd_fleet() -> Iterator[tuple[Fleet, dict[str, dict], str]]:
                     lambda: both_roles_ready(fleet), 900, "a real prefill and a real decode engine ready"
                 )
                 route = wait_for(lambda: pickers.route(NAMESPACE, NAME), 120, "the picker's route")
-                pods = {
-                    p["metadata"]["labels"][names.LABEL_PD_ROLE]: p
-                    for p in fleet.pods(NAME)
-                    if not is_picker_pod(p)
-                }
-                yield fleet, pods, route.url
+                yield PdFleet(fleet, local.real_engines, route.url)
             finally:
                 local.cluster.kubelet.remove_listener(pickers)
 
@@ -101,7 +120,7 @@ def moved_since(pods: dict[str, dict], before: dict[str, dict[str, float]]) -> d
 
 
 def test_the_decode_pod_loads_what_the_prefill_pod_computed(pd_fleet):
-    fleet, pods, _ = pd_fleet
+    fleet, pods = pd_fleet.fleet, pd_fleet.pods()
     status = fleet.get(NAME)["status"]
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], without_warnings(ready["message"])) == (
@@ -128,16 +147,70 @@ def test_the_decode_pod_loads_what_the_prefill_pod_computed(pd_fleet):
 def test_requests_through_the_gateway_are_prefilled_by_one_pod_and_decoded_by_the_other(pd_fleet):
     """The picker sends each request to the decode pod and names the prefill pod; the decode pod's sidecar has
     the prefill engine compute the prompt, then its engine loads that cache. The client names no pod."""
-    _, pods, gateway = pd_fleet
-    before = {role: counters(pod) for role, pod in pods.items()}
-    prompts = [prompt() for _ in range(ROUTED)]
-    answers = [complete(gateway, text, tokens=4) for text in prompts]
-    moved = moved_since(pods, before)
+    moved = routed_prompts(pd_fleet, pd_fleet.pods())
     print(f"through the gateway, {ROUTED} prompts: prompt tokens by source {moved}")
+
+
+def routed_prompts(running: PdFleet, pods: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """``ROUTED`` fresh prompts through the gateway, each answered in full, computed whole by the prefill pod
+    and loaded by the decode pod: what each engine counted meanwhile."""
+    before = {role: counters(pod) for role, pod in pods.items()}
+    answers = [complete(running.gateway, prompt(), tokens=4) for _ in range(ROUTED)]
+    moved = moved_since(pods, before)
     assert all(len(a["choices"][0]["logprobs"]["tokens"]) == 4 for a in answers), answers
     # Each prompt was computed whole on the prefill engine, which loaded nothing...
-    assert moved["prefill"][SOURCE_COMPUTED] > 200 * ROUTED and moved["prefill"][SOURCE_TRANSFERRED] == 0, (
-        moved
-    )
+    assert moved["prefill"][SOURCE_COMPUTED] > 200 * ROUTED, moved
+    assert moved["prefill"][SOURCE_TRANSFERRED] == 0, moved
     # ...and the decode engine loaded whole blocks of each from the prefill engine's files.
     assert moved["decode"][SOURCE_TRANSFERRED] >= 256 * ROUTED, moved
+    return moved
+
+
+def test_a_prefill_pods_restart_leaves_its_decode_peer_serving_and_pairing_again(pd_fleet):
+    """The prefill pod is deleted; the operator recreates it alone (a new engine, a new address) while the decode
+    engine, the same process throughout, answers what comes meanwhile by computing prompts itself; once the new
+    prefill pod is Ready, routed requests are again prefilled there and loaded by the decode engine."""
+    pods = pd_fleet.pods()
+    decode_pid, old_prefill = pd_fleet.pid(pods["decode"]), pods["prefill"]
+    pd_fleet.fleet.kube.delete("Pod", NAMESPACE, old_prefill["metadata"]["name"])
+    started = time.monotonic()
+
+    def new_prefill() -> dict | None:
+        found = pd_fleet.pods().get("prefill")
+        if found is None or found["metadata"]["uid"] == old_prefill["metadata"]["uid"]:
+            return None
+        ready = {c["type"]: c["status"] for c in (found.get("status") or {}).get("conditions") or []}
+        return found if ready.get("Ready") == "True" else None
+
+    # Meanwhile the decode pod answers alone once the picker names no prefill pod (none serves). A request sent
+    # while the picker still named the deleted pod may fail: the sidecar's prefill call finds no engine.
+    refused: list[str] = []
+
+    def answered_alone() -> dict | None:
+        try:
+            return complete(pd_fleet.gateway, prompt(), tokens=4)
+        except urllib.error.HTTPError as error:
+            refused.append(f"{error.code} after {time.monotonic() - started:.1f} s")
+            return None
+
+    alone = wait_for(answered_alone, 60, "an answer while no prefill pod serves", interval=1.0)
+    assert len(alone["choices"][0]["logprobs"]["tokens"]) == 4, alone
+    print(f"\nwhile no prefill pod served: answered; refused before that: {refused or 'none'}")
+    prefill = wait_for(new_prefill, 600, "a new prefill pod Ready")
+    print(f"a new prefill pod Ready {time.monotonic() - started:.0f} s after the old one's deletion")
+    wait_for(lambda: both_roles_ready(pd_fleet.fleet), 120, "both roles ready again")
+    pods = pd_fleet.pods()
+    assert pods["prefill"]["metadata"]["uid"] == prefill["metadata"]["uid"]
+    assert pd_fleet.pid(pods["decode"]) == decode_pid  # the decode engine never restarted
+    # The picker has scraped the new pod once it serves: the first routed prompt may still come too soon.
+    wait_for(lambda: paired_once(pd_fleet, pods), 120, "a prompt prefilled by the new pod", interval=2.0)
+    moved = routed_prompts(pd_fleet, pods)
+    print(f"after the prefill pod's restart, {ROUTED} prompts: prompt tokens by source {moved}")
+    assert pd_fleet.pid(pods["decode"]) == decode_pid
+
+
+def paired_once(running: PdFleet, pods: dict[str, dict]) -> bool:
+    """Whether one fresh prompt through the gateway was computed by the prefill pod."""
+    before = counters(pods["prefill"])
+    complete(running.gateway, prompt(), tokens=1)
+    return counters(pods["prefill"]).get(SOURCE_COMPUTED, 0) > before.get(SOURCE_COMPUTED, 0)
