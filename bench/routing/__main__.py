@@ -27,7 +27,7 @@ number, fails the run (exit 1). A second table sets each fleet against the run's
 against the idle fleet: its share over 1 s over the Service's and over the floor, its end-to-end p99 over the
 p99 of the same requests alone on an idle engine.
 
-``--engines vllm`` runs, after the simulated fleets, the first three (service, pool, pool+classes) on two real
+``--engines vllm`` runs, after the simulated fleets, four (service, pool, pool+classes, pool+adaptive) on two real
 ``vllm serve`` engines of the tiny model (bench/routing/real.py) and prints their two tables beside the
 simulated ones. The trace is scaled to what two real engines on a 2-core machine serve: the fleet's capacity is
 measured first (the trace's requests in a closed loop, 4 in flight per engine, as the simulated capacity is 4
@@ -84,7 +84,7 @@ from .fleets import FLEETS, UPSTREAM_CRDS, answers, kubectl, replay, spec_doc, s
 
 LOADS = (0.5, 0.75, 0.9, 1.05)
 ENGINE_KINDS = ("simulated", "vllm")
-REAL_FLEETS = ("service", "pool", "pool+classes")
+REAL_FLEETS = ("service", "pool", "pool+classes", "pool+adaptive")
 
 
 def run_fleet(cluster: RealCluster, mode: str, requests: list[Request], workdir: Path) -> Result:
@@ -139,7 +139,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fleets", default=None,
                         help=f"simulated fleets (default: all six; with --engines vllm: {','.join(REAL_FLEETS)})")  # fmt: skip
     parser.add_argument("--engines", choices=ENGINE_KINDS, default="simulated",
-                        help="simulated: the simulated fleets only; vllm: also three fleets on real vLLM engines")  # fmt: skip
+                        help="simulated: the simulated fleets only; vllm: also four fleets on real vLLM engines")  # fmt: skip
     parser.add_argument("--real-fleets", default=",".join(REAL_FLEETS),
                         help="fleets on the real engines (default: %(default)s)")  # fmt: skip
     parser.add_argument("--real-seconds", type=float, default=20.0,

@@ -1,4 +1,5 @@
-"""bench/routing on real engines: the service, pool and pool+classes fleets in front of two ``vllm serve``.
+"""bench/routing on real engines: the service, pool, pool+classes and pool+adaptive fleets in front of two
+``vllm serve``.
 
 The real control plane runs one fleet of two vllm-ascend replicas (4 batch slots each, ``--max-num-seqs 4``);
 the node agent runs each engine pod as vLLM's CPU build serving the tiny model

@@ -88,11 +88,11 @@ def test_report_prints_no_nan_for_a_class_without_requests():
     assert "nan" not in table and "| 0.5 | service | 1 | 0.0% | 0% / - / - |" in table
 
 
-def test_engines_vllm_runs_the_three_fleets_on_both_kinds_by_default():
+def test_engines_vllm_runs_the_four_fleets_on_both_kinds_by_default():
     simulated = parse_args([])
     assert simulated.engines == "simulated" and simulated.fleets == list(FLEETS) and len(FLEETS) == 6
     real = parse_args(["--engines", "vllm", "--loads", "0.5,0.9", "--real-seconds", "30"])
-    assert real.fleets == real.real_fleets == ["service", "pool", "pool+classes"]
+    assert real.fleets == real.real_fleets == ["service", "pool", "pool+classes", "pool+adaptive"]
     assert real.loads == [0.5, 0.9] and real.real_seconds == 30.0
 
 
