@@ -14,10 +14,14 @@ import yaml
 
 from ascend_fleet.api import names
 from ascend_fleet.api.crd import crd
+from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet_dev.fleet.scenario import Scenario
+from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable, ensure_picker
+from ascend_fleet_dev.real.localpods import LocalPods, install_inference_extension
 from ascend_fleet_dev.real.realcluster import RealCluster, provide_model_claim
 from ascend_fleet_dev.real.vllm_env import VllmCpu, expected_environment, find_environment
 from ascend_fleet_dev.stack import Stack, stack
+from tests.e2e.conftest import fast_settings
 from tests.support.paths import EXAMPLES, ROOT
 from tests.support.realcluster import control_plane_or_skip, wait_for_service_account
 
@@ -95,3 +99,34 @@ def real_vllm_stack(namespace: str, *, prometheus: bool = False, limit: int | No
         wait_for_service_account(local.kube, namespace)
         provide_model_claim(local.kube, namespace)
         yield local
+
+
+def picker_or_skip() -> None:
+    """The endpoint picker build; a skip on a developer machine without it, a failure in CI."""
+    try:
+        ensure_picker()
+    except DataPlaneUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the endpoint picker: {error}")
+        pytest.skip(str(error))
+
+
+@contextmanager
+def routed_vllm_stack(
+    namespace: str, *, prometheus: bool = False, limit: int | None = None
+) -> Iterator[tuple[Stack, LocalPods]]:
+    """:func:`real_vllm_stack` with the Inference Extension's CRDs, the operator running and the picker pods
+    (each pool's gateway with them) run here: where every routed real-engine fleet test starts."""
+    picker_or_skip()
+    with real_vllm_stack(namespace, prometheus=prometheus, limit=limit) as local:
+        install_inference_extension(local.kube)
+        assert isinstance(local.cluster, RealCluster)
+        with (
+            LocalPods(local.kube, local.cluster.control_plane) as pickers,
+            OperatorThread(OperatorContext(fast_settings(), local.kube), RunOptions()),
+        ):
+            local.cluster.kubelet.add_listener(pickers)
+            try:
+                yield local, pickers
+            finally:
+                local.cluster.kubelet.remove_listener(pickers)

@@ -22,19 +22,16 @@ from dataclasses import dataclass
 import pytest
 
 from ascend_fleet.api import names
-from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import wait_for
 from ascend_fleet_dev.real.disaggregation import SOURCE_COMPUTED, SOURCE_TRANSFERRED, prompt_tokens_by_source
-from ascend_fleet_dev.real.localpods import LocalPods, install_inference_extension, is_picker_pod
+from ascend_fleet_dev.real.localpods import is_picker_pod
 from ascend_fleet_dev.real.realengines import RealEngines
-from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet, without_warnings
 from tests.support.documents import inference
 
 from .server import http
-from .support import real_vllm_stack
+from .support import routed_vllm_stack
 from .test_disaggregated_vllm import complete, prompt, sidecar_or_skip
-from .test_routed_vllm import picker_or_skip
 
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "default"
@@ -72,33 +69,21 @@ class PdFleet:
 
 @pytest.fixture(scope="module")
 def pd_fleet() -> Iterator[PdFleet]:
-    picker_or_skip()
     sidecar_or_skip()
-    with real_vllm_stack(NAMESPACE, limit=2) as local:
+    with routed_vllm_stack(NAMESPACE, limit=2) as (local, pickers):
         assert local.real_engines is not None
-        install_inference_extension(local.kube)
-        with (
-            LocalPods(local.kube, local.cluster.control_plane) as pickers,
-            OperatorThread(OperatorContext(fast_settings(), local.kube), RunOptions()),
-        ):
-            local.cluster.kubelet.add_listener(pickers)
-            try:
-                fleet = Fleet(local.kube, NAMESPACE)
-                doc = (
-                    inference(NAME, MODEL)
-                    .engine("vllm-ascend")
-                    .merge(disaggregation={"prefill": {"parallelism": {"tensor": 1}}, "decode": {}})
-                    .routing("inferencePool", picker={"replicas": 1})
-                    .build()
-                )
-                fleet.apply(doc)
-                wait_for(
-                    lambda: both_roles_ready(fleet), 900, "a real prefill and a real decode engine ready"
-                )
-                route = wait_for(lambda: pickers.route(NAMESPACE, NAME), 120, "the picker's route")
-                yield PdFleet(fleet, local.real_engines, route.url)
-            finally:
-                local.cluster.kubelet.remove_listener(pickers)
+        fleet = Fleet(local.kube, NAMESPACE)
+        doc = (
+            inference(NAME, MODEL)
+            .engine("vllm-ascend")
+            .merge(disaggregation={"prefill": {"parallelism": {"tensor": 1}}, "decode": {}})
+            .routing("inferencePool", picker={"replicas": 1})
+            .build()
+        )
+        fleet.apply(doc)
+        wait_for(lambda: both_roles_ready(fleet), 900, "a real prefill and a real decode engine ready")
+        route = wait_for(lambda: pickers.route(NAMESPACE, NAME), 120, "the picker's route")
+        yield PdFleet(fleet, local.real_engines, route.url)
 
 
 def counters(pod: dict) -> dict[str, float]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -31,22 +30,19 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from ascend_fleet.handlers.operator import OperatorContext, OperatorThread, RunOptions
 from ascend_fleet.kube import Kube, wait_for
 from ascend_fleet.render.picker_config import SATURATION_QUEUE_DEPTH
 from ascend_fleet_dev.fleet.prometheus import PrometheusServer
-from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable, ensure_picker
-from ascend_fleet_dev.real.localpods import LocalPods, install_inference_extension, is_picker_pod
+from ascend_fleet_dev.real.localpods import LocalPods, is_picker_pod
 from ascend_fleet_dev.real.realcluster import RealCluster
 from ascend_fleet_dev.real.realengines import RealEngines
 from ascend_fleet_dev.real.tinymodel import BYTE_TOKEN_IDS
 from ascend_fleet_exporter import metrics
-from tests.e2e.conftest import fast_settings
 from tests.e2e.fleet import Fleet
 from tests.support.documents import inference
 
 from .server import http, process_group_rss_bytes
-from .support import real_vllm_stack
+from .support import routed_vllm_stack
 
 pytestmark = pytest.mark.timeout(1500)
 NAMESPACE = "default"
@@ -157,37 +153,18 @@ def kubectl_apply(cluster: RealCluster, text: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def picker_or_skip() -> None:
-    try:
-        ensure_picker()
-    except DataPlaneUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the endpoint picker: {error}")
-        pytest.skip(str(error))
-
-
 @pytest.fixture(scope="module")
 def routed(prometheus_binary) -> Iterator[RoutedFleet]:  # the binary: a skip (CI: a failure) without one
-    picker_or_skip()
-    with real_vllm_stack(NAMESPACE, prometheus=True) as local:
-        assert isinstance(local.cluster, RealCluster) and local.real_engines is not None
-        assert local.prometheus is not None
-        install_inference_extension(local.kube)
-        with (
-            LocalPods(local.kube, local.cluster.control_plane) as pickers,
-            OperatorThread(OperatorContext(fast_settings(), local.kube), RunOptions()),
-        ):
-            local.cluster.kubelet.add_listener(pickers)
-            try:
-                fleet = Fleet(local.kube, NAMESPACE)
-                started = time.monotonic()
-                kubectl_apply(local.cluster, document())
-                fleet.wait_ready(NAME, 2, timeout=600)  # both engines start at once: 40 s to 4 min each
-                ready = time.monotonic() - started
-                wait_for(lambda: pickers.route(NAMESPACE, NAME), 120, "the picker's route")
-                yield RoutedFleet(local.kube, local.real_engines, pickers, local.prometheus, fleet, ready)
-            finally:
-                local.cluster.kubelet.remove_listener(pickers)
+    with routed_vllm_stack(NAMESPACE, prometheus=True) as (local, pickers):
+        assert local.real_engines is not None and local.prometheus is not None
+        fleet = Fleet(local.kube, NAMESPACE)
+        started = time.monotonic()
+        assert isinstance(local.cluster, RealCluster)
+        kubectl_apply(local.cluster, document())
+        fleet.wait_ready(NAME, 2, timeout=600)  # both engines start at once: 40 s to 4 min each
+        ready = time.monotonic() - started
+        wait_for(lambda: pickers.route(NAMESPACE, NAME), 120, "the picker's route")
+        yield RoutedFleet(local.kube, local.real_engines, pickers, local.prometheus, fleet, ready)
 
 
 def completion(prompt: str | list[int], tokens: int) -> dict:
