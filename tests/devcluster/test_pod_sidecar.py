@@ -13,13 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from ascend_fleet.render import render_all, validate
-from ascend_fleet.render.pdsidecar import sidecar_args
+from ascend_fleet.render.pdsidecar import PD_SIDECAR_CONTAINER, sidecar_args
+from ascend_fleet_dev.fleet.enginepods import named_container
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.real.dataplane import DataPlaneUnavailable
 from ascend_fleet_dev.real.disaggregation import SIDECAR_CONNECTOR, ensure_pd_sidecar
 from ascend_fleet_dev.real.podsidecar import (
     SidecarUnfit,
-    pod_sidecar_container,
     start_pod_sidecar,
     translate_flags,
 )
@@ -30,14 +30,18 @@ POD_IP = "127.0.0.1"  # the engine's and the relay's address: a pod's own loopba
 
 def decode_pod() -> dict:
     obj = validate(example("vllm-disaggregated-routed.yaml").build()).obj
-    decode = [o for o in render_all(obj) if o["kind"] == "Pod" and pod_sidecar_container(o) is not None]
+    decode = [
+        o
+        for o in render_all(obj)
+        if o["kind"] == "Pod" and named_container(o, PD_SIDECAR_CONTAINER) is not None
+    ]
     assert decode, "the routed example renders no decode leader with a sidecar"
     return decode[0]
 
 
 def test_the_rendered_flags_become_free_ports_and_the_cpu_connector():
     pod = decode_pod()
-    container = pod_sidecar_container(pod)
+    container = named_container(pod, PD_SIDECAR_CONTAINER)
     assert container is not None and container["args"] == sidecar_args(validate(
         example("vllm-disaggregated-routed.yaml").build()).obj.spec)  # fmt: skip
     flags = translate_flags(container["args"])

@@ -164,11 +164,10 @@ def api_port(pod: Mapping[str, Any]) -> int | None:
     A decode leader with llm-d's P/D sidecar (a routed two-role fleet) takes requests on the sidecar's port,
     the one its InferencePool targets, and the sidecar hands them to the engine: the simulated engine answers
     there, standing in for both (it does not ask the prefill pod the picker's header names)."""
-    for container in _containers(pod):
-        if container.get("name") == PD_SIDECAR_CONTAINER:
-            for port in container.get("ports") or []:
-                if port.get("name") == SIDECAR_PORT_NAME and port.get("containerPort"):
-                    return int(port["containerPort"])
+    sidecar = named_container(pod, PD_SIDECAR_CONTAINER)
+    for port in (sidecar or {}).get("ports") or []:
+        if port.get("name") == SIDECAR_PORT_NAME and port.get("containerPort"):
+            return int(port["containerPort"])
     return engine_config(_command_words(pod), engine=detect_engine(pod), default_model="").port
 
 
@@ -210,6 +209,12 @@ def scrape_target(pod: EnginePod) -> Target:
 
 def _containers(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list((pod.get("spec") or {}).get("containers") or [])
+
+
+def named_container(pod: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    """The pod's container ``name``, or None."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return next((c for c in containers if c.get("name") == name), None)
 
 
 def _command_words(pod: Mapping[str, Any]) -> list[str]:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ascend_fleet.render.pdsidecar import PD_SIDECAR_CONTAINER
 from ascend_fleet_dev.local.ports import free_port
 from ascend_fleet_dev.real.disaggregation import SIDECAR_CONNECTOR, PdSidecar
 from ascend_fleet_dev.real.tcprelay import TcpRelay
@@ -46,12 +45,6 @@ class SidecarFlags:
     engine_port: int
     rest: tuple[str, ...]
     changes: tuple[str, ...]
-
-
-def pod_sidecar_container(pod: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The pod's ``pd-sidecar`` container, or None."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    return next((c for c in containers if c.get("name") == PD_SIDECAR_CONTAINER), None)
 
 
 def _flags(args: Sequence[str]) -> list[tuple[str, str | None]]:

@@ -40,6 +40,7 @@ from ascend_fleet_dev.fleet.enginepods import (
     METRICS_PORT_NAME,
     detect_engine,
     engine_pod,
+    named_container,
     scrape_target,
 )
 from ascend_fleet_dev.fleet.prometheus import Target
@@ -51,7 +52,6 @@ from ascend_fleet_dev.real.disaggregation import ensure_pd_sidecar
 from ascend_fleet_dev.real.podsidecar import (
     PodSidecar,
     SidecarUnfit,
-    pod_sidecar_container,
     start_pod_sidecar,
 )
 from ascend_fleet_dev.real.vllm_engine import NotAnEngine, health_probe, serve_process, translate
@@ -110,8 +110,7 @@ def named_port(container: Mapping[str, Any], port: int | str) -> int | None:
 
 def engine_container(pod: Mapping[str, Any]) -> dict[str, Any] | None:
     """The pod's ``engine`` container, or None."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    return next((c for c in containers if c.get("name") == ENGINE_CONTAINER), None)
+    return named_container(pod, ENGINE_CONTAINER)
 
 
 def downward_values(pod: Mapping[str, Any]) -> dict[str, str]:
@@ -202,7 +201,7 @@ class RealEngines:
         if full:
             self._refuse(key)
             return
-        sidecar = pod_sidecar_container(pod)
+        sidecar = named_container(pod, PD_SIDECAR_CONTAINER)
         if sidecar is not None:
             try:
                 engine.sidecar = self._start_sidecar(
